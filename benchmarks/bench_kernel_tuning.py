@@ -1,0 +1,120 @@
+"""Cost of capturing a registry snapshot and of resolving one key's tuning.
+
+Registers 1, 100 and 1,000 selector profiles for one key (a realistic mix:
+exact processors, microarchitectures with thread ranges, families, instruction
+sets), then times ``snapshot()`` and ``resolve()`` for a Zen 4 execution that
+several of them match. Each figure is the median of repeated runs of ``-n``
+calls, reported next to a plain dictionary lookup measured in the same run
+(the floor any registry pays).
+
+    python benchmarks/bench_kernel_tuning.py -n 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
+from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.schema import KernelTuningKey, tunable
+from kerneltune.selectors import CpuSelector
+
+TARGET_NS = {1: 2_000, 1000: 20_000}  # resolution, from the issue
+
+
+@dataclass(frozen=True)
+class ElementwiseConfig:
+    minimum_elements: int = tunable("parallel.minimum_elements", 32768, minimum=1)
+    maximum_threads: int = tunable("parallel.maximum_threads", 64, minimum=1)
+
+
+KEY = KernelTuningKey("bench", "Abs", "baseline", "FLOAT")
+ZEN4 = CpuDescriptor(architecture="x86_64", vendor="amd", family=25, model=17, stepping=1,
+                     microarchitecture="zen4", features=frozenset({"avx2", "avx512f", "fma"}))
+EXECUTION = CpuExecutionDescriptor(ZEN4, 2, frozenset({0, 1}), 2)
+# Another Zen 4 model that no exact profile names: resolution must scan the
+# group and instruction-set buckets to find its best profile.
+UNLISTED = CpuExecutionDescriptor(dataclasses.replace(ZEN4, model=97), 2, frozenset({0, 1}), 2)
+UARCHS = ["zen2", "zen3", "zen4", "zen5", "haswell", "skylake_avx512", "icelake",
+          "sapphirerapids", "neoverse_n1", "neoverse_v1"]
+
+
+def profiles(count: int) -> list[KernelTuningProfile]:
+    """``count`` non-ambiguous profiles; the first always matches the benchmark execution."""
+    made = [KernelTuningProfile(KEY, {"parallel.minimum_elements": 4096},
+                                selector=CpuSelector(vendor="amd", family=25, models=[17]))]
+    n = 1
+    while len(made) < count:
+        kind = n % 4
+        if kind == 0:
+            selector = CpuSelector(vendor="intel", family=6, models=[n])
+        elif kind == 1:
+            selector = CpuSelector(microarchitecture=UARCHS[n % len(UARCHS)],
+                                   minimum_threads=n, maximum_threads=n)
+        elif kind == 2:
+            selector = CpuSelector(vendor="amd", family=(n % 7) + 23, minimum_threads=n,
+                                   maximum_threads=n)
+        else:
+            selector = CpuSelector(required_features=["avx2"], minimum_threads=n,
+                                   maximum_threads=n)
+        made.append(KernelTuningProfile(KEY, {"parallel.minimum_elements": 1024 + n},
+                                        selector=selector, name=f"p{n}"))
+        n += 1
+    return made
+
+
+def per_call_ns(function, calls: int, repeats: int) -> tuple[float, float]:
+    """Median and spread (max - min) of ns per call over ``repeats`` timed runs."""
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            function()
+        samples.append((time.perf_counter_ns() - start) / calls)
+    return statistics.median(samples), max(samples) - min(samples)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=100_000, help="calls per timed run")
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs per figure")
+    args = parser.parse_args(argv)
+
+    table = {("key",): 1}
+    floor, _ = per_call_ns(lambda: table[("key",)], args.n, args.repeats)
+    print(f"dict lookup floor: {floor:.0f} ns")
+    print(f"{'profiles':>8} {'snapshot ns':>12} {'resolve ns':>11} {'spread':>8} "
+          f"{'x floor':>8} {'unlisted ns':>12} {'target ns':>10}")
+    failed = []
+    for count in (1, 100, 1000):
+        registry = KernelTuningRegistry()
+        registry.register_schema(KEY, ElementwiseConfig)
+        registry.register_profiles(profiles(count))
+        snapshot = registry.snapshot()
+        assert snapshot.resolve(KEY, EXECUTION).values["parallel.minimum_elements"] == 4096
+        snap_ns, _ = per_call_ns(registry.snapshot, args.n, args.repeats)
+        resolve_ns, spread = per_call_ns(lambda s=snapshot: s.resolve(KEY, EXECUTION), args.n,
+                                         args.repeats)
+        unlisted_ns, _ = per_call_ns(lambda s=snapshot: s.resolve(KEY, UNLISTED), args.n,
+                                     args.repeats)
+        target = TARGET_NS.get(count)
+        print(f"{count:>8} {snap_ns:>12.0f} {resolve_ns:>11.0f} {spread:>8.0f} "
+              f"{resolve_ns / floor:>8.1f} {unlisted_ns:>12.0f} {target or '':>10}")
+        worst = max(resolve_ns, unlisted_ns)
+        if target is not None and worst > target:
+            failed.append(f"resolution with {count} profiles took {worst:.0f} ns "
+                          f"(target {target} ns)")
+    for message in failed:
+        print(f"MISSED: {message}", file=sys.stderr)
+    if not failed:
+        print("OK: resolution targets met")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""kerneltune: processor-aware tuning of compute-kernel thresholds.
+
+Every tunable value of a kernel has a compiled portable default; profiles bound
+to processor selectors, calibrated execution profiles and session overrides
+replace it where they apply. This module re-exports the public API; see
+DESIGN.md for the contract and README.md for a tour.
+"""
+
+from __future__ import annotations
+
+from .cpu import (
+    CpuDescriptor,
+    CpuExecutionDescriptor,
+    current_execution,
+    detect_cpu_descriptor,
+    dump_cpu_descriptor,
+    get_cpu_descriptor,
+    load_cpu_descriptor,
+)
+from .errors import (
+    AmbiguousProfileError,
+    CalibrationError,
+    CpuDescriptorError,
+    KernelTuningError,
+    Problem,
+    TuningValidationError,
+    UnknownKernelError,
+    UnsupportedModelError,
+)
+from .registry import (
+    AccessCounts,
+    KernelTuningProfile,
+    KernelTuningRegistry,
+    RejectedCandidate,
+    Resolution,
+    TuningSnapshot,
+    TuningSource,
+    access_counts,
+    default_registry,
+    register_kernel_tuning_profile,
+    register_kernel_tuning_profiles,
+    register_kernel_tuning_schema,
+    resolve_kernel_tuning,
+    snapshot,
+)
+from .schema import (
+    ELEMENT_TYPES,
+    KernelTuningKey,
+    KernelTuningSchema,
+    TuningParameter,
+    TuningValue,
+    element_type_name,
+    element_type_number,
+    tunable,
+)
+from .selectors import CpuSelector, Tier
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ELEMENT_TYPES",
+    "AccessCounts",
+    "AmbiguousProfileError",
+    "CalibrationError",
+    "CpuDescriptor",
+    "CpuDescriptorError",
+    "CpuExecutionDescriptor",
+    "CpuSelector",
+    "KernelTuningError",
+    "KernelTuningKey",
+    "KernelTuningProfile",
+    "KernelTuningRegistry",
+    "KernelTuningSchema",
+    "Problem",
+    "RejectedCandidate",
+    "Resolution",
+    "Tier",
+    "TuningParameter",
+    "TuningSnapshot",
+    "TuningSource",
+    "TuningValidationError",
+    "TuningValue",
+    "UnknownKernelError",
+    "UnsupportedModelError",
+    "__version__",
+    "access_counts",
+    "current_execution",
+    "default_registry",
+    "detect_cpu_descriptor",
+    "dump_cpu_descriptor",
+    "element_type_name",
+    "element_type_number",
+    "get_cpu_descriptor",
+    "load_cpu_descriptor",
+    "register_kernel_tuning_profile",
+    "register_kernel_tuning_profiles",
+    "register_kernel_tuning_schema",
+    "resolve_kernel_tuning",
+    "snapshot",
+    "tunable",
+]
