@@ -1,0 +1,1 @@
+"""The kernel library "kerneltune_cpu": pythran kernels compiled per ISA variant."""
