@@ -1,6 +1,9 @@
 """Sessions of the build farm, CI and developers (see DESIGN.md, section 1).
 
 `nox` runs lint and tests; `nox -s tests -- tests/test_build.py -x` forwards pytest arguments.
+`nox -s build` writes the sdist and the wheel to dist/. Both compile every ISA variant of
+this host by default; `--variants=baseline` (any comma-separated list that includes baseline)
+compiles fewer for a fast local run: `nox -s tests -- --variants=baseline -k probe`.
 """
 
 from __future__ import annotations
@@ -19,15 +22,74 @@ nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 
+VARIANTS_OPTION = "--variants"
+#: Tells tests/test_variants.py which variants a restricted build compiled (default: all).
+EXPECTED_VARIANTS_VARIABLE = "KERNELTUNE_TEST_EXPECTED_VARIANTS"
+
+
+def _variant_selection(session: nox.Session) -> tuple[str | None, list[str]]:
+    """Take `--variants=LIST` (or `--variants LIST`) out of the session arguments.
+
+    Returns the comma-separated list (None when absent) and the remaining arguments, which
+    belong to pytest or to `python -m build`.
+    """
+    variants, rest = None, []
+    arguments = iter(session.posargs)
+    for argument in arguments:
+        if argument == VARIANTS_OPTION:
+            variants = next(arguments, "")
+        elif argument.startswith(VARIANTS_OPTION + "="):
+            variants = argument.partition("=")[2]
+        else:
+            rest.append(argument)
+    if variants is not None and not variants.strip():
+        session.error(f"{VARIANTS_OPTION} needs a comma-separated list, e.g. baseline")
+    return variants, rest
+
+
+def _config_settings(variants: str | None) -> list[str]:
+    """meson-python config settings (pip and `build` both take `-C`) for a variant list."""
+    return [] if variants is None else [f"-Csetup-args=-Disa_variants={variants}"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Build and install the package (all compiled ISA variants), then run pytest."""
+    """Build and install the package, then run pytest.
+
+    The build compiles every ISA variant of this host (baseline, x86_64_v3 and x86_64_v4 on
+    x86_64). `--variants=LIST` compiles only those (meson option isa_variants; baseline is
+    required) for a faster local run; every other argument goes to pytest:
+
+        nox -s tests -- --variants=baseline -k probe
+        nox -s tests -- tests/test_variants.py -x
+    """
+    variants, pytest_args = _variant_selection(session)
     # A normal, non-editable install: meson-python compiles the pythran kernels into the wheel.
-    session.install(f"{ROOT}[test]")
+    session.install(*_config_settings(variants), f"{ROOT}[test]")
     # The src layout keeps the package sources off sys.path, so the tests import the installed
     # package; plain `pytest` (unlike `python -m pytest`) does not add the working directory.
     # With no arguments pytest collects `testpaths` (tests/) of pyproject.toml.
-    session.run("pytest", "-n", "auto", f"--rootdir={ROOT}", *session.posargs)
+    env = {} if variants is None else {EXPECTED_VARIANTS_VARIABLE: variants}
+    session.run("pytest", "-n", "auto", f"--rootdir={ROOT}", *pytest_args, env=env)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build the sdist and the wheel into dist/ (every ISA variant of this host).
+
+    Both are built from the working tree. meson-python's sdist is `meson dist`, which
+    archives the last git commit only (uncommitted changes are left out), so the wheel is not
+    built from the sdist as plain `python -m build` would: it would silently miss work in
+    progress. `--variants=LIST` as in `tests`; other arguments go to `python -m build`:
+
+        nox -s build
+        nox -s build -- --variants=baseline
+    """
+    variants, build_args = _variant_selection(session)
+    session.install("build")
+    outputs = ["--sdist", "--wheel", f"--outdir={ROOT / 'dist'}"]
+    config = _config_settings(variants)
+    session.run("python", "-m", "build", *outputs, *config, *build_args, str(ROOT))
 
 
 @nox.session

@@ -1,1 +1,70 @@
-"""The kernel library "kerneltune_cpu": pythran kernels compiled per ISA variant."""
+"""The kernel library "kerneltune_cpu": pythran kernels compiled per ISA variant.
+
+:func:`library` builds the kernels of one variant (by default the best one the
+processor can run); :func:`register_library` registers the schema of every
+(kernel, element type) with a tuning registry, which ``import kerneltune``
+does for the process-wide registry.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from ..registry import KernelTuningRegistry
+from ..schema import element_type_number
+from . import catalog
+from .base import LIBRARY, TUNING_ABI, Kernel, Plan, PreparedKernel
+from .elementwise import BinaryKernel, UnaryKernel
+from .variants import load_module, selected_variant
+
+__all__ = [
+    "LIBRARY",
+    "TUNING_ABI",
+    "Kernel",
+    "Plan",
+    "PreparedKernel",
+    "library",
+    "register_library",
+]
+
+_FLOAT, _FLOAT16, _BOOL = (element_type_number(t) for t in ("FLOAT", "FLOAT16", "BOOL"))
+
+
+def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object]:
+    functions = {
+        element_type_number(element_type): getattr(module, name)
+        for name, element_types in table.items()
+        for element_type in element_types
+    }
+    if _FLOAT in functions:
+        functions[_FLOAT16] = functions[_FLOAT]
+    return functions
+
+
+@functools.cache
+def library(implementation: str | None = None) -> Mapping[str, Kernel]:
+    """Every kernel of one ISA variant, by ONNX operator name."""
+    implementation = implementation or selected_variant()
+    unary, binary = load_module("unary", implementation), load_module("binary", implementation)
+    kernels: dict[str, Kernel] = {
+        name: UnaryKernel(name, implementation, _functions(unary, table))
+        for name, table in catalog.UNARY.items()
+    }
+    kernels.update(
+        (name, BinaryKernel(name, implementation, _functions(binary, table),
+                            output=_BOOL if name in catalog.BOOLEAN_OUTPUT else None))
+        for name, table in catalog.BINARY.items()
+    )
+    return kernels
+
+
+def register_library(registry: KernelTuningRegistry, implementation: str | None = None) -> int:
+    """Register every (kernel, element type) schema of one variant in one generation."""
+    items = [
+        (kernel.tuning_key(element_type), kernel.config_type(element_type))
+        for kernel in library(implementation).values()
+        for element_type in kernel.element_types
+    ]
+    registry.register_schemas(items)
+    return len(items)

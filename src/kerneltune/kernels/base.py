@@ -1,0 +1,181 @@
+"""What every kernel of the library offers the runtime.
+
+A :class:`Kernel` names its tuning key per element type and turns tuning
+values into a frozen typed config once. :meth:`Kernel.prepare` then binds the
+element type, the config and the thread budget into a :class:`PreparedKernel`
+whose ``run`` does no lookup of any kind: the thresholds are plain attributes
+and the compiled function is already chosen.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import KernelTuningError, UnknownKernelError
+from ..schema import KernelTuningKey, KernelTuningSchema, element_type_name, element_type_number
+
+LIBRARY = "kerneltune_cpu"
+#: Bumped when a parameter changes meaning, so cached values of the old meaning go stale.
+TUNING_ABI = 1
+
+#: numpy dtypes of the ONNX element types the library computes on.
+NUMPY_DTYPES: Mapping[int, np.dtype] = {
+    element_type_number(name): np.dtype(name)
+    for name in ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
+                 "uint16", "uint32", "uint64", "bool")
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one call executes: the path a threshold chose and the threads it runs on."""
+
+    path: str
+    threads: int
+    elements: int
+    form: str = ""
+
+
+def parallel_threads(elements: int, grain: int, maximum_threads: int, threads: int) -> int:
+    """Threads for ``elements`` independent elements: one per ``grain``, within both limits.
+
+    ``grain`` is the smallest share of work worth a thread, so fewer than two
+    grains run serially and the thread count grows with the work.
+    """
+    if elements < 2 * grain:
+        return 1
+    return max(1, min(elements // grain, maximum_threads, threads))
+
+
+def available_threads() -> int:
+    """The CPUs this process may run on, the default thread budget."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def thread_budget(threads: int | None) -> int:
+    if threads is None:
+        return available_threads()
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+    return threads
+
+
+def operand(value: object, dtype: np.dtype, name: str) -> np.ndarray:
+    """``value`` as a C-contiguous, native-order array of ``dtype``, ready for compiled code.
+
+    Python scalars are converted; arrays of another element type are an error
+    (a silent cast would change results); byte order and layout are fixed by
+    copying, since the compiled loops read memory linearly.
+    """
+    if type(value) is np.ndarray and value.dtype is dtype and value.flags.c_contiguous:
+        return value
+    if isinstance(value, bool | int | float) and not isinstance(value, np.generic):
+        try:
+            return np.asarray(value, dtype=dtype)
+        except OverflowError:
+            raise TypeError(f"{name}: {value!r} does not fit {dtype}") from None
+    array = np.asarray(value)
+    if array.dtype.newbyteorder("=") != dtype:
+        raise TypeError(f"{name}: expected element type {dtype}, got {array.dtype}")
+    return np.asarray(array, dtype=dtype, order="C")  # keeps 0-d, unlike ascontiguousarray
+
+
+class PreparedKernel(abc.ABC):
+    """A kernel bound to one element type, one frozen config and one thread budget."""
+
+    key: KernelTuningKey
+    config: Any
+    threads: int
+
+    @abc.abstractmethod
+    def run(self, *inputs: object) -> np.ndarray:
+        """Compute into a fresh array the caller owns."""
+
+    @abc.abstractmethod
+    def run_serial(self, *inputs: object) -> np.ndarray:
+        """The same result on the portable serial path: the reference calibration checks against."""
+
+    @abc.abstractmethod
+    def plan(self, *inputs: object) -> Plan:
+        """The path ``run`` takes for these inputs, without computing anything."""
+
+
+class Kernel(abc.ABC):
+    """One operator of the library for one ISA variant (the key's ``implementation``)."""
+
+    name: str
+
+    def __init__(self, implementation: str):
+        self.implementation = implementation
+
+    @property
+    @abc.abstractmethod
+    def element_types(self) -> tuple[int, ...]:
+        """ONNX numbers of the element types this kernel computes."""
+
+    @abc.abstractmethod
+    def config_type(self, element_type: int) -> type:
+        """The frozen dataclass of tunables for one element type."""
+
+    @abc.abstractmethod
+    def _prepare(self, element_type: int, config: Any, threads: int,
+                 attributes: Mapping[str, Any]) -> PreparedKernel:
+        """Bind a validated config; ``element_type`` is supported and ``threads`` >= 1."""
+
+    def supported(self, element_type: object) -> int:
+        number = element_type_number(element_type)
+        if number not in self.element_types:
+            names = ", ".join(element_type_name(t) for t in self.element_types)
+            raise UnknownKernelError(f"{self.name} has no {element_type_name(number)} kernel "
+                                     f"(element types: {names})")
+        return number
+
+    def tuning_key(self, element_type: object) -> KernelTuningKey:
+        return _key(LIBRARY, self.name, self.implementation, self.supported(element_type))
+
+    def schema(self, element_type: object) -> KernelTuningSchema:
+        number = self.supported(element_type)
+        return _schema(self.tuning_key(number), self.config_type(number))
+
+    def configure(self, element_type: object, values: Mapping[str, object] | None = None) -> Any:
+        """The frozen typed config for ``values`` (the defaults filling the rest), validated once."""
+        return self.schema(element_type).configure(values)
+
+    def prepare(self, element_type: object, config: Any = None, threads: int | None = None,
+                **attributes: Any) -> PreparedKernel:
+        number = self.supported(element_type)
+        expected = self.config_type(number)
+        if config is None:
+            config = self.schema(number).defaults
+        elif type(config) is not expected:
+            raise KernelTuningError(f"{self.name}: expected a {expected.__name__} config, got "
+                                    f"{type(config).__name__}")
+        return self._prepare(number, config, thread_budget(threads), attributes)
+
+    def run(self, inputs: Sequence[object], config: Any = None, threads: int | None = None,
+            **attributes: Any) -> np.ndarray:
+        """One call without keeping the prepared kernel; the element type is the first input's."""
+        element_type = np.asarray(inputs[0]).dtype
+        return self.prepare(element_type, config, threads, **attributes).run(*inputs)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} ({self.implementation})>"
+
+
+@functools.cache
+def _key(library: str, kernel: str, implementation: str, element_type: int) -> KernelTuningKey:
+    return KernelTuningKey(library, kernel, implementation, element_type, "cpu", TUNING_ABI)
+
+
+@functools.cache
+def _schema(key: KernelTuningKey, config_type: type) -> KernelTuningSchema:
+    return KernelTuningSchema.from_config(key, config_type)

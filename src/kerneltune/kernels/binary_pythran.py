@@ -1,0 +1,373 @@
+"""Binary elementwise kernels, compiled by pythran with OpenMP into ``<variant>.binary``.
+
+Every kernel has one signature for the three broadcast forms:
+``op(a, b, out, a_offsets, b_offsets, inner, a_step, b_step, nthreads)``.
+The output is ``len(a_offsets)`` rows of ``inner`` contiguous elements; row
+``r`` reads ``a`` from ``a_offsets[r]`` and ``b`` from ``b_offsets[r]``, each
+advancing by its step (1) or staying on one element (0) along the row.
+
+- equal shapes: one row, both steps 1;
+- a scalar operand: one row, that operand's step 0;
+- multidirectional broadcasting: the caller coalesces the shapes so that the
+  last dimension is the row and the others are enumerated in the offsets.
+
+One row is split into ``nthreads`` contiguous chunks; several rows are shared
+out whole. The return value is the number of threads that ran (1: serial).
+Elements are computed independently, so serial and parallel results are
+identical bit for bit.
+
+Semantics follow numpy's where ONNX leaves a choice: integers wrap around;
+Max and Min propagate NaN; integer Div truncates toward zero and gives 0 for
+a zero divisor (instead of a hardware trap), and INT_MIN / -1 wraps.
+"""
+
+import numpy as np
+
+# pythran export add(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export add(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export sub(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export mul(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+# pythran export div(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
+# pythran export div(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
+# pythran export idiv(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export idiv(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export idiv(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export idiv(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export udiv(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export udiv(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export udiv(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export udiv(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+# pythran export pow_(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
+# pythran export pow_(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
+# pythran export ipow(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export ipow(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export max_(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export min_(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(float32[:], float32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(float64[:], float64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(int8[:], int8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(int16[:], int16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(int32[:], int32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(int64[:], int64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(uint8[:], uint8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(uint16[:], uint16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(uint32[:], uint32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater(uint64[:], uint64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(float32[:], float32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(float64[:], float64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(int8[:], int8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(int16[:], int16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(int32[:], int32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(int64[:], int64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(uint8[:], uint8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(uint16[:], uint16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(uint32[:], uint32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less(uint64[:], uint64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(float32[:], float32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(float64[:], float64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(int8[:], int8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(int16[:], int16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(int32[:], int32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(int64[:], int64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(uint8[:], uint8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(uint16[:], uint16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(uint32[:], uint32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(uint64[:], uint64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export equal(bool[:], bool[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export and_(bool[:], bool[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export or_(bool[:], bool[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export xor(bool[:], bool[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_and(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_and(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_and(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_and(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_and(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_and(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_and(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_and(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_or(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_or(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_or(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_or(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_or(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_or(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_or(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_or(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_xor(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_xor(int16[:], int16[:], int16[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_xor(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_xor(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_xor(uint8[:], uint8[:], uint8[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_xor(uint16[:], uint16[:], uint16[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_xor(uint32[:], uint32[:], uint32[:], int64[:], int64[:], int, int, int, int)
+# pythran export bitwise_xor(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
+
+
+def _segment(a, b, out, ao, bo, oo, start, stop, a_step, b_step, op):
+    """``out[oo+start:oo+stop]`` from one row; slices keep the indices provably in range."""
+    n = stop - start
+    o = out[oo + start:oo + stop]
+    if a_step and b_step:
+        x = a[ao + start:ao + stop]
+        y = b[bo + start:bo + stop]
+        for i in range(n):
+            o[i] = op(x[i], y[i])
+    elif a_step:
+        x = a[ao + start:ao + stop]
+        yv = b[bo]
+        for i in range(n):
+            o[i] = op(x[i], yv)
+    elif b_step:
+        xv = a[ao]
+        y = b[bo + start:bo + stop]
+        for i in range(n):
+            o[i] = op(xv, y[i])
+    else:
+        v = op(a[ao], b[bo])
+        for i in range(n):
+            o[i] = v
+
+
+def _run(a, b, out, a_offsets, b_offsets, inner, a_step, b_step, nthreads, op):
+    rows = a_offsets.shape[0]
+    if rows == 1:
+        nthreads = max(1, min(nthreads, inner))
+        chunk = (inner + nthreads - 1) // nthreads
+        ao = a_offsets[0]
+        bo = b_offsets[0]
+        # omp parallel for num_threads(nthreads) schedule(static)
+        for c in range(nthreads):
+            start = c * chunk
+            stop = min(inner, start + chunk)
+            _segment(a, b, out, ao, bo, 0, start, stop, a_step, b_step, op)
+    else:
+        nthreads = max(1, min(nthreads, rows))
+        # omp parallel for num_threads(nthreads) schedule(static)
+        for r in range(rows):
+            _segment(a, b, out, a_offsets[r], b_offsets[r], r * inner, 0, inner, a_step,
+                     b_step, op)
+    return nthreads
+
+
+def _add(x, y):
+    return x + y
+
+
+def _sub(x, y):
+    return x - y
+
+
+def _mul(x, y):
+    return x * y
+
+
+def _div(x, y):
+    return x / y
+
+
+def _idiv(x, y):
+    """Signed division truncated toward zero, on unsigned 64-bit magnitudes.
+
+    pythran's ``//`` on small signed types floors wrongly for negative
+    divisors, and ``abs`` overflows on INT_MIN; magnitudes as uint64 avoid
+    both, and the wrap-around of the final store gives INT_MIN / -1 == INT_MIN.
+    """
+    if y == 0:
+        return 0
+    zero = np.uint64(0)
+    ux = np.uint64(x) if x >= 0 else zero - np.uint64(x)
+    uy = np.uint64(y) if y >= 0 else zero - np.uint64(y)
+    uq = ux // uy
+    return zero - uq if (x < 0) != (y < 0) else uq
+
+
+def _udiv(x, y):
+    return 0 if y == 0 else x // y
+
+
+def _pow(x, y):
+    return x ** y
+
+
+def _ipow(x, y):
+    """Integer power by squaring, wrapping like the integer type; x ** -n is 0 unless |x| is 1."""
+    if y < 0:
+        if x == 1:
+            return 1
+        if x == -1:
+            return 1 if (y & 1) == 0 else -1
+        return 0
+    result = x - x + 1
+    base = x
+    e = y
+    while e > 0:
+        if e & 1:
+            result = result * base
+        base = base * base
+        e = e >> 1
+    return result
+
+
+def _max(x, y):
+    # numpy's rule, -0.0 and 0.0 included: y unless x is strictly greater or NaN.
+    return x if (x > y or x != x) else y
+
+
+def _min(x, y):
+    return x if (x < y or x != x) else y
+
+
+def _greater(x, y):
+    return x > y
+
+
+def _less(x, y):
+    return x < y
+
+
+def _equal(x, y):
+    return x == y
+
+
+def _and(x, y):
+    return x and y
+
+
+def _or(x, y):
+    return x or y
+
+
+def _xor(x, y):
+    return x != y
+
+
+def _bitwise_and(x, y):
+    return x & y
+
+
+def _bitwise_or(x, y):
+    return x | y
+
+
+def _bitwise_xor(x, y):
+    return x ^ y
+
+
+def add(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _add)
+
+
+def sub(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _sub)
+
+
+def mul(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _mul)
+
+
+def div(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _div)
+
+
+def idiv(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _idiv)
+
+
+def udiv(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _udiv)
+
+
+def pow_(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _pow)
+
+
+def ipow(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _ipow)
+
+
+def max_(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _max)
+
+
+def min_(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _min)
+
+
+def greater(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _greater)
+
+
+def less(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _less)
+
+
+def equal(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _equal)
+
+
+def and_(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _and)
+
+
+def or_(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _or)
+
+
+def xor(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _xor)
+
+
+def bitwise_and(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _bitwise_and)
+
+
+def bitwise_or(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _bitwise_or)
+
+
+def bitwise_xor(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _bitwise_xor)

@@ -1,0 +1,216 @@
+"""Unary and binary elementwise kernels: typed configs and prepared runs.
+
+Each ONNX operator maps to one compiled function of ``unary`` or ``binary``
+per element type (see :mod:`kerneltune.kernels.catalog`). The only decision
+taken per call is how many threads the work is worth, from the config's grain
+and thread cap; FLOAT16 is widened to float32, computed and narrowed back,
+with its own grain for the conversions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..schema import element_type_number, tunable
+from . import broadcast, half
+from .base import NUMPY_DTYPES, Kernel, Plan, PreparedKernel, operand, parallel_threads
+
+FLOAT16 = element_type_number("FLOAT16")
+FLOAT = element_type_number("FLOAT")
+
+
+@dataclass(frozen=True)
+class ElementwiseConfig:
+    """Today's fixed policy as portable defaults: a thread per 32768 elements, no thread cap."""
+
+    minimum_elements: int = tunable(
+        "parallel.minimum_elements", 32768, minimum=1,
+        doc="elements per thread; a call with fewer than twice this many runs serially")
+    maximum_threads: int = tunable(
+        "parallel.maximum_threads", 256, minimum=1,
+        doc="threads beyond which more stop helping")
+
+
+@dataclass(frozen=True)
+class BinaryConfig(ElementwiseConfig):
+    broadcast_minimum_elements: int = tunable(
+        "parallel.broadcast_minimum_elements", 32768, minimum=1,
+        doc="elements per thread when both operands are broadcast (row-wise split)")
+
+
+@dataclass(frozen=True)
+class HalfConversionConfig:
+    conversion_minimum_elements: int = tunable(
+        "conversion.parallel_minimum_elements", 65536, minimum=1,
+        doc="elements per thread when widening FLOAT16 inputs and narrowing outputs")
+
+
+@dataclass(frozen=True)
+class HalfUnaryConfig(ElementwiseConfig, HalfConversionConfig):
+    pass
+
+
+@dataclass(frozen=True)
+class HalfBinaryConfig(BinaryConfig, HalfConversionConfig):
+    pass
+
+
+class PreparedUnary(PreparedKernel):
+    """A unary kernel with its grain and thread limit as plain attributes."""
+
+    def __init__(self, key, config, threads, function, dtype, out_dtype):
+        self.key, self.config, self.threads = key, config, threads
+        self._function, self._dtype, self.out_dtype = function, dtype, out_dtype
+        self._grain = config.minimum_elements
+        self.thread_limit = min(config.maximum_threads, threads)
+
+    def _threads(self, elements: int) -> int:
+        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
+
+    def plan(self, x) -> Plan:
+        size = int(np.size(x))
+        threads = self._threads(size)
+        return Plan("parallel" if threads > 1 else "serial", threads, size, "unary")
+
+    def run(self, x) -> np.ndarray:
+        return self._call(x, None)
+
+    def run_serial(self, x) -> np.ndarray:
+        return self._call(x, 1)
+
+    def _call(self, x, threads: int | None) -> np.ndarray:
+        x = operand(x, self._dtype, "input")
+        out = np.empty(x.shape, self.out_dtype)
+        if x.size:
+            self._function(x.reshape(-1), out.reshape(-1),
+                           self._threads(x.size) if threads is None else threads)
+        return out
+
+
+class PreparedBinary(PreparedKernel):
+    """A binary kernel; shapes go through the cached broadcast layout."""
+
+    def __init__(self, key, config, threads, function, dtype, out_dtype):
+        self.key, self.config, self.threads = key, config, threads
+        self._function, self._dtype, self.out_dtype = function, dtype, out_dtype
+        self._grain = config.minimum_elements
+        self._broadcast_grain = getattr(config, "broadcast_minimum_elements", self._grain)
+        self.thread_limit = min(config.maximum_threads, threads)
+
+    def _threads(self, layout: broadcast.Layout) -> int:
+        grain = self._broadcast_grain if layout.form == broadcast.BROADCAST else self._grain
+        return parallel_threads(layout.size, grain, self.thread_limit, self.thread_limit)
+
+    def plan(self, a, b) -> Plan:
+        layout = broadcast.layout(np.shape(a), np.shape(b))
+        threads = self._threads(layout)
+        return Plan("parallel" if threads > 1 else "serial", threads, layout.size, layout.form)
+
+    def run(self, a, b) -> np.ndarray:
+        return self._call(a, b, None)
+
+    def run_serial(self, a, b) -> np.ndarray:
+        return self._call(a, b, 1)
+
+    def _call(self, a, b, threads: int | None) -> np.ndarray:
+        a = operand(a, self._dtype, "A")
+        b = operand(b, self._dtype, "B")
+        layout = broadcast.layout(a.shape, b.shape)
+        out = np.empty(layout.shape, self.out_dtype)
+        if layout.size:
+            self._function(a.reshape(-1), b.reshape(-1), out.reshape(-1), layout.a_offsets,
+                           layout.b_offsets, layout.inner, layout.a_step, layout.b_step,
+                           self._threads(layout) if threads is None else threads)
+        return out
+
+
+class PreparedHalf(PreparedKernel):
+    """FLOAT16 through the float32 kernel: widen every input, compute, narrow a float output.
+
+    numpy computes float16 arithmetic the same way (in float32, rounded once
+    to half), so results match numpy's bit for bit where numpy's float32 does.
+    """
+
+    def __init__(self, inner: PreparedUnary | PreparedBinary, conversion_grain: int):
+        self.inner = inner
+        self.key, self.config, self.threads = inner.key, inner.config, inner.threads
+        self._grain = conversion_grain
+        self.thread_limit = inner.thread_limit
+        self._narrow = inner.out_dtype == np.float32
+
+    def _conversion_threads(self, elements: int, serial: bool) -> int:
+        if serial:
+            return 1
+        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
+
+    def _convert(self, inputs, serial: bool):
+        widened = []
+        for index, value in enumerate(inputs):
+            x = operand(value, np.dtype(np.float16), f"input {index}")
+            widened.append(half.to_float32(x, self._conversion_threads(x.size, serial)))
+        return widened
+
+    def _finish(self, result: np.ndarray, serial: bool) -> np.ndarray:
+        if not self._narrow:
+            return result
+        return half.to_float16(result, self._conversion_threads(result.size, serial))
+
+    def plan(self, *inputs: Any) -> Plan:
+        return self.inner.plan(*inputs)
+
+    def run(self, *inputs: Any) -> np.ndarray:
+        return self._finish(self.inner.run(*self._convert(inputs, False)), False)
+
+    def run_serial(self, *inputs: Any) -> np.ndarray:
+        return self._finish(self.inner.run_serial(*self._convert(inputs, True)), True)
+
+
+class ElementwiseKernel(Kernel):
+    """An operator over a table of compiled functions, one per element type.
+
+    ``functions`` maps an ONNX element type to the compiled function; FLOAT16
+    is served by the FLOAT function through widening and narrowing.
+    """
+
+    def __init__(self, name: str, implementation: str, functions: Mapping[int, Callable],
+                 output: int | None = None):
+        super().__init__(implementation)
+        self.name = name
+        self._functions = dict(functions)
+        self._output = output
+
+    @property
+    def element_types(self) -> tuple[int, ...]:
+        return tuple(self._functions)
+
+    def output_dtype(self, element_type: int) -> np.dtype:
+        return NUMPY_DTYPES[self._output if self._output is not None else element_type]
+
+    def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
+        if attributes:
+            raise TypeError(f"{self.name} takes no attributes, got {sorted(attributes)}")
+        key = self.tuning_key(element_type)
+        if element_type == FLOAT16:
+            inner = self._prepared_type(key, config, threads, self._functions[FLOAT],
+                                        NUMPY_DTYPES[FLOAT], self.output_dtype(FLOAT))
+            return PreparedHalf(inner, config.conversion_minimum_elements)
+        return self._prepared_type(key, config, threads, self._functions[element_type],
+                                   NUMPY_DTYPES[element_type], self.output_dtype(element_type))
+
+
+class UnaryKernel(ElementwiseKernel):
+    def config_type(self, element_type: int) -> type:
+        return HalfUnaryConfig if element_type == FLOAT16 else ElementwiseConfig
+
+    _prepared_type = PreparedUnary
+
+
+class BinaryKernel(ElementwiseKernel):
+    def config_type(self, element_type: int) -> type:
+        return HalfBinaryConfig if element_type == FLOAT16 else BinaryConfig
+
+    _prepared_type = PreparedBinary

@@ -1,0 +1,370 @@
+"""Elementwise kernels against numpy: every operator, element type and broadcast form.
+
+References are numpy's results, computed in float64 and rounded for the
+transcendental functions on FLOAT (numpy's own float32 log, for one, is
+itself up to 2 ulp off), and written out where ONNX fixes what numpy leaves
+open (integer division truncates and a zero divisor gives 0).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from kerneltune.errors import TuningValidationError, UnknownKernelError
+from kerneltune.kernels import catalog, library
+from kerneltune.schema import element_type_name, element_type_number
+
+LIBRARY = library()
+RNG = np.random.default_rng(20261129)
+
+
+def dtype_of(name: str) -> np.dtype:
+    return {"FLOAT": np.dtype("float32"), "DOUBLE": np.dtype("float64"),
+            "FLOAT16": np.dtype("float16"), "BOOL": np.dtype(bool)}.get(name) or np.dtype(
+        name.lower())
+
+
+def values(dtype: np.dtype, size: int = 257) -> np.ndarray:
+    """Random values plus the edge cases of the type, shuffled (edge cases first if short)."""
+    if dtype == bool:
+        return RNG.integers(0, 2, size).astype(bool)
+    if size < 32:
+        return values(dtype, 32)[:size]
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        special = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, info.tiny, -info.tiny,
+                   info.tiny / 4, info.max, -info.max, 0.5, 2.0, 3.0]
+        body = RNG.standard_normal(size - len(special)) * 4
+        return RNG.permutation(np.concatenate([special, body])).astype(dtype)
+    info = np.iinfo(dtype)
+    special = [0, 1, -1 if info.min < 0 else 2, info.min, info.max, info.min + 1, info.max - 1, 2, 3]
+    body = RNG.integers(info.min, info.max, size - len(special), dtype=dtype, endpoint=True)
+    return RNG.permutation(np.concatenate([np.array(special, dtype=dtype), body]))
+
+
+def positive(dtype, size=257):
+    x = np.abs(values(dtype, size).astype(np.float64))
+    x[~np.isfinite(x)] = 1.0
+    return np.concatenate([[0.0, np.inf, np.nan], x[3:]]).astype(dtype)
+
+
+def elementwise_python(a, b, function):
+    """Apply ``function`` to Python ints and wrap the result into the element type."""
+    a, b = np.broadcast_arrays(a, b)
+    bits = a.dtype.itemsize * 8
+    out = [function(x, y) % 2**bits for x, y in zip(a.ravel().tolist(), b.ravel().tolist(),
+                                                     strict=True)]
+    return np.array(out, dtype=np.uint64).astype(a.dtype).reshape(a.shape)
+
+
+def truncated_division(x, y):
+    if y == 0:
+        return 0
+    q = abs(x) // abs(y)
+    return -q if (x < 0) != (y < 0) else q
+
+
+def integer_power(x, y):
+    if y >= 0:
+        return x**y
+    return 1 if x == 1 else (1 if y % 2 == 0 else -1) if x == -1 else 0
+
+
+def sigmoid(x):
+    with np.errstate(over="ignore"):
+        return 1 / (1 + np.exp(-x))
+
+
+UNARY_REFERENCE = {
+    "Abs": np.abs, "Neg": np.negative, "Relu": lambda x: np.maximum(x, x.dtype.type(0)),
+    "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt, "Sigmoid": sigmoid, "Tanh": np.tanh,
+    "Not": np.logical_not,
+}
+TRANSCENDENTAL = {"Exp", "Log", "Sqrt", "Sigmoid", "Tanh"}
+
+
+def binary_reference(name, a, b):
+    if name == "Div" and a.dtype.kind in "iu":
+        return elementwise_python(a, b, truncated_division)
+    if name == "Pow" and a.dtype.kind == "i":
+        return elementwise_python(a, b, integer_power)
+    function = {
+        "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+        "Pow": np.power, "Max": np.maximum, "Min": np.minimum, "Greater": np.greater,
+        "Less": np.less, "Equal": np.equal, "And": np.logical_and, "Or": np.logical_or,
+        "Xor": np.logical_xor, "BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or,
+        "BitwiseXor": np.bitwise_xor,
+    }[name]
+    with np.errstate(all="ignore"):
+        return function(a, b)
+
+
+def cases(table):
+    for name, functions in table.items():
+        for element_types in functions.values():
+            for element_type in element_types:
+                yield name, element_type
+            if "FLOAT" in element_types:
+                yield name, "FLOAT16"
+
+
+def ulps(actual: np.ndarray, expected: np.ndarray) -> int:
+    """Largest distance in units in the last place; equal NaNs and infinities count 0."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
+    if same.all():
+        return 0
+    bits = {2: np.int16, 4: np.int32, 8: np.int64}[actual.dtype.itemsize]
+
+    def ordered(x):
+        i = x.view(bits).astype(np.int64)
+        return np.where(i < 0, np.iinfo(bits).min - i, i)
+
+    distance = np.abs(ordered(actual) - ordered(expected))
+    return int(distance[~same].max())
+
+
+def assert_same_bits(x, y):
+    assert x.dtype == y.dtype and x.shape == y.shape
+    assert x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize(("name", "element_type"), list(cases(catalog.UNARY)))
+def test_unary_against_numpy(name, element_type):
+    dtype = dtype_of(element_type)
+    x = positive(dtype) if name in {"Log", "Sqrt"} else values(dtype)
+    if name in {"Log", "Sqrt"}:
+        x = np.concatenate([x, np.array([-1.0, -0.0], dtype)])
+    out = LIBRARY[name].run([x], threads=2)
+    reference = UNARY_REFERENCE[name]
+    with np.errstate(all="ignore"):
+        if name in TRANSCENDENTAL and dtype != np.float64:
+            expected = reference(x.astype(np.float64)).astype(dtype)
+        else:
+            expected = reference(x)
+    assert out.dtype == expected.dtype
+    if name in TRANSCENDENTAL:
+        assert ulps(out, expected) <= (1 if dtype == np.float16 else 2)
+    else:
+        np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize(("name", "element_type"), list(cases(catalog.BINARY)))
+@pytest.mark.parametrize("form", ["equal", "scalar_right", "scalar_left", "row", "column",
+                                  "outer", "three_d"])
+def test_binary_against_numpy(name, element_type, form):
+    dtype = dtype_of(element_type)
+    shapes = {
+        "equal": ((7, 9), (7, 9)), "scalar_right": ((7, 9), ()), "scalar_left": ((1,), (7, 9)),
+        "row": ((7, 9), (9,)), "column": ((7, 9), (7, 1)), "outer": ((7, 1), (1, 9)),
+        "three_d": ((2, 1, 9), (3, 1)),
+    }[form]
+    a, b = (values(dtype, int(np.prod(shape)) or 1)[: int(np.prod(shape))].reshape(shape)
+            for shape in shapes)
+    if name == "Pow" and dtype.kind == "i":
+        b = (np.abs(b) % 13).astype(dtype) * np.where(RNG.random(b.shape) < 0.1, -1, 1).astype(
+            dtype)
+    out = LIBRARY[name].run([a, b], threads=2)
+    if dtype == np.float16:
+        with np.errstate(all="ignore"):
+            expected = binary_reference(name, a.astype(np.float32), b.astype(np.float32))
+        if expected.dtype == np.float32:
+            expected = expected.astype(np.float16)
+    else:
+        expected = binary_reference(name, a, b)
+    assert out.shape == np.broadcast_shapes(a.shape, b.shape)
+    assert out.dtype == expected.dtype
+    if name == "Pow" and dtype.kind == "f":
+        assert ulps(out, expected) <= 2
+    else:
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_every_catalog_operator_is_in_the_library():
+    assert set(catalog.UNARY) | set(catalog.BINARY) <= set(LIBRARY)
+    assert element_type_number("FLOAT16") in LIBRARY["Add"].element_types
+    assert element_type_number("FLOAT16") not in LIBRARY["Not"].element_types
+
+
+@pytest.mark.parametrize("name", ["Abs", "Exp", "Add", "Greater"])
+@pytest.mark.parametrize("shape", [(0,), (3, 0), ()])
+def test_empty_and_zero_d(name, shape):
+    x = np.ones(shape, np.float32) * 0.5
+    inputs = [x] if name in catalog.UNARY else [x, x]
+    out = LIBRARY[name].run(inputs)
+    assert out.shape == shape
+    np.testing.assert_array_equal(out, UNARY_REFERENCE[name](x) if name in catalog.UNARY
+                                  else binary_reference(name, x, x))
+
+
+def test_float_division_by_zero_and_integer_semantics():
+    f = np.array([1.0, -1.0, 0.0, np.nan], np.float32)
+    out = LIBRARY["Div"].run([f, np.zeros(4, np.float32)])
+    np.testing.assert_array_equal(out, [np.inf, -np.inf, np.nan, np.nan])
+    i = np.array([-7, 7, -128, 5, 0, -128], np.int8)
+    d = np.array([2, -2, -1, 0, 3, 1], np.int8)
+    np.testing.assert_array_equal(LIBRARY["Div"].run([i, d]), [-3, -3, -128, 0, 0, -128])
+    np.testing.assert_array_equal(
+        LIBRARY["Add"].run([np.array([127, -128], np.int8), np.array([1, -1], np.int8)]),
+        [-128, 127])
+    np.testing.assert_array_equal(LIBRARY["Abs"].run([np.array([-128], np.int8)]), [-128])
+    np.testing.assert_array_equal(
+        LIBRARY["Div"].run([np.array([7, 0], np.uint8), np.array([0, 0], np.uint8)]), [0, 0])
+
+
+def test_max_min_follow_numpy_for_nan_and_signed_zero():
+    a = np.array([np.nan, 1.0, -0.0, 0.0, 2.0], np.float32)
+    b = np.array([1.0, np.nan, 0.0, -0.0, np.nan], np.float32)
+    for name, reference in (("Max", np.maximum), ("Min", np.minimum)):
+        assert_same_bits(LIBRARY[name].run([a, b]), reference(a, b))
+
+
+@pytest.mark.parametrize("name", ["Abs", "Sigmoid", "Tanh", "Add", "Mul", "Greater", "Max"])
+@pytest.mark.parametrize("element_type", ["FLOAT", "DOUBLE", "FLOAT16"])
+def test_serial_and_parallel_are_bit_identical_around_every_threshold(name, element_type):
+    kernel = LIBRARY[name]
+    grain = 64
+    values_ = {"parallel.minimum_elements": grain, "parallel.broadcast_minimum_elements": grain}
+    if element_type == "FLOAT16":
+        values_["conversion.parallel_minimum_elements"] = grain
+    if name in catalog.UNARY:
+        values_.pop("parallel.broadcast_minimum_elements")
+    config = kernel.configure(element_type, values_)
+    prepared = kernel.prepare(element_type, config, threads=3)
+    dtype = dtype_of(element_type)
+    for size in (2 * grain - 1, 2 * grain, 2 * grain + 1, 3 * grain, 1000):
+        a = values(dtype, size)
+        if name in catalog.UNARY:
+            inputs = [a]
+        else:
+            inputs = [a.reshape(-1, 1)[: size // 10 * 10].reshape(-1, 10), values(dtype, 10)]
+        parallel, serial = prepared.run(*inputs), prepared.run_serial(*inputs)
+        assert_same_bits(parallel, serial)
+        expected_threads = 1 if np.prod(parallel.shape) < 2 * grain else min(
+            3, int(np.prod(parallel.shape)) // grain)
+        assert prepared.plan(*inputs).threads == expected_threads
+
+
+def test_a_different_threshold_changes_the_path():
+    kernel = LIBRARY["Add"]
+    a = np.ones(100_000, np.float32)
+    default = kernel.prepare("FLOAT", threads=2)
+    assert default.plan(a, a).path == "parallel" and default.plan(a, a).threads == 2
+    serial = kernel.prepare("FLOAT", kernel.configure("FLOAT", {
+        "parallel.minimum_elements": 1_000_000}), threads=2)
+    assert serial.plan(a, a).path == "serial" and serial.plan(a, a).threads == 1
+    capped = kernel.prepare("FLOAT", kernel.configure("FLOAT", {
+        "parallel.minimum_elements": 1000, "parallel.maximum_threads": 1}), threads=2)
+    assert capped.plan(a, a).threads == 1
+    row = np.ones(1000, np.float32)
+    matrix = np.ones((100, 1000), np.float32)
+    broadcast_only = kernel.prepare("FLOAT", kernel.configure("FLOAT", {
+        "parallel.broadcast_minimum_elements": 1_000_000}), threads=2)
+    assert broadcast_only.plan(matrix, row).threads == 1
+    assert broadcast_only.plan(a, a).threads == 2
+    np.testing.assert_array_equal(serial.run(a, a), default.run(a, a))
+
+
+def test_compiled_kernels_report_the_threads_that_ran():
+    from kerneltune.kernels.variants import load_module
+
+    unary = load_module("unary")
+    x = np.ones(1000, np.float32)
+    assert unary.abs_(x, np.empty_like(x), 3) == 3
+    assert unary.abs_(x, np.empty_like(x), 0) == 1
+    assert unary.abs_(x[:2].copy(), np.empty(2, np.float32), 8) == 2
+
+
+def test_inputs_are_normalised_or_rejected():
+    add = LIBRARY["Add"].prepare("FLOAT", threads=2)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    swapped = a.astype(a.dtype.newbyteorder(">"))
+    strided = np.arange(24, dtype=np.float32).reshape(3, 8)[:, ::2]
+    readonly = a.copy()
+    readonly.flags.writeable = False
+    for other in (swapped, strided, readonly, a.T.copy().T):
+        np.testing.assert_array_equal(add.run(a, other), a + np.asarray(other, np.float32))
+    np.testing.assert_array_equal(add.run(a, 2), a + 2)
+    np.testing.assert_array_equal(add.run(2.5, a), a + 2.5)
+    with pytest.raises(TypeError, match="expected element type float32, got float64"):
+        add.run(a, a.astype(np.float64))
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        add.run(a, np.ones(5, np.float32))
+    with pytest.raises(TypeError, match="does not fit"):
+        LIBRARY["Add"].prepare("INT8").run(np.ones(3, np.int8), 1000)
+
+
+def test_outputs_are_fresh_arrays():
+    x = np.ones(10, np.float32)
+    relu = LIBRARY["Relu"].prepare("FLOAT")
+    first, second = relu.run(x), relu.run(x)
+    assert first is not second and not np.shares_memory(first, x)
+    first[0] = 5
+    assert second[0] == 1
+
+
+def test_unsupported_element_type_and_bad_config():
+    with pytest.raises(UnknownKernelError, match="Exp has no INT32 kernel"):
+        LIBRARY["Exp"].tuning_key("INT32")
+    with pytest.raises(TuningValidationError) as error:
+        LIBRARY["Add"].configure("FLOAT", {"parallel.minimum_elements": 0,
+                                           "parallel.maximum_threads": True})
+    assert len(error.value.problems) == 2
+    with pytest.raises(ValueError, match="threads"):
+        LIBRARY["Add"].prepare("FLOAT", threads=0)
+
+
+def test_tuning_keys_are_per_element_type_and_variant():
+    keys = {LIBRARY["Add"].tuning_key(t) for t in LIBRARY["Add"].element_types}
+    assert len(keys) == len(LIBRARY["Add"].element_types)
+    key = LIBRARY["Add"].tuning_key("FLOAT16")
+    assert (key.library, key.kernel, key.implementation) == (
+        "kerneltune_cpu", "Add", LIBRARY["Add"].implementation)
+    assert "conversion.parallel_minimum_elements" in LIBRARY["Add"].schema("FLOAT16").parameters
+    assert "conversion.parallel_minimum_elements" not in LIBRARY["Add"].schema(
+        "FLOAT").parameters
+    assert element_type_name(key.element_type) == "FLOAT16"
+
+
+def test_two_python_threads_run_kernels_at_once():
+    kernel = LIBRARY["Sigmoid"].prepare("FLOAT", threads=2)
+    x = values(np.dtype(np.float32), 300_000)
+    expected = kernel.run_serial(x)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(kernel.run(x))
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors
+    assert all(r.tobytes() == expected.tobytes() for r in results)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=5),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_broadcasting_matches_numpy_for_any_shapes(shapes, seed):
+    rng = np.random.default_rng(seed)
+    a_shape, b_shape = shapes.input_shapes
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    sub = LIBRARY["Sub"].prepare("FLOAT", LIBRARY["Sub"].configure("FLOAT", {
+        "parallel.minimum_elements": 1, "parallel.broadcast_minimum_elements": 1}), threads=3)
+    assert_same_bits(sub.run(a, b), np.subtract(a, b))
+    assert_same_bits(sub.run_serial(a, b), np.subtract(a, b))
