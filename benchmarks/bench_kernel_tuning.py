@@ -7,6 +7,11 @@ several of them match. Each figure is the median of repeated runs of ``-n``
 calls, reported next to a plain dictionary lookup measured in the same run
 (the floor any registry pays).
 
+Then a RuntimeSession over a small model: cold initialisation (snapshot
+capture and resolution, as the session reports them) apart from steady
+``run`` calls, and a check that steady runs leave every registry access
+counter unchanged: if one moves, the benchmark fails without a success line.
+
     python benchmarks/bench_kernel_tuning.py -n 100000
 """
 
@@ -19,8 +24,12 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numpy as np
+from onnx import TensorProto, helper
+
 from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
-from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry, access_counts
+from kerneltune.runtime import RuntimeSession
 from kerneltune.schema import KernelTuningKey, tunable
 from kerneltune.selectors import CpuSelector
 
@@ -79,6 +88,40 @@ def per_call_ns(function, calls: int, repeats: int) -> tuple[float, float]:
     return statistics.median(samples), max(samples) - min(samples)
 
 
+def session_model():
+    """Add then Tanh then Mul on FLOAT: three tunable kernels."""
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]),
+             helper.make_node("Mul", ["t", "x"], ["z"])]
+    value = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N"]) for n in "xyz"]
+    graph = helper.make_graph(nodes, "bench", value[:2], value[2:])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def sessions(calls: int, repeats: int) -> list[str]:
+    """Cold initialisation apart from steady runs; a steady run must not touch the registry."""
+    model = session_model()
+    statistics = [RuntimeSession(model).tuning_resolution_statistics for _ in range(50)]
+    snapshot_us = statistics_median(s["snapshot_seconds"] for s in statistics) * 1e6
+    resolve_us = statistics_median(s["resolution_seconds"] for s in statistics) * 1e6
+    session = RuntimeSession(model)
+    feed = {"x": np.ones(1000, np.float32), "y": np.ones(1000, np.float32)}
+    session.run(None, feed)
+    before = access_counts()
+    run_ns, _ = per_call_ns(lambda: session.run(None, feed), max(1, calls // 10), repeats)
+    after = access_counts()
+    kernels = statistics[0]["tunable_kernels"]
+    print(f"\nsession cold init: snapshot {snapshot_us:.1f} us, resolution of {kernels} kernels "
+          f"{resolve_us:.1f} us; steady run (3 nodes, 1000 elements) {run_ns / 1000:.2f} us")
+    if after != before:
+        return [f"steady runs changed the registry access counters: {before} -> {after}"]
+    print(f"steady runs left the access counters unchanged ({after})")
+    return []
+
+
+def statistics_median(values) -> float:
+    return statistics.median(list(values))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=100_000, help="calls per timed run")
@@ -109,10 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         if target is not None and worst > target:
             failed.append(f"resolution with {count} profiles took {worst:.0f} ns "
                           f"(target {target} ns)")
+    failed += sessions(args.n, args.repeats)
     for message in failed:
         print(f"MISSED: {message}", file=sys.stderr)
     if not failed:
-        print("OK: resolution targets met")
+        print("OK: resolution targets met; steady session runs never touch the registry")
     return 1 if failed else 0
 
 

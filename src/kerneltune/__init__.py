@@ -54,8 +54,16 @@ from .schema import (
     tunable,
 )
 from .selectors import CpuSelector, Tier
+from .startup import StartupReport, initialise
 
 __version__ = "0.1.0"
+
+_STARTUP = initialise(default_registry)
+
+
+def startup_report() -> StartupReport:
+    """What ``import kerneltune`` registered, and every problem it met (it never raises)."""
+    return _STARTUP
 
 __all__ = [
     "ELEMENT_TYPES",
@@ -73,6 +81,7 @@ __all__ = [
     "KernelTuningSchema",
     "Problem",
     "RejectedCandidate",
+    "StartupReport",
     "Resolution",
     "Tier",
     "TuningParameter",
@@ -97,5 +106,6 @@ __all__ = [
     "register_kernel_tuning_schema",
     "resolve_kernel_tuning",
     "snapshot",
+    "startup_report",
     "tunable",
 ]

@@ -10,6 +10,7 @@ compiled-in defaults are always a valid, complete configuration.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import re
@@ -302,6 +303,7 @@ def tunable(
 _ALLOWED_TYPES = (bool, int, float, str)
 
 
+@functools.cache
 def _parameters_of(config_type: type) -> tuple[TuningParameter, ...]:
     if not (dataclasses.is_dataclass(config_type) and isinstance(config_type, type)):
         raise TypeError(f"{config_type!r} is not a dataclass type")

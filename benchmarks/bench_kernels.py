@@ -1,0 +1,144 @@
+"""The library's kernels against numpy, measured in the same run.
+
+Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements.
+Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
+
+Each contender runs on the same inputs, in interleaved rounds (so a burst of
+noise on this shared machine hits all of them), and the figure is the median
+over rounds of the time per call. Ratios are numpy's time over ours: above 1
+we are faster. "serial" is the kernel's forced serial path; "2 threads" is
+the kernel as a session would run it with a 2-thread budget and the portable
+default thresholds. numpy has no sigmoid: its peer is ``1 / (1 + exp(-x))``.
+
+    python benchmarks/bench_kernels.py [--rounds 15] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from kerneltune.kernels import library
+
+SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
+GEMM_SHAPES = ((8, 8, 8), (64, 64, 64), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
+               (1, 1024, 1024))
+
+#: issue targets: parallel / numpy at >= 1e6 elements, and Gemm / numpy
+TARGETS = {"Abs": 1.3, "Add": 1.3, "Tanh": 1.8, "Sigmoid": 1.8}
+
+
+def numpy_sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+ELEMENTWISE = {
+    "Abs": (1, np.abs),
+    "Add": (2, np.add),
+    "Tanh": (1, np.tanh),
+    "Sigmoid": (1, numpy_sigmoid),
+}
+
+
+def timed(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median seconds per call of each contender over interleaved rounds."""
+    for run in contenders.values():  # warm-up: pages, OpenMP pool, caches
+        run()
+    calls = {}
+    for name, run in contenders.items():
+        start = time.perf_counter()
+        count = 0
+        while time.perf_counter() - start < 0.02:
+            run()
+            count += 1
+        calls[name] = max(1, count // 4)
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, run in contenders.items():
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                run()
+            samples[name].append((time.perf_counter() - start) / calls[name])
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def elementwise(rounds: int, sizes: tuple[int, ...]) -> list[str]:
+    kernels = library()
+    rng = np.random.default_rng(0)
+    misses = []
+    print(f"{'kernel':8} {'elements':>10} {'numpy us':>10} {'serial x':>9} {'2 thr x':>8} "
+          f"{'2 thr GB/s':>10} {'numpy GB/s':>10}")
+    for name, (arity, peer) in ELEMENTWISE.items():
+        for size in sizes:
+            inputs = [rng.standard_normal(size).astype(np.float32) for _ in range(arity)]
+            prepared = kernels[name].prepare("FLOAT", threads=2)
+            times = timed({
+                "numpy": lambda p=peer, i=inputs: p(*i),
+                "serial": lambda k=prepared, i=inputs: k.run_serial(*i),
+                "parallel": lambda k=prepared, i=inputs: k.run(*i),
+            }, rounds)
+            moved = 4 * size * (arity + 1)
+            serial_ratio = times["numpy"] / times["serial"]
+            parallel_ratio = times["numpy"] / times["parallel"]
+            print(f"{name:8} {size:>10} {times['numpy'] * 1e6:>10.1f} {serial_ratio:>9.2f} "
+                  f"{parallel_ratio:>8.2f} {moved / times['parallel'] / 1e9:>10.2f} "
+                  f"{moved / times['numpy'] / 1e9:>10.2f}")
+            if size >= 1_000_000 and parallel_ratio < TARGETS[name]:
+                misses.append(f"{name} at {size}: {parallel_ratio:.2f}x numpy "
+                              f"(target {TARGETS[name]}x)")
+    return misses
+
+
+def gemm(rounds: int) -> list[str]:
+    kernels = library()
+    rng = np.random.default_rng(1)
+    misses = []
+    print(f"\n{'Gemm M x K x N':16} {'numpy us':>10} {'serial x':>9} {'2 thr x':>8} {'path':>10}")
+    for m, k, n in GEMM_SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        prepared = kernels["Gemm"].prepare("FLOAT", threads=2)
+        times = timed({
+            "numpy": lambda a=a, b=b: np.matmul(a, b),
+            "serial": lambda p=prepared, a=a, b=b: p.run_serial(a, b),
+            "parallel": lambda p=prepared, a=a, b=b: p.run(a, b),
+        }, rounds)
+        ratio = times["numpy"] / times["parallel"]
+        print(f"{f'{m} x {k} x {n}':16} {times['numpy'] * 1e6:>10.1f} "
+              f"{times['numpy'] / times['serial']:>9.2f} {ratio:>8.2f} "
+              f"{prepared.plan(a, b).path:>10}")
+        target = 0.9 if m * n * k >= 256**3 else 1.0
+        if ratio < target:
+            misses.append(f"Gemm {m}x{k}x{n}: {ratio:.2f}x numpy (target {target}x)")
+    return misses
+
+
+def report(misses: list[str]) -> int:
+    """Print each missed target, or the success line; the exit status says which."""
+    for miss in misses:
+        print(f"MISSED: {miss}")
+    if not misses:
+        print("OK: every target met")
+    return 1 if misses else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per figure")
+    parser.add_argument("--quick", action="store_true", help="sizes up to 1e6 only")
+    parser.add_argument("--skip-gemm", action="store_true")
+    args = parser.parse_args(argv)
+    print(f"kerneltune variant: {library()['Abs'].implementation}")
+    misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES)
+    if not args.skip_gemm:
+        misses += gemm(args.rounds)
+    return report(misses)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""RuntimeSession: an ONNX model run on the library's kernels with frozen tuning.
+
+Construction captures one registry generation, resolves every kernel's values
+for the session's processor and thread count, and prepares each node with its
+typed config. ``run`` then only moves arrays between prepared kernels: no
+registry, no processor detection, no parameter names, no files, no locks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..cpu import current_execution
+from ..errors import KernelTuningError, UnknownKernelError
+from ..kernels import library
+from ..kernels.base import NUMPY_DTYPES, thread_budget
+from ..registry import Resolution, TuningSnapshot, default_registry
+from ..schema import KernelTuningKey
+from ..selectors import Tier
+from .model import Signature, prepare_model, read_model
+
+ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
+
+
+class RuntimeSession:
+    """Run an ONNX model made of supported operators, like ``onnxruntime.InferenceSession``.
+
+    ``tuning="portable"`` uses the kernels' defaults only; ``profile`` and
+    ``profile_digest`` restrict resolution to one named registered profile or
+    one profile digest; ``overrides`` maps a kernel name (``"Add"``) or a full
+    :class:`~kerneltune.KernelTuningKey` to parameter values, applied last and
+    validated here. The resolved configuration never changes afterwards, even
+    when the registry publishes a newer generation.
+    """
+
+    def __init__(
+        self,
+        model: ModelSource,
+        threads: int | None = None,
+        tuning: str = "resolved",
+        profile: str | None = None,
+        profile_digest: str | None = None,
+        overrides: Mapping[str | KernelTuningKey, Mapping[str, object]] | None = None,
+        *,
+        registry=default_registry,
+    ):
+        self.threads = thread_budget(threads)
+        self._model = prepare_model(read_model(model), library())
+        started = time.perf_counter()
+        snapshot = registry.snapshot()
+        captured = time.perf_counter()
+        resolutions = self._resolve(snapshot, tuning, profile, profile_digest, overrides or {})
+        resolved = time.perf_counter()
+        self._resolutions = resolutions
+        self._statistics = {
+            "generation": snapshot.number,
+            "snapshot_seconds": captured - started,
+            "resolution_seconds": resolved - captured,
+            "tunable_kernels": len(resolutions),
+            "resolved_from_profile": sum(
+                r.source.tier not in (Tier.DEFAULTS, Tier.OVERRIDE)
+                or (r.base_source is not None and r.base_source.tier is not Tier.DEFAULTS)
+                for r in resolutions.values()),
+        }
+        self._build_plan()
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _resolve(self, snapshot: TuningSnapshot, tuning, profile, profile_digest,
+                 overrides) -> dict[KernelTuningKey, Resolution]:
+        execution = current_execution(self.threads)
+        keys = {node.kernel.tuning_key(node.element_type): node for node in self._model.nodes}
+        _check_restriction(snapshot, profile, profile_digest)
+        by_key = _overrides_by_key(overrides, keys)
+        return {
+            key: snapshot.resolve(key, execution, by_key.get(key), tuning=tuning,
+                                  profile=profile, profile_digest=profile_digest)
+            for key in keys
+        }
+
+    def _build_plan(self) -> None:
+        model = self._model
+        slots: dict[str, int] = {}
+
+        def slot(name: str) -> int:
+            return slots.setdefault(name, len(slots))
+
+        for name in model.constants:
+            slot(name)
+        self._feeds = tuple(
+            (s.name, slot(s.name), NUMPY_DTYPES.get(s.element_type), len(s.shape or ()),
+             tuple((axis, n) for axis, n in enumerate(s.shape or ()) if isinstance(n, int)),
+             s.shape is not None)
+            for s in model.inputs
+        )
+        self._symbols = tuple(
+            (s.name, axis, symbol)
+            for s in model.inputs for axis, symbol in enumerate(s.shape or ())
+            if isinstance(symbol, str)
+        )
+        configs = {}
+        steps = []
+        for node in model.nodes:
+            key = node.kernel.tuning_key(node.element_type)
+            if key not in configs:
+                configs[key] = node.kernel.configure(node.element_type,
+                                                     self._resolutions[key].values)
+            prepared = node.kernel.prepare(node.element_type, configs[key], self.threads,
+                                           **node.attributes)
+            steps.append((prepared.run, tuple(slot(i) for i in node.inputs), slot(node.output)))
+        self._steps = tuple(steps)
+        self._prepared_configs = configs
+        self._template = [None] * len(slots)
+        for name, value in model.constants.items():
+            self._template[slots[name]] = value
+        produced = {step[2] for step in steps}
+        self._outputs = {s.name: (slots[s.name], slots[s.name] not in produced)
+                         for s in model.outputs}
+        self._output_names = tuple(s.name for s in model.outputs)
+        self._input_names = frozenset(s.name for s in model.inputs)
+
+    # -- onnxruntime's interface ---------------------------------------------------------------
+
+    def get_inputs(self) -> list[Signature]:
+        return list(self._model.inputs)
+
+    def get_outputs(self) -> list[Signature]:
+        return list(self._model.outputs)
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: object = None) -> list[np.ndarray]:
+        """Outputs in the order of ``output_names`` (all outputs when None), as fresh arrays."""
+        values = self._template.copy()
+        if len(input_feed) != len(self._feeds):
+            self._unknown_or_missing(input_feed)
+        for name, index, dtype, rank, static, typed in self._feeds:
+            try:
+                value = input_feed[name]
+            except KeyError:
+                self._unknown_or_missing(input_feed)
+            if type(value) is not np.ndarray or value.dtype is not dtype:
+                value = _coerce(name, value, dtype)
+            if typed and value.ndim != rank:
+                raise ValueError(f"input {name!r}: expected rank {rank}, got shape {value.shape}")
+            for axis, size in static:
+                if value.shape[axis] != size:
+                    raise ValueError(f"input {name!r}: dimension {axis} must be {size}, got "
+                                     f"shape {value.shape}")
+            values[index] = value
+        if self._symbols:
+            self._check_symbols(input_feed)
+        for run, arguments, output in self._steps:
+            if len(arguments) == 1:
+                values[output] = run(values[arguments[0]])
+            elif len(arguments) == 2:
+                values[output] = run(values[arguments[0]], values[arguments[1]])
+            else:
+                values[output] = run(*[values[i] for i in arguments])
+        names = self._output_names if output_names is None else output_names
+        try:
+            outputs = [self._outputs[name] for name in names]
+        except KeyError:
+            unknown = sorted(set(names) - set(self._outputs))
+            raise ValueError(f"unknown output(s) {unknown}; outputs: "
+                             f"{list(self._output_names)}") from None
+        return [np.array(values[i]) if copy else values[i] for i, copy in outputs]
+
+    def _unknown_or_missing(self, feed: Mapping[str, Any]) -> None:
+        unknown = sorted(set(feed) - self._input_names)
+        missing = sorted(self._input_names - set(feed))
+        if unknown or missing:
+            raise ValueError(f"missing input(s) {missing}, unknown input(s) {unknown}; the "
+                             f"model's inputs are {sorted(self._input_names)}")
+
+    def _check_symbols(self, feed: Mapping[str, Any]) -> None:
+        seen: dict[str, tuple[int, str]] = {}
+        for name, axis, symbol in self._symbols:
+            size = np.shape(feed[name])[axis]
+            first = seen.setdefault(symbol, (size, name))
+            if first[0] != size:
+                raise ValueError(f"input {name!r}: dimension {axis} ({symbol!r}) is {size}, but "
+                                 f"{first[0]} in input {first[1]!r}")
+
+    # -- diagnostics --------------------------------------------------------------------------
+
+    @property
+    def tuning_diagnostics(self) -> list[dict[str, Any]]:
+        """Per node: its key, where its values came from, the values, and rejected candidates."""
+        return [
+            {
+                "node": node.name,
+                "op_type": node.op_type,
+                **self._resolutions[node.kernel.tuning_key(node.element_type)].to_dict(),
+            }
+            for node in self._model.nodes
+        ]
+
+    @property
+    def tuning_resolution_statistics(self) -> dict[str, Any]:
+        """The one-time cost of tuning: snapshot capture, resolution, and what resolved how."""
+        return dict(self._statistics)
+
+
+def _coerce(name: str, value: object, dtype: np.dtype) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.newbyteorder("=") != dtype:
+        raise TypeError(f"input {name!r}: expected element type {dtype}, got {array.dtype}")
+    return array
+
+
+def _check_restriction(snapshot: TuningSnapshot, profile: str | None,
+                       digest: str | None) -> None:
+    """A named profile or digest that nothing registered is a mistake, not a preference."""
+    if profile is None and digest is None:
+        return
+    published = snapshot.profiles()
+    if profile is not None and not any(p.name == profile for p in published):
+        raise UnknownKernelError(f"no registered profile is named {profile!r}")
+    if digest is not None and not any(p.digest == digest for p in published):
+        raise UnknownKernelError(f"no registered profile has digest {digest!r}")
+
+
+def _overrides_by_key(overrides: Mapping[str | KernelTuningKey, Mapping[str, object]],
+                      keys: Mapping[KernelTuningKey, Any]) -> dict[KernelTuningKey, dict]:
+    by_key: dict[KernelTuningKey, dict] = {}
+    kernels = library()
+    for target, values in overrides.items():
+        if isinstance(target, KernelTuningKey):
+            if target not in keys:
+                raise UnknownKernelError(f"override for {target}: the model has no such kernel")
+            matched = [target]
+        elif isinstance(target, str):
+            if target not in kernels:
+                raise UnknownKernelError(f"override for unknown kernel {target!r}; kernels: "
+                                         f"{', '.join(sorted(kernels))}")
+            matched = [key for key in keys if key.kernel == target]
+        else:
+            raise KernelTuningError(f"override target must be a kernel name or a "
+                                    f"KernelTuningKey, got {target!r}")
+        for key in matched:
+            by_key.setdefault(key, {}).update(values)
+    return by_key

@@ -1,0 +1,219 @@
+"""RuntimeSession: loading, feeds, tuning modes, frozen configuration, diagnostics."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from kerneltune.errors import TuningValidationError, UnknownKernelError, UnsupportedModelError
+from kerneltune.kernels import library, register_library
+from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.runtime import RuntimeSession
+from kerneltune.selectors import CpuSelector
+
+GRAIN = "parallel.minimum_elements"
+
+
+def model(nodes, inputs, outputs, opset=17, initializers=()):
+    graph = helper.make_graph(nodes, "test", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def tensor(name, element_type=TensorProto.FLOAT, shape=("N", 4)):
+    return helper.make_tensor_value_info(name, element_type, list(shape))
+
+
+@pytest.fixture
+def add_tanh():
+    return model(
+        [helper.make_node("Add", ["X", "Y"], ["T"], name="add"),
+         helper.make_node("Tanh", ["T"], ["Z"], name="tanh")],
+        [tensor("X"), tensor("Y", shape=(4,))], [tensor("Z")])
+
+
+@pytest.fixture
+def registry():
+    registry = KernelTuningRegistry()
+    register_library(registry)
+    return registry
+
+
+def feeds(rows=3):
+    rng = np.random.default_rng(0)
+    return {"X": rng.standard_normal((rows, 4)).astype(np.float32),
+            "Y": rng.standard_normal(4).astype(np.float32)}
+
+
+def test_runs_like_onnxruntime(add_tanh, registry, tmp_path):
+    path = tmp_path / "model.onnx"
+    onnx.save(add_tanh, path)
+    for source in (add_tanh, add_tanh.SerializeToString(), path, str(path)):
+        session = RuntimeSession(source, threads=2, registry=registry)
+        (z,) = session.run(None, feeds())
+        f = feeds()
+        np.testing.assert_allclose(z, np.tanh(f["X"] + f["Y"]), rtol=1e-6)
+        assert [i.name for i in session.get_inputs()] == ["X", "Y"]
+        assert session.get_inputs()[0].shape == ["N", 4]
+        assert session.get_inputs()[0].type == "tensor(float)"
+        assert session.get_outputs()[0].name == "Z"
+        assert session.run(["Z"], f)[0].shape == (3, 4)
+
+
+def test_initializers_constants_intermediates_and_graph_order(registry):
+    weights = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "W")
+    constant = helper.make_node("Constant", [], ["C"], name="two",
+                                value=onnx.numpy_helper.from_array(np.float32(2.0)))
+    nodes = [
+        helper.make_node("Mul", ["S", "C"], ["Z"], name="double"),   # listed first on purpose
+        constant,
+        helper.make_node("Add", ["X", "W"], ["S"], name="shift"),
+    ]
+    graph = helper.make_graph(nodes, "g", [tensor("X")], [tensor("Z"), tensor("S")],
+                              initializer=[weights])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = RuntimeSession(proto, registry=registry)
+    x = np.ones((2, 4), np.float32)
+    z, s = session.run(None, {"X": x})
+    np.testing.assert_array_equal(s, x + np.arange(4))
+    np.testing.assert_array_equal(z, (x + np.arange(4)) * 2)
+
+
+def test_variadic_max_and_gemm_attributes(registry):
+    proto = model(
+        [helper.make_node("Max", ["A", "B", "C"], ["M"], name="max3"),
+         helper.make_node("Gemm", ["M", "B"], ["G"], name="gemm", alpha=0.5, transB=1)],
+        [tensor("A", shape=(4, 4)), tensor("B", shape=(4, 4)), tensor("C", shape=(4, 4))],
+        [tensor("G", shape=(4, 4))])
+    rng = np.random.default_rng(1)
+    a, b, c = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3))
+    (g,) = RuntimeSession(proto, registry=registry).run(None, {"A": a, "B": b, "C": c})
+    np.testing.assert_allclose(g, 0.5 * np.maximum(np.maximum(a, b), c) @ b.T, rtol=1e-5)
+
+
+def test_feed_errors_name_the_input(add_tanh, registry):
+    session = RuntimeSession(add_tanh, registry=registry)
+    f = feeds()
+    with pytest.raises(ValueError, match=r"missing input\(s\) \['Y'\]"):
+        session.run(None, {"X": f["X"]})
+    with pytest.raises(ValueError, match=r"unknown input\(s\) \['W'\]"):
+        session.run(None, {**f, "W": f["Y"]})
+    with pytest.raises(TypeError, match="input 'X': expected element type float32"):
+        session.run(None, {**f, "X": f["X"].astype(np.float64)})
+    with pytest.raises(ValueError, match="input 'X': expected rank 2"):
+        session.run(None, {**f, "X": f["X"][0]})
+    with pytest.raises(ValueError, match="input 'X': dimension 1 must be 4"):
+        session.run(None, {**f, "X": np.ones((3, 5), np.float32)})
+    with pytest.raises(ValueError, match="unknown output"):
+        session.run(["nope"], f)
+
+
+def test_symbolic_dimensions_must_agree(registry):
+    proto = model([helper.make_node("Add", ["X", "Y"], ["Z"])],
+                  [tensor("X"), tensor("Y")], [tensor("Z")])
+    session = RuntimeSession(proto, registry=registry)
+    with pytest.raises(ValueError, match="'N'"):
+        session.run(None, {"X": np.ones((2, 4), np.float32), "Y": np.ones((3, 4), np.float32)})
+
+
+def test_unsupported_models_name_every_bad_node(registry):
+    proto = model(
+        [helper.make_node("Cos", ["X"], ["A"], name="cosine"),
+         helper.make_node("Exp", ["I"], ["B"], name="integer_exp"),
+         helper.make_node("Relu", ["X"], ["C"], name="fine")],
+        [tensor("X"), tensor("I", TensorProto.INT32, (2,))],
+        [tensor("A"), tensor("B", TensorProto.INT32, (2,)), tensor("C")])
+    with pytest.raises(UnsupportedModelError) as error:
+        RuntimeSession(proto, registry=registry)
+    message = str(error.value)
+    assert "2 unsupported" in message
+    assert "cosine: op Cos, domain ai.onnx, opset 17" in message
+    assert "integer_exp" in message and "INT32" in message and "fine" not in message
+
+
+def test_old_opsets_are_refused(add_tanh, registry):
+    add_tanh.opset_import[0].version = 12
+    with pytest.raises(UnsupportedModelError, match="opset 12"):
+        RuntimeSession(add_tanh, registry=registry)
+
+
+def test_diagnostics_for_each_tuning_mode(add_tanh, registry):
+    key = library()["Add"].tuning_key("FLOAT")
+    registry.register_profile(key, CpuSelector(minimum_threads=1), {GRAIN: 4096},
+                              name="everywhere")
+    resolved = RuntimeSession(add_tanh, registry=registry)
+    add = resolved.tuning_diagnostics[0]
+    assert add["node"] == "add" and add["op_type"] == "Add"
+    assert add["source"]["tier"] == "portable" and add["source"]["profile"] == "everywhere"
+    assert add["values"][GRAIN] == 4096
+    assert set(add["values"]) == set(library()["Add"].schema("FLOAT").parameters)
+    assert resolved.tuning_diagnostics[1]["source"]["tier"] == "defaults"
+    statistics = resolved.tuning_resolution_statistics
+    assert statistics["tunable_kernels"] == 2 and statistics["resolved_from_profile"] == 1
+    assert statistics["snapshot_seconds"] >= 0 and statistics["resolution_seconds"] >= 0
+
+    portable = RuntimeSession(add_tanh, tuning="portable", registry=registry)
+    assert portable.tuning_diagnostics[0]["source"]["tier"] == "defaults"
+    assert portable.tuning_diagnostics[0]["rejected"][0]["reason"] == "tuning"
+
+    named = RuntimeSession(add_tanh, profile="everywhere", registry=registry)
+    assert named.tuning_diagnostics[0]["values"][GRAIN] == 4096
+    digest = named.tuning_diagnostics[0]["source"]["digest"]
+    by_digest = RuntimeSession(add_tanh, profile_digest=digest, registry=registry)
+    assert by_digest.tuning_diagnostics[0]["source"]["profile"] == "everywhere"
+
+    overridden = RuntimeSession(add_tanh, overrides={"Add": {GRAIN: 7}, key: {
+        "parallel.maximum_threads": 3}}, registry=registry)
+    diagnostics = overridden.tuning_diagnostics[0]
+    assert diagnostics["source"]["tier"] == "override"
+    assert diagnostics["base_source"]["profile"] == "everywhere"
+    assert diagnostics["values"][GRAIN] == 7 and diagnostics["values"][
+        "parallel.maximum_threads"] == 3
+
+
+def test_bad_overrides_and_restrictions_fail_at_construction(add_tanh, registry):
+    with pytest.raises(TuningValidationError, match=GRAIN):
+        RuntimeSession(add_tanh, overrides={"Add": {GRAIN: 0}}, registry=registry)
+    with pytest.raises(TuningValidationError, match="unknown parameter"):
+        RuntimeSession(add_tanh, overrides={"Tanh": {"parallel.grain": 5}}, registry=registry)
+    with pytest.raises(UnknownKernelError, match="Addd"):
+        RuntimeSession(add_tanh, overrides={"Addd": {GRAIN: 5}}, registry=registry)
+    with pytest.raises(UnknownKernelError, match="named 'missing'"):
+        RuntimeSession(add_tanh, profile="missing", registry=registry)
+    with pytest.raises(UnknownKernelError, match="digest"):
+        RuntimeSession(add_tanh, profile_digest="0" * 64, registry=registry)
+
+
+def test_sessions_keep_their_configuration_after_a_new_publication(add_tanh, registry):
+    key = library()["Add"].tuning_key("FLOAT")
+    before = RuntimeSession(add_tanh, threads=2, registry=registry)
+    x = {"X": np.ones((100_000, 4), np.float32), "Y": np.ones(4, np.float32)}
+    registry.register_profiles([KernelTuningProfile(key, {GRAIN: 10_000_000},
+                                                    selector=CpuSelector(minimum_threads=1))])
+    after = RuntimeSession(add_tanh, threads=2, registry=registry)
+    assert before.tuning_diagnostics[0]["values"][GRAIN] == 32768
+    assert after.tuning_diagnostics[0]["values"][GRAIN] == 10_000_000
+    assert before._steps[0][0].__self__.plan(x["X"], x["Y"]).threads == 2
+    assert after._steps[0][0].__self__.plan(x["X"], x["Y"]).threads == 1
+    np.testing.assert_array_equal(before.run(None, x)[0], after.run(None, x)[0])
+
+
+def test_steady_runs_never_touch_the_registry(add_tanh, registry):
+    session = RuntimeSession(add_tanh, registry=registry)
+    session.run(None, feeds())
+    counts = registry.access_counts()
+    for _ in range(50):
+        session.run(None, feeds())
+    assert registry.access_counts() == counts
+
+
+def test_outputs_are_fresh_arrays_even_for_passthrough(registry):
+    proto = model([helper.make_node("Abs", ["X"], ["Z"])], [tensor("X")],
+                  [tensor("Z"), tensor("X")])
+    session = RuntimeSession(proto, registry=registry)
+    x = -np.ones((2, 4), np.float32)
+    z, passthrough = session.run(None, {"X": x})
+    assert not np.shares_memory(passthrough, x)
+    np.testing.assert_array_equal(passthrough, x)
+    np.testing.assert_array_equal(z, 1)
