@@ -32,7 +32,7 @@ def dtype_of(name: str) -> np.dtype:
 
 def values(dtype: np.dtype, size: int = 257) -> np.ndarray:
     """Random values plus the edge cases of the type, shuffled (edge cases first if short)."""
-    if dtype == bool:
+    if dtype.kind == "b":
         return RNG.integers(0, 2, size).astype(bool)
     if size < 32:
         return values(dtype, 32)[:size]
@@ -43,7 +43,8 @@ def values(dtype: np.dtype, size: int = 257) -> np.ndarray:
         body = RNG.standard_normal(size - len(special)) * 4
         return RNG.permutation(np.concatenate([special, body])).astype(dtype)
     info = np.iinfo(dtype)
-    special = [0, 1, -1 if info.min < 0 else 2, info.min, info.max, info.min + 1, info.max - 1, 2, 3]
+    special = [0, 1, -1 if info.min < 0 else 2, info.min, info.max, info.min + 1, info.max - 1,
+               2, 3]
     body = RNG.integers(info.min, info.max, size - len(special), dtype=dtype, endpoint=True)
     return RNG.permutation(np.concatenate([np.array(special, dtype=dtype), body]))
 
@@ -278,7 +279,10 @@ def test_compiled_kernels_report_the_threads_that_ran():
     x = np.ones(1000, np.float32)
     assert unary.abs_(x, np.empty_like(x), 3) == 3
     assert unary.abs_(x, np.empty_like(x), 0) == 1
-    assert unary.abs_(x[:2].copy(), np.empty(2, np.float32), 8) == 2
+    # Chunks start on multiples of 64 elements: 200 elements give 2 chunks of 128 and 72.
+    assert unary.abs_(x[:200].copy(), np.empty(200, np.float32), 3) == 2
+    assert unary.abs_(x[:2].copy(), np.empty(2, np.float32), 8) == 1
+    assert unary.abs_(x[:0].copy(), np.empty(0, np.float32), 2) == 1
 
 
 def test_inputs_are_normalised_or_rejected():

@@ -54,6 +54,27 @@ def parallel_threads(elements: int, grain: int, maximum_threads: int, threads: i
     return max(1, min(elements // grain, maximum_threads, threads))
 
 
+#: chunk starts of the compiled elementwise loops are multiples of this (see unary_pythran)
+CHUNK_ALIGNMENT = 64
+
+
+def chunked_threads(elements: int, threads: int) -> int:
+    """Threads the compiled loops really run for ``threads`` requested over ``elements``.
+
+    They cut ``elements`` into chunks of ``ceil(elements / threads)`` rounded
+    up to :data:`CHUNK_ALIGNMENT`, one thread per chunk.
+    """
+    if elements <= 0:
+        return 1
+    threads = max(1, min(threads, elements))
+    chunk = _ceil_div(_ceil_div(elements, threads), CHUNK_ALIGNMENT) * CHUNK_ALIGNMENT
+    return _ceil_div(elements, chunk)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def available_threads() -> int:
     """The CPUs this process may run on, the default thread budget."""
     if hasattr(os, "sched_getaffinity"):
@@ -147,7 +168,7 @@ class Kernel(abc.ABC):
         return _schema(self.tuning_key(number), self.config_type(number))
 
     def configure(self, element_type: object, values: Mapping[str, object] | None = None) -> Any:
-        """The frozen typed config for ``values`` (the defaults filling the rest), validated once."""
+        """The frozen typed config for ``values`` (defaults fill the rest), validated once."""
         return self.schema(element_type).configure(values)
 
     def prepare(self, element_type: object, config: Any = None, threads: int | None = None,

@@ -11,8 +11,9 @@ advancing by its step (1) or staying on one element (0) along the row.
 - multidirectional broadcasting: the caller coalesces the shapes so that the
   last dimension is the row and the others are enumerated in the offsets.
 
-One row is split into ``nthreads`` contiguous chunks; several rows are shared
-out whole. The return value is the number of threads that ran (1: serial).
+One row is split into ``nthreads`` contiguous chunks starting on multiples of
+64 elements; several rows are shared out whole (``kernels.base`` mirrors the
+thread count for plans). The return value is the number of threads that ran (1: serial).
 Elements are computed independently, so serial and parallel results are
 identical bit for bit.
 
@@ -22,6 +23,8 @@ a zero divisor (instead of a hardware trap), and INT_MIN / -1 wraps.
 """
 
 import numpy as np
+
+ALIGN = 64
 
 # pythran export add(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
 # pythran export add(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
@@ -174,9 +177,12 @@ def _segment(a, b, out, ao, bo, oo, start, stop, a_step, b_step, op):
 
 def _run(a, b, out, a_offsets, b_offsets, inner, a_step, b_step, nthreads, op):
     rows = a_offsets.shape[0]
+    if rows == 0 or inner == 0:
+        return 1
     if rows == 1:
         nthreads = max(1, min(nthreads, inner))
-        chunk = (inner + nthreads - 1) // nthreads
+        chunk = ((inner + nthreads - 1) // nthreads + ALIGN - 1) // ALIGN * ALIGN
+        nthreads = (inner + chunk - 1) // chunk
         ao = a_offsets[0]
         bo = b_offsets[0]
         # omp parallel for num_threads(nthreads) schedule(static)

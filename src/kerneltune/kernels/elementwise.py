@@ -17,7 +17,15 @@ import numpy as np
 
 from ..schema import element_type_number, tunable
 from . import broadcast, half
-from .base import NUMPY_DTYPES, Kernel, Plan, PreparedKernel, operand, parallel_threads
+from .base import (
+    NUMPY_DTYPES,
+    Kernel,
+    Plan,
+    PreparedKernel,
+    chunked_threads,
+    operand,
+    parallel_threads,
+)
 
 FLOAT16 = element_type_number("FLOAT16")
 FLOAT = element_type_number("FLOAT")
@@ -73,7 +81,7 @@ class PreparedUnary(PreparedKernel):
 
     def plan(self, x) -> Plan:
         size = int(np.size(x))
-        threads = self._threads(size)
+        threads = chunked_threads(size, self._threads(size))
         return Plan("parallel" if threads > 1 else "serial", threads, size, "unary")
 
     def run(self, x) -> np.ndarray:
@@ -108,6 +116,8 @@ class PreparedBinary(PreparedKernel):
     def plan(self, a, b) -> Plan:
         layout = broadcast.layout(np.shape(a), np.shape(b))
         threads = self._threads(layout)
+        rows = len(layout.a_offsets)
+        threads = min(threads, rows) if rows > 1 else chunked_threads(layout.inner, threads)
         return Plan("parallel" if threads > 1 else "serial", threads, layout.size, layout.form)
 
     def run(self, a, b) -> np.ndarray:

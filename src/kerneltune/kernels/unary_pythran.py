@@ -2,8 +2,9 @@
 
 Every kernel takes a contiguous 1-D source, a contiguous 1-D destination of
 the same length and a thread count, and returns the number of threads that ran
-(one contiguous chunk each; 1 is the serial path). The caller decides the
-thread count from the tuning config; the compiled code only clamps it.
+(one contiguous chunk each, chunks aligned to 64 elements; 1 is the serial
+path). The caller decides the thread count from the tuning config; the
+compiled code only clamps it (``kernels.base.chunked_threads`` mirrors it).
 
 Chunks are processed in blocks small enough to stay in the L1 cache. The
 transcendental functions are array expressions over a block, so pythran
@@ -50,12 +51,18 @@ import numpy as np
 # pythran export not_(bool[:], bool[:], int)
 
 BLOCK = 2048
+ALIGN = 64
 
 
 def _run(x, out, nthreads, block_op):
     n = x.shape[0]
+    if n == 0:
+        return 1
     nthreads = max(1, min(nthreads, n))
-    chunk = (n + nthreads - 1) // nthreads
+    # Chunks start on multiples of ALIGN (a multiple of every SIMD width), so each
+    # element takes the same vector or scalar-tail path whatever the thread count.
+    chunk = ((n + nthreads - 1) // nthreads + ALIGN - 1) // ALIGN * ALIGN
+    nthreads = (n + chunk - 1) // chunk
     # omp parallel for num_threads(nthreads) schedule(static)
     for c in range(nthreads):
         start = c * chunk
@@ -88,6 +95,10 @@ def _exp(x, out):
 
 def _log(x, out):
     out[:] = np.log(x)
+    for i in range(x.shape[0]):
+        # xsimd's float64 log is wrong for subnormal inputs; libm's is not.
+        if 0 < x[i] < 2.2250738585072014e-308:
+            out[i] = np.log(x[i])
 
 
 def _sqrt(x, out):

@@ -85,7 +85,8 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
     constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     types.update({t.name: t.data_type for t in graph.initializer})
     nodes, problems = [], []
-    for index, proto_node in enumerate(_topological(graph)):
+    # onnx's checker has verified that the nodes are in topological order.
+    for index, proto_node in enumerate(graph.node):
         name = proto_node.name or f"node {index} ({proto_node.op_type})"
         if proto_node.op_type == "Constant" and proto_node.domain in ("", "ai.onnx"):
             constants[proto_node.output[0]] = _constant(proto_node)
@@ -144,23 +145,6 @@ def _folded(node, name, kernel, element_type, present) -> list[Node]:
         nodes.append(Node(name, node.op_type, kernel, element_type, (left, right), output, {}))
         left = output
     return nodes
-
-
-def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """Nodes in an order where every input is produced first (Kahn's algorithm, stable)."""
-    available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
-    pending = list(graph.node)
-    ordered = []
-    while pending:
-        ready = [n for n in pending if all(i in available for i in n.input)]
-        if not ready:
-            missing = sorted({i for n in pending for i in n.input if i not in available})
-            raise UnsupportedModelError(f"the graph has a cycle or undefined values: {missing}")
-        for node in ready:
-            ordered.append(node)
-            available.update(node.output)
-        pending = [n for n in pending if n not in ready]
-    return ordered
 
 
 def _constant(node: onnx.NodeProto) -> np.ndarray:
