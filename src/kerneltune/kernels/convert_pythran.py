@@ -1,0 +1,161 @@
+"""FLOAT16 <-> FLOAT32 conversions, compiled by pythran with OpenMP into ``<variant>.convert``.
+
+pythran has no float16 type, so half values travel as their uint16 bit patterns (numpy:
+``h.view(np.uint16)``). Exported signatures (every array 1-D and contiguous, ``dst`` as long
+as ``src``, else ``ValueError``)::
+
+    widen_half(src: uint16[:], dst: float32[:], nthreads: int) -> int
+    narrow_float(src: float32[:], dst: uint16[:], nthreads: int) -> int
+
+Both split the range into ``nthreads`` contiguous static chunks, one per OpenMP thread, with
+``nthreads`` clamped to ``[1, max(len(src), 1)]``, and return that number of chunks (1 is the
+serial path; an empty array gives 1).
+
+The results equal numpy's own conversions bit for bit, for every input:
+
+- ``widen_half(h.view(np.uint16), f, n)`` gives ``h.astype(np.float32)``: normals, subnormals,
+  +-0 and +-inf exactly; a NaN keeps its sign and its 10 payload bits shifted left by 13, and
+  a signalling NaN stays signalling (numpy does not set the quiet bit).
+- ``narrow_float(x, h.view(np.uint16), n)`` gives ``x.astype(np.float16)``: round to nearest
+  even, magnitudes from 65520 up to +-inf, underflow to subnormals or +-0 (2**-25 itself
+  rounds to zero, anything above it to the smallest subnormal). A NaN keeps its sign and the
+  top 10 bits of its payload, truncated, not rounded, and not quieted; when those are all
+  zero the result is 0x7c01 (with the sign), so that it stays a NaN.
+
+That is numpy's portable C conversion (``npy_floatbits_to_halfbits`` and
+``npy_halfbits_to_floatbits``). A numpy built to use the F16C/AVX512-FP16 instructions for
+``astype`` would quiet signalling NaNs instead; its finite and infinite results are the same.
+
+The float32 bits are read and written through ``ndarray.view`` (pythran supports it on
+arrays, not on scalars), so callers pass float32 arrays as they are. The loops are pure
+integer bit manipulation that the C++ compiler vectorises. Subnormals (normalising a half
+subnormal, or rounding by a variable shift into one) do not vectorise well, so every block of
+``BLOCK`` elements is converted by one branch-free pass that handles everything else and
+reports whether the block holds a subnormal case; only then does a scalar pass patch those
+elements. Serial and parallel runs compute every element with the same instructions, so
+their results are identical bit for bit.
+
+Run as plain Python (no compilation) the ``omp`` comments are mere comments and everything
+runs serially, with the same results.
+"""
+
+import numpy as np
+
+# pythran export widen_half(uint16[:], float32[:], int)
+# pythran export narrow_float(float32[:], uint16[:], int)
+
+BLOCK = 2048
+
+
+def _widen_block(src, dst):
+    """Widen ``src`` into the float32 bits ``dst``, subnormals as zeros; whether there were any.
+
+    Half ``s eeeee mmmmmmmmmm`` -> float32 ``s (e + 112) (m << 13)``; for ``e == 31`` (inf and
+    NaN) the exponent becomes 255 by adding the bias difference twice.
+    """
+    u = np.uint32
+    found = u(0)
+    for i in range(src.shape[0]):
+        h = u(src[i])
+        a = h & u(0x7FFF)
+        r = (a << 13) + u(0x38000000)
+        if a >= u(0x7C00):
+            r += u(0x38000000)
+        if a < u(0x400):
+            r = u(0)
+        found |= u(a != u(0)) & u(a < u(0x400))
+        dst[i] = r | ((h & u(0x8000)) << 16)
+    return found
+
+
+def _widen_subnormals(src, dst):
+    """Patch the float32 bits in ``dst`` of every subnormal half of ``src``."""
+    u = np.uint32
+    for i in range(src.shape[0]):
+        h = u(src[i])
+        m = h & u(0x7FFF)
+        if m != u(0) and m < u(0x400):
+            # m * 2**-24: shift the leading one up to the implicit bit (bit 10).
+            e = u(113)
+            while m < u(0x400):
+                m <<= 1
+                e -= u(1)
+            dst[i] = ((h & u(0x8000)) << 16) | (e << 23) | ((m << 13) & u(0x7FFFFF))
+
+
+def widen_half(src, dst, nthreads):
+    """FLOAT16 bit patterns ``src`` to float32 ``dst`` on ``nthreads`` chunks; chunks used."""
+    n = src.shape[0]
+    if dst.shape[0] != n:
+        raise ValueError("widen_half: src and dst differ in length")
+    nthreads = min(max(nthreads, 1), max(n, 1))
+    bits = dst.view(np.uint32)
+    # omp parallel for num_threads(nthreads) schedule(static)
+    for c in range(nthreads):
+        lo = c * n // nthreads
+        hi = (c + 1) * n // nthreads
+        for b in range(lo, hi, BLOCK):
+            e = min(b + BLOCK, hi)
+            if _widen_block(src[b:e], bits[b:e]):
+                _widen_subnormals(src[b:e], bits[b:e])
+    return nthreads
+
+
+def _narrow_block(src, dst):
+    """Narrow the float32 bits ``src`` into ``dst``, subnormal results as zeros; any of them.
+
+    Signed 32-bit arithmetic: ``a`` is the magnitude's bits, below 2**31, and nothing
+    overflows.
+    """
+    w = np.int32
+    found = w(0)
+    for i in range(src.shape[0]):
+        f = src[i]
+        a = f & w(0x7FFFFFFF)
+        # Normal halves: rebias the exponent, round to nearest even at bit 13.
+        r = (a - w(0x38000000) + w(0xFFF) + ((a >> 13) & w(1))) >> 13
+        # 65520 = 0x477FF000 is halfway between 65504 and 65536: it and above round to inf.
+        if a >= w(0x477FF000):
+            r = w(0x7C00)
+        m = (a >> 13) & w(0x3FF)
+        if a > w(0x7F800000):
+            r = w(0x7C00) | m | w(m == w(0))
+        # Below 2**-14 the result is subnormal (patched afterwards) or, below 2**-25 and at
+        # 2**-25 itself (halfway to the smallest subnormal, even side), zero.
+        if a < w(0x38800000):
+            r = w(0)
+        found |= w(a > w(0x33000000)) & w(a < w(0x38800000))
+        dst[i] = r | ((f >> 16) & w(0x8000))
+    return found
+
+
+def _narrow_subnormals(src, dst):
+    """Patch every element of ``dst`` whose float32 ``src`` rounds to a subnormal half."""
+    w = np.int32
+    for i in range(src.shape[0]):
+        f = src[i]
+        a = f & w(0x7FFFFFFF)
+        if a > w(0x33000000) and a < w(0x38800000):
+            # The half significand is sig >> s, 14 <= s <= 24, rounded to nearest even.
+            s = w(126) - (a >> 23)
+            sig = (a & w(0x7FFFFF)) | w(0x800000)
+            r = (sig + (w(1) << (s - w(1))) - w(1) + ((sig >> s) & w(1))) >> s
+            dst[i] = r | ((f >> 16) & w(0x8000))
+
+
+def narrow_float(src, dst, nthreads):
+    """float32 ``src`` to FLOAT16 bit patterns ``dst`` on ``nthreads`` chunks; chunks used."""
+    n = src.shape[0]
+    if dst.shape[0] != n:
+        raise ValueError("narrow_float: src and dst differ in length")
+    nthreads = min(max(nthreads, 1), max(n, 1))
+    bits = src.view(np.int32)
+    # omp parallel for num_threads(nthreads) schedule(static)
+    for c in range(nthreads):
+        lo = c * n // nthreads
+        hi = (c + 1) * n // nthreads
+        for b in range(lo, hi, BLOCK):
+            e = min(b + BLOCK, hi)
+            if _narrow_block(bits[b:e], dst[b:e]):
+                _narrow_subnormals(bits[b:e], dst[b:e])
+    return nthreads
