@@ -16,6 +16,7 @@ from ..schema import element_type_number
 from . import catalog
 from .base import LIBRARY, TUNING_ABI, Kernel, Plan, PreparedKernel
 from .elementwise import BinaryKernel, UnaryKernel
+from .gemm import Gemm, MatMul
 from .variants import load_module, selected_variant
 
 __all__ = [
@@ -56,6 +57,8 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
                             output=_BOOL if name in catalog.BOOLEAN_OUTPUT else None))
         for name, table in catalog.BINARY.items()
     )
+    kernels["Gemm"] = Gemm(implementation)
+    kernels["MatMul"] = MatMul(implementation)
     return kernels
 
 

@@ -1,0 +1,330 @@
+"""Blocked GEMM for float32 and float64, compiled by pythran with OpenMP into ``<variant>.gemm``.
+
+``out = alpha * op(A) @ op(B) + beta * C`` with ``op(X)`` the transpose of ``X`` when its
+flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C-contiguous)::
+
+    blocked(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
+            trans_a: bool, trans_b: bool, tile_m: int, tile_n: int, tile_k: int,
+            pack: bool, nthreads: int) -> int
+    skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
+           trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
+
+``a`` is ``(M, K)`` (``(K, M)`` when ``trans_a``), ``b`` is ``(K, N)`` (``(N, K)`` when
+``trans_b``) and ``out`` is ``(M, N)``, written entirely (its previous content is never read).
+``c`` is the bias: ``(0, 0)`` for none, else ``(1 or M, 1 or N)``, broadcast over ``out``.
+The caller checks the shapes and needs ``M, N > 0`` and tiles ``> 0``; ``K == 0`` is the
+caller's too (nothing is accumulated). Both return the number of threads that ran.
+
+- ``blocked``: the output is cut into tasks of ``tile_m x tile_n`` that ``nthreads`` OpenMP
+  threads share (dynamic schedule). A task walks K in ``tile_k`` steps; each step multiplies
+  the task's rows, ``MR`` at a time (packed into a small contiguous ``MR x tile_k`` block), by
+  the ``tile_k x tile_n`` panel of B, ``NR`` columns at a time. B is read in place, or first
+  copied into contiguous panels (``pack``, by all threads, once per call) so that a panel is
+  one stream instead of ``tile_k`` rows strided by N; ``trans_b`` always packs, since the
+  micro-kernel needs rows of op(B).
+- ``skinny``: for few rows. Tasks are column strips of ``tile_n``; each strip goes through all
+  of K at once for every row, so B is streamed exactly once (the rows of A are transposed
+  into a ``K x M`` copy first; with ``trans_b`` each ``NR``-wide strip of B is transposed into
+  a ``K x NR`` buffer on the way).
+
+The micro-kernel keeps an ``MR x NR`` block of sums in a small buffer of constant shape
+(constant row offsets, so the C++ compiler needs no aliasing check between its rows) and
+adds four k steps per pass: ``acc[r, j] += a[r, k] * b[k, j]`` with ``b`` contiguous along
+``j`` and ``a[r, k]`` broadcast, a loop gcc vectorises. Every output element is one chain
+``s = 0; s += a[i, k] * b[k, j] for k = 0 .. K-1`` in that order (partial sums of a k-tile
+are stored in ``out`` and reloaded exactly), followed by ``out = alpha * s + beta * c``, in
+every path, whatever the tiles and the thread count: serial, parallel, packed, unpacked and
+skinny runs give identical bits.
+
+pythran writes ``x[i, j]`` without the negative-index check only when it can prove the
+indices are non-negative, i.e. when they are sums of ``range(0, ...)`` loop variables of the
+same function; the hot loops are written that way, on views created inside the function
+that loops over them (a view passed in from a caller is not analysable by gcc, which then
+gives up vectorising).
+
+Run as plain Python (no compilation) the ``omp`` comments are mere comments and everything
+runs serially, with the same results.
+"""
+
+import numpy as np
+
+# pythran export blocked(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int, int, bool, int)
+# pythran export blocked(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, bool, int)
+# pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
+# pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
+
+#: rows of the micro-kernel; tile_m must be a multiple
+MR = 4
+#: columns of the micro-kernel's block of sums; tile_n must be a multiple
+NR = 64
+#: k steps of one pass of the micro-kernel; tile_k must be a multiple
+KU = 4
+
+
+def _finish(acc, oc, c, i0, j0, alpha, beta):
+    """oc = alpha * acc + beta * C[i0:, j0:] (broadcast) for the rows and columns of oc."""
+    rows, nw = oc.shape
+    cm, cn = c.shape
+    if cm == 0 or cn == 0:
+        for r in range(rows):
+            for jj in range(nw):
+                oc[r, jj] = alpha * acc[r, jj]
+    elif cn == 1:
+        for r in range(rows):
+            t = beta * c[i0 + r if cm > 1 else 0, 0]
+            for jj in range(nw):
+                oc[r, jj] = alpha * acc[r, jj] + t
+    else:
+        cv = c[0:cm, j0:j0 + nw]
+        for r in range(rows):
+            crow = cv[i0 + r if cm > 1 else 0]
+            for jj in range(nw):
+                t = beta * crow[jj]
+                oc[r, jj] = alpha * acc[r, jj] + t
+
+
+def _load(acc, oc):
+    rows, nw = oc.shape
+    for r in range(rows):
+        for jj in range(nw):
+            acc[r, jj] = oc[r, jj]
+
+
+def _store(acc, oc):
+    rows, nw = oc.shape
+    for r in range(rows):
+        for jj in range(nw):
+            oc[r, jj] = acc[r, jj]
+
+
+def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha, beta):
+    """out[i0:i0 + rows, n0:n0 + nc] (+)= ap[:rows, :kc] @ b[bk0:bk0 + kc, bn0:bn0 + nc].
+
+    ``load``: continue from the partial sums in ``out``; ``last``: apply alpha and C.
+    """
+    bpan = b[bk0:bk0 + kc, bn0:bn0 + nc]
+    kc4 = kc - kc % KU
+    for j0 in range(0, nc, NR):
+        nw = min(NR, nc - j0)
+        acc[:] = 0
+        if load:
+            _load(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw])
+        for k in range(0, kc4, KU):
+            a0_0 = ap[0, k]
+            a1_0 = ap[1, k]
+            a2_0 = ap[2, k]
+            a3_0 = ap[3, k]
+            a0_1 = ap[0, k + 1]
+            a1_1 = ap[1, k + 1]
+            a2_1 = ap[2, k + 1]
+            a3_1 = ap[3, k + 1]
+            a0_2 = ap[0, k + 2]
+            a1_2 = ap[1, k + 2]
+            a2_2 = ap[2, k + 2]
+            a3_2 = ap[3, k + 2]
+            a0_3 = ap[0, k + 3]
+            a1_3 = ap[1, k + 3]
+            a2_3 = ap[2, k + 3]
+            a3_3 = ap[3, k + 3]
+            for jj in range(nw):
+                b0 = bpan[k, j0 + jj]
+                b1 = bpan[k + 1, j0 + jj]
+                b2 = bpan[k + 2, j0 + jj]
+                b3 = bpan[k + 3, j0 + jj]
+                acc[0, jj] += a0_0 * b0
+                acc[0, jj] += a0_1 * b1
+                acc[0, jj] += a0_2 * b2
+                acc[0, jj] += a0_3 * b3
+                acc[1, jj] += a1_0 * b0
+                acc[1, jj] += a1_1 * b1
+                acc[1, jj] += a1_2 * b2
+                acc[1, jj] += a1_3 * b3
+                acc[2, jj] += a2_0 * b0
+                acc[2, jj] += a2_1 * b1
+                acc[2, jj] += a2_2 * b2
+                acc[2, jj] += a2_3 * b3
+                acc[3, jj] += a3_0 * b0
+                acc[3, jj] += a3_1 * b1
+                acc[3, jj] += a3_2 * b2
+                acc[3, jj] += a3_3 * b3
+        for q in range(kc - kc4):
+            a0 = ap[0, kc4 + q]
+            a1 = ap[1, kc4 + q]
+            a2 = ap[2, kc4 + q]
+            a3 = ap[3, kc4 + q]
+            brow = bpan[kc4 + q]
+            for jj in range(nw):
+                b0 = brow[j0 + jj]
+                acc[0, jj] += a0 * b0
+                acc[1, jj] += a1 * b0
+                acc[2, jj] += a2 * b0
+                acc[3, jj] += a3 * b0
+        if last:
+            _finish(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw], c, i0, n0 + j0, alpha, beta)
+        else:
+            _store(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw])
+
+
+def _pack_a(a, trans_a, ap, i0, rows, k0, kc):
+    """ap[r, k] = op(A)[i0 + r, k0 + k] for r < rows; the rows after are zeros."""
+    if trans_a:
+        av = a[k0:k0 + kc, i0:i0 + rows]
+        for k in range(kc):
+            for r in range(rows):
+                ap[r, k] = av[k, r]
+    else:
+        av = a[i0:i0 + rows, k0:k0 + kc]
+        for r in range(rows):
+            for k in range(kc):
+                ap[r, k] = av[r, k]
+    for r in range(MR - rows):
+        ap[MR - 1 - r] = 0
+
+
+def _pack_b(src, trans_b, bv):
+    """bv = src, or its transpose when ``trans_b``: a panel of op(B)."""
+    kc, nc = bv.shape
+    if trans_b:
+        for j in range(nc):
+            for k in range(kc):
+                bv[k, j] = src[j, k]
+    else:
+        for k in range(kc):
+            for j in range(nc):
+                bv[k, j] = src[k, j]
+
+
+def _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k):
+    """The tile ``t`` of the output (row-major over the tiles), over all of K."""
+    m, n = out.shape
+    nnt = (n + tile_n - 1) // tile_n
+    nkt = (kk + tile_k - 1) // tile_k
+    kcap = min(tile_k, kk)
+    i0 = t // nnt * tile_m
+    n0 = t % nnt * tile_n
+    mc = min(tile_m, m - i0)
+    nc = min(tile_n, n - n0)
+    ap = np.empty((MR, kcap), out.dtype)
+    acc = np.empty((MR, NR), out.dtype)
+    for kt in range(nkt):
+        k0 = kt * tile_k
+        kc = min(tile_k, kk - k0)
+        # A packed panel of (kt, t % nnt) starts at row (kt * nnt + t % nnt) * kcap of bp.
+        bk0 = (kt * nnt + t % nnt) * kcap if pack else k0
+        bn0 = 0 if pack else n0
+        for g in range(0, mc, MR):
+            rows = min(MR, mc - g)
+            _pack_a(a, trans_a, ap, i0 + g, rows, k0, kc)
+            _group(ap, bp if pack else b, bk0, bn0, out, acc, c, i0 + g, rows, n0, kc, nc,
+                   kt > 0, kt == nkt - 1, alpha, beta)
+
+
+def _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k):
+    """Packs panel ``p`` (k-tile ``p // nnt``, n-tile ``p % nnt``) into its rows of ``bp``."""
+    nnt = (n + tile_n - 1) // tile_n
+    k0 = p // nnt * tile_k
+    n0 = p % nnt * tile_n
+    kc = min(tile_k, kk - k0)
+    nc = min(tile_n, n - n0)
+    p0 = p * min(tile_k, kk)
+    if trans_b:
+        _pack_b(b[n0:n0 + nc, k0:k0 + kc], True, bp[p0:p0 + kc, 0:nc])
+    else:
+        _pack_b(b[k0:k0 + kc, n0:n0 + nc], False, bp[p0:p0 + kc, 0:nc])
+
+
+def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k, pack,
+            nthreads):
+    m, n = out.shape
+    kk = a.shape[0] if trans_a else a.shape[1]
+    pack = pack or trans_b
+    nnt = (n + tile_n - 1) // tile_n
+    panels = (kk + tile_k - 1) // tile_k * nnt if pack else 0
+    tasks = (m + tile_m - 1) // tile_m * nnt
+    nthreads = max(1, min(nthreads, tasks))
+    # The packed panels, one after the other: panel p holds rows p * min(tile_k, K) onwards.
+    bp = np.empty((panels * min(tile_k, kk), min(tile_n, n)), out.dtype)
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(dynamic)
+        for p in range(panels):
+            _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
+        # omp parallel for num_threads(nthreads) schedule(dynamic)
+        for t in range(tasks):
+            _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k)
+    else:
+        # No OpenMP region at all: entering one costs about half a microsecond.
+        for p in range(panels):
+            _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
+        for t in range(tasks):
+            _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k)
+    return nthreads
+
+
+def _skinny_strip(at, b, bn0, acc, m, kk, nw):
+    """acc[r, jj] = sum of at[k, r] * b[k, bn0 + jj] over k in order, r < m, jj < nw."""
+    bv = b[0:kk, bn0:bn0 + nw]
+    acc[:] = 0
+    kk4 = kk - kk % KU
+    for k in range(0, kk4, KU):
+        for r in range(m):
+            x0 = at[k, r]
+            x1 = at[k + 1, r]
+            x2 = at[k + 2, r]
+            x3 = at[k + 3, r]
+            for jj in range(nw):
+                acc[r, jj] += x0 * bv[k, jj]
+                acc[r, jj] += x1 * bv[k + 1, jj]
+                acc[r, jj] += x2 * bv[k + 2, jj]
+                acc[r, jj] += x3 * bv[k + 3, jj]
+    for q in range(kk - kk4):
+        brow = bv[kk4 + q]
+        for r in range(m):
+            x0 = at[kk4 + q, r]
+            for jj in range(nw):
+                acc[r, jj] += x0 * brow[jj]
+
+
+def _skinny_task(at, b, c, out, t, alpha, beta, trans_b, kk, tile_n):
+    """Columns ``t * tile_n`` onwards of every row, over all of K.
+
+    B is read in rows of the whole tile width; a transposed B is transposed in strips of NR
+    columns (K x NR at a time) instead.
+    """
+    m, n = out.shape
+    n0 = t * tile_n
+    nc = min(tile_n, n - n0)
+    if trans_b:
+        acc = np.empty((m, NR), out.dtype)
+        bt = np.empty((kk, NR), out.dtype)
+        for j0 in range(0, nc, NR):
+            nw = min(NR, nc - j0)
+            _pack_b(b[n0 + j0:n0 + j0 + nw, 0:kk], True, bt[0:kk, 0:nw])
+            _skinny_strip(at, bt, 0, acc, m, kk, nw)
+            _finish(acc, out[0:m, n0 + j0:n0 + j0 + nw], c, 0, n0 + j0, alpha, beta)
+    else:
+        acc = np.empty((m, nc), out.dtype)
+        _skinny_strip(at, b, n0, acc, m, kk, nc)
+        _finish(acc, out[0:m, n0:n0 + nc], c, 0, n0, alpha, beta)
+
+
+def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
+    m, n = out.shape
+    kk = a.shape[0] if trans_a else a.shape[1]
+    tasks = (n + tile_n - 1) // tile_n
+    nthreads = max(1, min(nthreads, tasks))
+    if trans_a:
+        at = a
+    else:
+        at = np.empty((kk, m), out.dtype)
+        for r in range(m):
+            arow = a[r]
+            for k in range(kk):
+                at[k, r] = arow[k]
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(dynamic)
+        for t in range(tasks):
+            _skinny_task(at, b, c, out, t, alpha, beta, trans_b, kk, tile_n)
+    else:
+        for t in range(tasks):
+            _skinny_task(at, b, c, out, t, alpha, beta, trans_b, kk, tile_n)
+    return nthreads
