@@ -3,7 +3,10 @@
 Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements, and Gemm at 64,
 256 and 1024 squared, each run through a kerneltune RuntimeSession and an
 onnxruntime InferenceSession with the same intra-op thread count, in
-interleaved rounds; the figure is the median time per run. The ratio is
+interleaved rounds; the figure is the median time per run. Two thread pools
+share this process on a small machine, so onnxruntime's threads do not spin
+after a run (``allow_spinning=0``): spinning, they would hold the core
+kerneltune's OpenMP thread needs next. The ratio is
 onnxruntime's time over ours (above 1: we are faster).
 
 Also the session's own cost: a one-node model's ``run`` against a direct call
@@ -44,6 +47,9 @@ def onnxruntime_session(model, threads: int):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    # Both runtimes live in this process: onnxruntime's threads spinning after a run would
+    # hold the core kerneltune's OpenMP thread needs (a stall of a scheduler time slice).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(model.SerializeToString(), options,
                                         providers=["CPUExecutionProvider"])
 
