@@ -1,121 +1,386 @@
-"""Gemm and MatMul against numpy: shapes, attributes, bias forms, paths and thresholds."""
+"""Gemm and MatMul against numpy: shapes, attributes, bias forms, element types, the paths
+the thresholds choose, bit-identical serial and parallel runs, and clear errors."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 
 from kerneltune.errors import TuningValidationError
-from kerneltune.kernels import library
+from kerneltune.kernels.gemm import Gemm, MatMul
+from kerneltune.kernels.gemm_pythran import KU, MR, NR
+from kerneltune.kernels.variants import selected_variant
 
-GEMM = library()["Gemm"]
-MATMUL = library()["MatMul"]
-RNG = np.random.default_rng(7)
-#: force the compiled paths (never BLAS) and parallel task grids on small products
-COMPILED = {"algorithm.blas_minimum_fmas": 10**15, "parallel.fmas_per_work_unit": 1,
-            "algorithm.tile_m": 8, "algorithm.tile_n": 64, "algorithm.tile_k": 16,
-            "algorithm.pack_b_minimum_elements": 10**9}
+GEMM = Gemm(selected_variant())
+MATMUL = MatMul(selected_variant())
+
+#: small tiles and no BLAS: many tasks, several k-tiles and partial tiles on small products
+SMALL_TILES = {"algorithm.tile_m": 8, "algorithm.tile_n": 64, "algorithm.tile_k": 16,
+               "algorithm.skinny_m_limit": 8, "algorithm.blas_minimum_fmas": 10**15}
+#: ... and a thread for every task
+PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_tasks": 2}
+#: the three compiled paths, forced whatever the shape
+BLOCKED = {**PARALLEL, "algorithm.skinny_m_limit": 0,
+           "algorithm.pack_b_minimum_elements": 10**12}
+PACKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.pack_b_minimum_elements": 0}
+SKINNY = {**PARALLEL, "algorithm.tile_m": 4096, "algorithm.skinny_m_limit": 4096}
+PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY}
 
 
-def matrix(shape, dtype=np.float32):
-    return RNG.standard_normal(shape).astype(dtype)
+def matrix(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
-def reference(a, b, c, alpha, beta, trans_a, trans_b):
+def operands(m, k, n, trans_a=0, trans_b=0, bias=None, dtype=np.float32, seed=0):
+    a = matrix((k, m) if trans_a else (m, k), dtype, seed)
+    b = matrix((n, k) if trans_b else (k, n), dtype, seed + 1)
+    c = {None: None, "scalar": matrix((), dtype, seed + 2), "row": matrix((n,), dtype, seed + 2),
+         "row2d": matrix((1, n), dtype, seed + 2), "column": matrix((m, 1), dtype, seed + 2),
+         "full": matrix((m, n), dtype, seed + 2)}[bias]
+    return a, b, c
+
+
+def reference(a, b, c=None, alpha=1.0, beta=1.0, trans_a=0, trans_b=0):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     out = alpha * ((a64.T if trans_a else a64) @ (b64.T if trans_b else b64))
-    return out + beta * c.astype(np.float64) if c is not None else out
+    return out + beta * c.astype(np.float64) if c is not None and beta != 0 else out
 
 
-SHAPES = [(1, 5, 7), (3, 64, 65), (8, 33, 130), (9, 17, 64), (64, 64, 64), (70, 130, 200),
-          (5, 300, 3)]
-
-
-@pytest.mark.parametrize("m,k,n", SHAPES)
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
-@pytest.mark.parametrize("bias", ["none", "scalar", "row", "column", "full"])
-def test_gemm_against_numpy_on_every_path(m, k, n, trans_a, trans_b, bias):
-    a = matrix((k, m) if trans_a else (m, k))
-    b = matrix((n, k) if trans_b else (k, n))
-    c = {"none": None, "scalar": matrix(()), "row": matrix((n,)), "column": matrix((m, 1)),
-         "full": matrix((m, n))}[bias]
-    expected = reference(a, b, c, 0.5, 2.0, trans_a, trans_b)
-    for values in ({}, COMPILED, {**COMPILED, "algorithm.pack_b_minimum_elements": 0},
-                   {**COMPILED, "algorithm.skinny_m_limit": 0}):
-        prepared = GEMM.prepare("FLOAT", GEMM.configure("FLOAT", values), threads=3,
-                                alpha=0.5, beta=2.0, transA=trans_a, transB=trans_b)
-        args = (a, b) if c is None else (a, b, c)
-        np.testing.assert_allclose(prepared.run(*args), expected, rtol=1e-4, atol=1e-4)
-        if values:
-            assert prepared.run(*args).tobytes() == prepared.run_serial(*args).tobytes()
-
-
-def test_paths_follow_the_thresholds():
-    a, b = matrix((64, 64)), matrix((64, 64))
-    default = GEMM.prepare("FLOAT", threads=2)
-    assert default.plan(a, b).path == "blas"
-    compiled = GEMM.prepare("FLOAT", GEMM.configure("FLOAT", COMPILED), threads=2)
-    assert compiled.plan(a, b).path == "blocked" and compiled.plan(a, b).threads == 2
-    packed = GEMM.prepare("FLOAT", GEMM.configure(
-        "FLOAT", {**COMPILED, "algorithm.pack_b_minimum_elements": 1}), threads=2)
-    assert packed.plan(a, b).path == "blocked_packed"
-    skinny = GEMM.prepare("FLOAT", GEMM.configure(
-        "FLOAT", {**COMPILED, "algorithm.skinny_m_limit": 64}), threads=2)
-    assert skinny.plan(a, b).path == "skinny"
-    few_tasks = GEMM.prepare("FLOAT", GEMM.configure(
-        "FLOAT", {**COMPILED, "parallel.minimum_tasks": 1000}), threads=2)
-    assert few_tasks.plan(a, b).threads == 1
-    for prepared in (default, compiled, packed, skinny, few_tasks):
-        np.testing.assert_allclose(prepared.run(a, b), a @ b, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("element_type,dtype,tolerance",
-                         [("DOUBLE", np.float64, 1e-10), ("FLOAT16", np.float16, 2e-2)])
-def test_other_element_types(element_type, dtype, tolerance):
-    a, b, c = matrix((9, 20), dtype), matrix((20, 70), dtype), matrix((70,), dtype)
-    prepared = GEMM.prepare(element_type, GEMM.configure(element_type, COMPILED), threads=2)
-    out = prepared.run(a, b, c)
+def assert_close(out, expected, k, dtype=np.float32):
+    """Within the rounding of a length-k sum of the element type (float16: of float32)."""
     assert out.dtype == dtype
-    np.testing.assert_allclose(out.astype(np.float64), reference(a, b, c, 1, 1, 0, 0),
-                               rtol=tolerance, atol=tolerance * 10)
-    assert out.tobytes() == prepared.run_serial(a, b, c).tobytes()
+    eps = {np.float64: 1e-15, np.float32: 1e-7, np.float16: 1e-3}[np.dtype(dtype).type]
+    scale = max(1.0, float(np.abs(expected).max(initial=0)))
+    tolerance = (4 * eps * max(k, 1) ** 0.5 + (1e-6 if dtype == np.float16 else 0)) * scale
+    np.testing.assert_allclose(out.astype(np.float64), expected, rtol=0, atol=tolerance * 4)
 
 
-@pytest.mark.parametrize("m,k,n", [(0, 4, 5), (4, 0, 5), (4, 5, 0)])
-def test_empty_dimensions(m, k, n):
-    c = matrix((n,))
-    out = GEMM.prepare("FLOAT", beta=3.0).run(matrix((m, k)), matrix((k, n)), c)
+def prepare(values=None, element_type="FLOAT", threads=4, kernel=GEMM, **attributes):
+    config = kernel.configure(element_type, values or {})
+    return kernel.prepare(element_type, config, threads=threads, **attributes)
+
+
+# -- correctness ---------------------------------------------------------------------------
+
+SHAPES = {
+    "square": (64, 64, 64),
+    "one row": (1, 70, 130),
+    "three rows": (3, 33, 65),
+    "eight rows": (8, 40, 200),
+    "nine rows": (9, 17, 64),
+    "wide N": (12, 9, 700),
+    "large K": (10, 1500, 12),
+    "odd sizes": (70, 131, 201),
+    "one column": (33, 20, 1),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_gemm_matches_numpy_on_every_path(shape, trans_a, trans_b):
+    m, k, n = shape
+    a, b, c = operands(m, k, n, trans_a, trans_b, "full")
+    expected = reference(a, b, c, 0.5, -2.0, trans_a, trans_b)
+    results = {}
+    for name, values in {"default": {}, **PATHS}.items():
+        prepared = prepare(values, alpha=0.5, beta=-2.0, transA=trans_a, transB=trans_b)
+        results[name] = prepared.run(a, b, c)
+        assert_close(results[name], expected, k)
+    # Every compiled path sums each element in the same order: identical bits.
+    compiled = [results[name] for name in PATHS] + [prepared.run_serial(a, b, c)]
+    assert all(r.tobytes() == compiled[0].tobytes() for r in compiled)
+
+
+@pytest.mark.parametrize("bias", [None, "scalar", "row", "row2d", "column", "full"])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (0.25, 3.0), (-1.5, 0.0)])
+@pytest.mark.parametrize("values", [{}, BLOCKED, PACKED, SKINNY],
+                         ids=["default", "blocked", "packed", "skinny"])
+def test_alpha_beta_and_every_form_of_c(bias, alpha, beta, values):
+    m, k, n = 6, 19, 70
+    a, b, c = operands(m, k, n, bias=bias)
+    prepared = prepare(values, alpha=alpha, beta=beta)
+    args = (a, b) if c is None else (a, b, c)
+    out = prepared.run(*args)
     assert out.shape == (m, n)
-    np.testing.assert_allclose(out, np.broadcast_to(3 * c if k == 0 else 0, (m, n)))
+    assert_close(out, reference(a, b, c, alpha, beta), k)
 
 
-@pytest.mark.parametrize("a_shape,b_shape", [((4,), (4,)), ((4,), (4, 3)), ((2, 4), (4,)),
-                                             ((3, 2, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
-                                             ((6, 7), (7, 8))])
-def test_matmul_matches_numpy(a_shape, b_shape):
-    a, b = matrix(a_shape), matrix(b_shape)
-    for values in ({}, COMPILED):
-        prepared = MATMUL.prepare("FLOAT", MATMUL.configure("FLOAT", values), threads=2)
-        out = prepared.run(a, b)
-        assert out.shape == np.matmul(a, b).shape
-        np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+def test_beta_zero_ignores_c_as_onnx_does():
+    a, b, _ = operands(4, 5, 6)
+    c = np.full((4, 6), np.inf, np.float32)
+    for values in ({}, BLOCKED, {"algorithm.blas_minimum_fmas": 0}):
+        out = prepare(values, beta=0.0).run(a, b, c)
+        assert np.isfinite(out).all()
 
 
-def test_bad_shapes_and_configs_are_clear_errors():
-    prepared = GEMM.prepare("FLOAT")
-    with pytest.raises(ValueError, match="do not agree on K"):
-        prepared.run(matrix((2, 3)), matrix((4, 5)))
-    with pytest.raises(ValueError, match="must be 2-D"):
-        prepared.run(matrix((2, 3, 4)), matrix((4, 5)))
-    with pytest.raises(ValueError, match="does not broadcast"):
-        prepared.run(matrix((2, 3)), matrix((3, 5)), matrix((3,)))
-    with pytest.raises(ValueError, match="do not agree on K"):
-        MATMUL.prepare("FLOAT").run(matrix((2, 3)), matrix((4, 5)))
-    with pytest.raises(TuningValidationError) as error:
-        GEMM.configure("FLOAT", {"algorithm.tile_n": 100, "algorithm.tile_k": 0})
-    fields = {p.field for p in error.value.problems}
-    assert fields == {"algorithm.tile_k"}  # field checks first; then consistency
-    with pytest.raises(TuningValidationError, match="multiple of the micro-kernel"):
-        GEMM.configure("FLOAT", {"algorithm.tile_n": 100})
-    assert "conversion.parallel_minimum_elements" in GEMM.schema("FLOAT16").parameters
+@pytest.mark.parametrize("m,k,n", [(0, 4, 5), (4, 0, 5), (4, 5, 0), (0, 0, 0), (1, 0, 1)])
+@pytest.mark.parametrize("values", [{}, BLOCKED, {"algorithm.blas_minimum_fmas": 0}],
+                         ids=["default", "compiled", "blas"])
+def test_empty_dimensions(m, k, n, values):
+    a, b, _ = operands(m, k, n)
+    c = matrix((n,), seed=5)
+    prepared = prepare(values, alpha=2.0, beta=3.0)
+    for out in (prepared.run(a, b, c), prepared.run_serial(a, b, c)):
+        assert out.shape == (m, n) and out.dtype == np.float32
+        np.testing.assert_allclose(out, np.broadcast_to(3 * c, (m, n)))
+    assert prepared.run(a, b).tolist() == np.zeros((m, n)).tolist()
+
+
+@pytest.mark.parametrize("element_type,dtype", [("DOUBLE", np.float64), ("FLOAT16", np.float16)])
+@pytest.mark.parametrize("values", [{}, BLOCKED, PACKED, SKINNY],
+                         ids=["default", "blocked", "packed", "skinny"])
+def test_other_element_types(element_type, dtype, values):
+    m, k, n = 9, 150, 70
+    a, b, c = operands(m, k, n, 1, 0, "row", dtype)
+    prepared = prepare(values, element_type, alpha=0.5, beta=2.0, transA=1)
+    out = prepared.run(a, b, c)
+    expected = reference(a, b, c, 0.5, 2.0, 1, 0)
+    if dtype == np.float16:
+        # Computed in float32 and rounded once: within half an ulp of half, plus the sum's error.
+        assert out.dtype == np.float16
+        np.testing.assert_allclose(out.astype(np.float64), expected,
+                                   rtol=2**-10, atol=1e-4 * np.abs(expected).max())
+    else:
+        assert_close(out, expected, k, dtype)
+    if values:
+        assert out.tobytes() == prepared.run_serial(a, b, c).tobytes()
+
+
+def test_float16_conversions_follow_their_own_threshold():
+    schema = GEMM.schema("FLOAT16")
+    assert "conversion.parallel_minimum_elements" in schema.parameters
     assert "conversion.parallel_minimum_elements" not in GEMM.schema("FLOAT").parameters
+    assert "conversion.parallel_minimum_elements" not in GEMM.schema("DOUBLE").parameters
+    a, b, c = operands(20, 30, 40, bias="full", dtype=np.float16)
+    results = [prepare({**BLOCKED, "conversion.parallel_minimum_elements": minimum}, "FLOAT16",
+                       threads=3).run(a, b, c) for minimum in (1, 10**9)]
+    assert results[0].tobytes() == results[1].tobytes()
+
+
+def test_inputs_are_normalised_and_results_fresh():
+    a, b, c = operands(10, 12, 14, bias="full")
+    prepared = prepare(BLOCKED)
+    expected = prepared.run(a, b, c)
+    strided = np.zeros((10, 24), np.float32)
+    strided[:, ::2] = a
+    fortran = np.asfortranarray(b)
+    swapped = a.astype(a.dtype.newbyteorder())
+    for args in ((strided[:, ::2], b, c), (a, fortran, c), (swapped, b, c),
+                 (a, b.T.copy().T, np.asfortranarray(c))):
+        assert prepared.run(*args).tobytes() == expected.tobytes()
+    out = prepared.run(a, b, c)
+    assert out.flags.owndata and not np.shares_memory(out, c)
+
+
+# -- serial and parallel runs ---------------------------------------------------------------
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("m,k,n", [(1, 3, 5), (8, 16, 64), (9, 17, 65), (33, 48, 200),
+                                   (64, 100, 300)])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_serial_and_parallel_runs_give_identical_bits(path, m, k, n, trans_b):
+    """Below, at and above the tile sizes (8 x 64 x 16), with one to many tasks."""
+    a, b, c = operands(m, k, n, 0, trans_b, "column")
+    outputs = []
+    for threads in (1, 2, 3, 7):
+        prepared = prepare(PATHS[path], threads=threads, alpha=1.5, transB=trans_b)
+        plan = prepared.plan(a, b, c)
+        assert plan.path == ("blocked_packed" if path == "blocked" and trans_b else path)
+        outputs += [prepared.run(a, b, c), prepared.run_serial(a, b, c)]
+    assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
+    assert_close(outputs[0], reference(a, b, c, 1.5, 1.0, 0, trans_b), k)
+
+
+def test_parallel_runs_use_the_task_grid():
+    a, b, _ = operands(64, 16, 256)  # 8 x 4 tasks of 8 x 64
+    assert prepare(BLOCKED, threads=4).plan(a, b).threads == 4
+    assert prepare(BLOCKED, threads=64).plan(a, b).threads == 32  # one thread per task at most
+    assert prepare(SKINNY, threads=64).plan(a, b).threads == 4  # skinny: column strips only
+
+
+# -- thresholds -----------------------------------------------------------------------------
+
+def check_plan(values, shape, path, threads=None, **attributes):
+    m, k, n = shape
+    a, b, c = operands(m, k, n, attributes.get("transA", 0), attributes.get("transB", 0), "row")
+    prepared = prepare(values, threads=2, **attributes)
+    plan = prepared.plan(a, b, c)
+    assert plan.path == path
+    assert plan.elements == m * n
+    if threads is not None:
+        assert plan.threads == threads
+    assert_close(prepared.run(a, b, c), reference(a, b, c, 1.0, 1.0, attributes.get("transA", 0),
+                                                  attributes.get("transB", 0)), k)
+    return plan
+
+
+def test_defaults_take_the_compiled_paths_for_small_products_and_blas_above():
+    defaults = GEMM.configure("FLOAT", {})
+    check_plan({}, (64, 64, 64), "blocked", threads=1)
+    check_plan({}, (1, 64, 64), "skinny", threads=1)
+    big = round(defaults.blas_minimum_fmas ** (1 / 3)) + 1
+    plan = check_plan({}, (big, big, big), "blas")
+    assert plan.threads >= 1
+
+
+def test_blas_minimum_fmas_switches_between_blocked_and_blas():
+    shape = (20, 30, 40)
+    fmas = 20 * 30 * 40
+    check_plan({"algorithm.blas_minimum_fmas": fmas}, shape, "blas")
+    check_plan({"algorithm.blas_minimum_fmas": fmas + 1}, shape, "blocked")
+    check_plan({"algorithm.blas_minimum_fmas": fmas}, shape, "blas", transA=1, transB=1)
+
+
+def test_skinny_m_limit_switches_the_skinny_path():
+    check_plan({"algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
+    check_plan({"algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")
+    check_plan({"algorithm.skinny_m_limit": 8}, (9, 30, 40), "blocked")
+    check_plan({"algorithm.skinny_m_limit": 0}, (1, 30, 40), "blocked")
+
+
+def test_pack_b_minimum_elements_switches_packing():
+    panel = 16 * 64  # min(K, tile_k) x min(N, tile_n) with the small tiles
+    shape = (20, 40, 100)
+    check_plan({**SMALL_TILES, "algorithm.pack_b_minimum_elements": panel}, shape,
+               "blocked_packed")
+    check_plan({**SMALL_TILES, "algorithm.pack_b_minimum_elements": panel + 1}, shape, "blocked")
+    check_plan({**SMALL_TILES, "algorithm.pack_b_minimum_elements": panel + 1}, shape,
+               "blocked_packed", transB=1)
+
+
+def test_parallel_thresholds_switch_threads():
+    shape = (16, 32, 128)  # 2 x 2 tasks of 8 x 64, 65536 FMAs
+    base = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1}
+    check_plan({**base, "parallel.minimum_tasks": 4}, shape, "blocked", threads=2)
+    check_plan({**base, "parallel.minimum_tasks": 5}, shape, "blocked", threads=1)
+    check_plan({**SMALL_TILES, "parallel.fmas_per_work_unit": 32768}, shape, "blocked",
+               threads=2)
+    check_plan({**SMALL_TILES, "parallel.fmas_per_work_unit": 32769}, shape, "blocked",
+               threads=1)
+    prepared = prepare(base, threads=2)
+    a, b, _ = operands(*shape)
+    assert prepared.plan_product(*shape, serial=True).threads == 1
+    assert prepared.run(a, b).tobytes() == prepared.run_serial(a, b).tobytes()
+
+
+def test_plan_reports_the_form():
+    a, b, _ = operands(5, 6, 7, 1, 1)
+    assert prepare(transA=1, transB=1).plan(a, b).form == "TT"
+    assert prepare(transB=1).plan(a.T, b).form == "NT"
+    half = prepare({}, "FLOAT16").plan(a.T.astype(np.float16), b.T.astype(np.float16))
+    assert half.form == "float16 NN" and half.elements == 35
+
+
+# -- MatMul ---------------------------------------------------------------------------------
+
+MATMUL_SHAPES = [((4,), (4,)), ((4,), (4, 3)), ((2, 4), (4,)), ((6, 7), (7, 8)),
+                 ((3, 2, 4), (4, 5)), ((4,), (2, 4, 5)), ((2, 3, 4), (4,)),
+                 ((2, 1, 3, 4), (5, 4, 2)), ((1, 3, 4), (2, 1, 4, 6)), ((2, 9, 70), (2, 70, 33)),
+                 ((0, 3), (3, 4)), ((2, 0, 3), (3, 4)), ((3, 0), (0, 2))]
+
+
+@pytest.mark.parametrize("a_shape,b_shape", MATMUL_SHAPES)
+@pytest.mark.parametrize("values", [{}, BLOCKED, SKINNY, {"algorithm.blas_minimum_fmas": 0}],
+                         ids=["default", "blocked", "skinny", "blas"])
+def test_matmul_matches_numpy(a_shape, b_shape, values):
+    a, b = matrix(a_shape, seed=1), matrix(b_shape, seed=2)
+    prepared = prepare(values, kernel=MATMUL, threads=3)
+    expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    out = prepared.run(a, b)
+    assert out.shape == expected.shape and out.dtype == np.float32
+    assert_close(np.asarray(out), np.asarray(expected), a_shape[-1])
+    plan = prepared.plan(a, b)
+    assert plan.elements == np.asarray(expected).size
+    if plan.path != "blas":  # every compiled path gives the bits of the serial blocked one
+        assert np.asarray(prepared.run_serial(a, b)).tobytes() == np.asarray(out).tobytes()
+
+
+@pytest.mark.parametrize("element_type,dtype", [("DOUBLE", np.float64), ("FLOAT16", np.float16)])
+def test_matmul_other_element_types(element_type, dtype):
+    a, b = matrix((3, 5, 20), dtype, 1), matrix((20, 9), dtype, 2)
+    out = prepare(BLOCKED, element_type, kernel=MATMUL).run(a, b)
+    assert out.dtype == dtype and out.shape == (3, 5, 9)
+    expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(out.astype(np.float64), expected, rtol=2**-10,
+                               atol=1e-3 if dtype == np.float16 else 1e-12)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+def test_bad_shapes_are_clear_errors():
+    prepared = prepare()
+    with pytest.raises(ValueError, match=r"A of shape \(2, 3\) .* B of shape \(4, 5\).*K differs"):
+        prepared.run(matrix((2, 3)), matrix((4, 5)))
+    with pytest.raises(ValueError, match=r"transA=1"):
+        prepare(transA=1).run(matrix((2, 3)), matrix((3, 5)))
+    with pytest.raises(ValueError, match=r"must be 2-D.*\(2, 3, 4\)"):
+        prepared.run(matrix((2, 3, 4)), matrix((4, 5)))
+    with pytest.raises(ValueError, match=r"must be 2-D"):
+        prepared.plan(matrix((3,)), matrix((3, 5)))
+    for c_shape in ((3,), (2, 4), (5, 2, 5), (3, 1)):
+        with pytest.raises(ValueError, match=r"C of shape .* not unidirectionally broadcastable "
+                                             r"to \(M, N\) = \(2, 5\)"):
+            prepared.run(matrix((2, 3)), matrix((3, 5)), matrix(c_shape))
+    with pytest.raises(TypeError, match="expected element type float32, got float64"):
+        prepared.run(matrix((2, 3), np.float64), matrix((3, 5)))
+    with pytest.raises(ValueError, match=r"MatMul: A of shape \(2, 3\) and B of shape \(4, 5\)"):
+        prepare(kernel=MATMUL).run(matrix((2, 3)), matrix((4, 5)))
+    with pytest.raises(ValueError, match=r"batch dimensions"):
+        prepare(kernel=MATMUL).run(matrix((2, 3, 4)), matrix((3, 4, 5)))
+    with pytest.raises(ValueError, match=r"at least 1 dimension"):
+        prepare(kernel=MATMUL).run(matrix(()), matrix((3,)))
+
+
+def test_bad_attributes_are_clear_errors():
+    with pytest.raises(TypeError, match="unknown attributes"):
+        GEMM.prepare("FLOAT", gamma=1.0)
+    with pytest.raises(ValueError, match="transA must be 0 or 1"):
+        GEMM.prepare("FLOAT", transA=2)
+    with pytest.raises(TypeError, match="alpha must be a number"):
+        GEMM.prepare("FLOAT", alpha="1")
+    with pytest.raises(TypeError, match="MatMul takes no attributes"):
+        MATMUL.prepare("FLOAT", alpha=1.0)
+
+
+@pytest.mark.parametrize("values,fields", [
+    ({"algorithm.tile_m": 0}, {"algorithm.tile_m"}),
+    ({"algorithm.tile_n": -64}, {"algorithm.tile_n"}),
+    ({"algorithm.tile_k": 0, "parallel.minimum_tasks": 0},
+     {"algorithm.tile_k", "parallel.minimum_tasks"}),
+    ({"algorithm.tile_m": 10}, {"algorithm.tile_m"}),
+    ({"algorithm.tile_n": 100, "algorithm.tile_k": 30}, {"algorithm.tile_n", "algorithm.tile_k"}),
+    ({"algorithm.skinny_m_limit": 65}, {"algorithm.skinny_m_limit"}),
+    ({"algorithm.tile_m": 4, "algorithm.skinny_m_limit": 8}, {"algorithm.skinny_m_limit"}),
+    ({"parallel.fmas_per_work_unit": 0}, {"parallel.fmas_per_work_unit"}),
+    ({"algorithm.blas_minimum_fmas": 1.5}, {"algorithm.blas_minimum_fmas"}),
+    ({"algorithm.tile_m": True}, {"algorithm.tile_m"}),
+    ({"conversion.parallel_minimum_elements": 1}, {"conversion.parallel_minimum_elements"}),
+])
+def test_invalid_configs_raise_tuning_validation_errors(values, fields):
+    with pytest.raises(TuningValidationError) as error:
+        Gemm(selected_variant()).configure("FLOAT", values)
+    assert {problem.field for problem in error.value.problems} == fields
+
+
+def test_consistent_configs_are_accepted():
+    for element_type in ("FLOAT", "DOUBLE", "FLOAT16"):
+        config = GEMM.configure(element_type, {"algorithm.tile_m": 4 * MR, "algorithm.tile_n": NR,
+                                               "algorithm.tile_k": KU})
+        assert (config.tile_m, config.tile_n, config.tile_k) == (4 * MR, NR, KU)
+    assert GEMM.configure("FLOAT16", {"conversion.parallel_minimum_elements": 1})
+
+
+def test_element_types_and_keys():
+    assert GEMM.element_types == MATMUL.element_types == (1, 11, 10)
+    assert GEMM.tuning_key("FLOAT").kernel == "Gemm"
+    assert MATMUL.tuning_key(np.float16).kernel == "MatMul"
+    assert GEMM.config_type(11) is MATMUL.config_type(1)
+
+
+@pytest.mark.parametrize("m,k,n", list(itertools.product((1, 5), (1, 7), (1, 66))))
+def test_tiny_products(m, k, n):
+    a, b, c = operands(m, k, n, bias="scalar")
+    for values in ({}, BLOCKED, PACKED, SKINNY):
+        assert_close(prepare(values).run(a, b, c), reference(a, b, c), k)

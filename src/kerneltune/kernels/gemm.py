@@ -1,249 +1,502 @@
-"""Gemm and MatMul: typed configs, path choice and prepared runs.
+"""Gemm and MatMul: typed configs, the path of each product, and prepared runs.
 
-Three algorithms compute ``alpha * op(A) @ op(B) + beta * C``: the blocked
-pythran kernel (tiles, optional packing of B), its skinny variant for a few
-rows (B streamed once), and numpy's BLAS above a calibrated FMA count. The
-algorithm decision and the parallel decision (how many threads the task grid
-is worth) are separate parameters. The portable serial path is the blocked
-kernel on one thread; blocked, packed, skinny, serial and parallel runs give
-identical bits, the BLAS path does not (it sums in another order).
+Three algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
+
+- ``blocked``: the compiled blocked kernel, B read in place; ``blocked_packed``: the same
+  with B first copied into contiguous ``tile_k x tile_n`` panels, chosen when one panel
+  holds at least ``algorithm.pack_b_minimum_elements`` elements, and always with transB;
+- ``skinny``: the compiled kernel for at most ``algorithm.skinny_m_limit`` rows, which
+  streams B once;
+- ``blas``: ``numpy.matmul`` (the BLAS numpy is linked with) from
+  ``algorithm.blas_minimum_fmas`` multiply-adds (``M * N * K``) on.
+
+Those are the algorithm decisions. The parallel decision is separate: the compiled paths
+cut the output into tasks (``tile_m x tile_n`` tiles; column strips of ``tile_n`` for
+skinny) and run ``min(threads, tasks, M * N * K // parallel.fmas_per_work_unit)`` threads
+when there are at least ``parallel.minimum_tasks`` tasks, else one. The BLAS path runs on
+the BLAS library's own threads (numpy's thread pool is not ours to resize on every call).
+
+Every compiled path computes each output element as one sum in ascending k order, so
+blocked, packed, skinny, serial and parallel runs give identical bits; ``run_serial`` (the
+calibration reference) is the blocked path on one thread. The BLAS path sums in another
+order. FLOAT16 is widened to float32, computed and narrowed back, the conversions running
+on every thread from ``conversion.parallel_minimum_elements`` elements on.
+
+MatMul follows ``numpy.matmul``: 1-D operands are promoted (and the added dimension
+removed), batch dimensions broadcast. All products of a batch have one shape, hence one
+path: BLAS products go to one ``numpy.matmul`` over the whole batch; compiled products run
+one after the other, each parallel over its own task grid (a batch of products too small
+for threads runs serially).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..schema import element_type_number, tunable
 from . import half
-from .base import NUMPY_DTYPES, Kernel, Plan, PreparedKernel, operand, parallel_threads
-from .elementwise import HalfConversionConfig
+from .base import NUMPY_DTYPES, Kernel, Plan, PreparedKernel, operand
+from .gemm_pythran import KU, MR, NR
 from .variants import load_module
 
+FLOAT = element_type_number("FLOAT")
+DOUBLE = element_type_number("DOUBLE")
 FLOAT16 = element_type_number("FLOAT16")
-#: the micro-kernel's block (see gemm_pythran): tile_m, tile_n and tile_k must be multiples
-MICRO_ROWS, MICRO_COLUMNS, MICRO_DEPTH = 4, 64, 4
-_NO_BIAS = {np.dtype(np.float32): np.zeros((0, 0), np.float32),
-            np.dtype(np.float64): np.zeros((0, 0), np.float64)}
+_FLOAT16_DTYPE = np.dtype(np.float16)
+_FLOAT32_DTYPE = np.dtype(np.float32)
+
+#: paths of :attr:`Plan.path`
+BLAS, SKINNY, BLOCKED, BLOCKED_PACKED = "blas", "skinny", "blocked", "blocked_packed"
 
 
 @dataclass(frozen=True)
 class GemmConfig:
-    """Algorithm choices (tiles, packing, skinny, BLAS) apart from the parallel task grid."""
+    """Tiles and algorithm thresholds, then the parallel task grid (FLOAT and DOUBLE)."""
 
-    tile_m: int = tunable("algorithm.tile_m", 64, minimum=MICRO_ROWS,
-                          doc="rows of A per task, a multiple of 4")
-    tile_n: int = tunable("algorithm.tile_n", 256, minimum=MICRO_COLUMNS,
-                          doc="columns of B per task, a multiple of 64")
-    tile_k: int = tunable("algorithm.tile_k", 256, minimum=MICRO_DEPTH,
-                          doc="depth of one step over K, a multiple of 4")
+    tile_m: int = tunable("algorithm.tile_m", 64, minimum=1,
+                          doc=f"rows of a task of the blocked path, a multiple of {MR}")
+    tile_n: int = tunable("algorithm.tile_n", 256, minimum=1,
+                          doc=f"columns of a task (blocked and skinny), a multiple of {NR}")
+    tile_k: int = tunable("algorithm.tile_k", 256, minimum=1,
+                          doc=f"depth of one step over K of the blocked path, a multiple of "
+                              f"{KU}")
     pack_b_minimum_elements: int = tunable(
         "algorithm.pack_b_minimum_elements", 16384, minimum=0,
-        doc="K x N from which B is copied into contiguous panels first")
-    skinny_m_limit: int = tunable("algorithm.skinny_m_limit", 8, minimum=0,
-                                  doc="up to this many rows, the skinny path streams B once")
-    blas_minimum_fmas: int = tunable("algorithm.blas_minimum_fmas", 32768, minimum=0,
-                                     doc="M x N x K from which numpy's BLAS computes")
-    fmas_per_work_unit: int = tunable("parallel.fmas_per_work_unit", 65536, minimum=1,
-                                      doc="multiply-adds worth one thread")
-    minimum_tasks: int = tunable("parallel.minimum_tasks", 2, minimum=1,
-                                 doc="tiles of output below which the product runs serially")
+        doc="elements of one min(K, tile_k) x min(N, tile_n) panel of B from which B is "
+            "copied into contiguous panels first (transB always packs)")
+    skinny_m_limit: int = tunable(
+        "algorithm.skinny_m_limit", 8, minimum=0,
+        doc="products of at most this many rows take the skinny path (0: never)")
+    blas_minimum_fmas: int = tunable(
+        "algorithm.blas_minimum_fmas", 2_097_152, minimum=0,
+        doc="M * N * K from which numpy.matmul (BLAS) computes the product; 128**3 by default, "
+            "where the compiled x86_64_v4 kernel and OpenBLAS on two cores break even")
+    fmas_per_work_unit: int = tunable(
+        "parallel.fmas_per_work_unit", 524_288, minimum=1,
+        doc="multiply-adds (M * N * K) each thread must have at least: a product runs on at "
+            "most M * N * K // this many threads (about 8 us of work per thread by default, "
+            "an OpenMP fork and join costing a few us)")
+    minimum_tasks: int = tunable(
+        "parallel.minimum_tasks", 2, minimum=1,
+        doc="tasks (output tiles) below which a compiled product runs serially")
 
     def consistency(self):
-        for name, value, unit in (("algorithm.tile_m", self.tile_m, MICRO_ROWS),
-                                  ("algorithm.tile_n", self.tile_n, MICRO_COLUMNS),
-                                  ("algorithm.tile_k", self.tile_k, MICRO_DEPTH)):
+        for name, value, unit in (("algorithm.tile_m", self.tile_m, MR),
+                                  ("algorithm.tile_n", self.tile_n, NR),
+                                  ("algorithm.tile_k", self.tile_k, KU)):
             if value % unit:
-                yield (name, f"{value} is not a multiple of the micro-kernel's {unit}")
+                yield (name, f"{value} is not a multiple of {unit}, the micro-kernel's "
+                             f"{'rows' if unit == MR else 'columns' if unit == NR else 'depth'}")
+        if self.skinny_m_limit > self.tile_m:
+            yield ("algorithm.skinny_m_limit",
+                   f"{self.skinny_m_limit} exceeds algorithm.tile_m {self.tile_m}: a product "
+                   f"of more rows than one task holds is not skinny")
 
 
 @dataclass(frozen=True)
-class HalfGemmConfig(GemmConfig, HalfConversionConfig):
-    pass
+class HalfGemmConfig(GemmConfig):
+    """FLOAT16: computed in float32; the widening and narrowing have their own threshold."""
+
+    conversion_minimum_elements: int = tunable(
+        "conversion.parallel_minimum_elements", 1_048_576, minimum=1,
+        doc="elements of an operand or result from which its conversion runs on every thread")
 
 
 class Gemm(Kernel):
-    """ONNX Gemm: ``alpha * op(A) @ op(B) + beta * C`` with C broadcast to (M, N)."""
+    """ONNX Gemm: ``alpha * op(A) @ op(B) + beta * C``, C unidirectionally broadcast to (M, N).
+
+    Attributes as in ONNX: ``alpha`` and ``beta`` (1.0), ``transA`` and ``transB`` (0).
+    """
 
     name = "Gemm"
-
-    @property
-    def element_types(self) -> tuple[int, ...]:
-        return tuple(element_type_number(t) for t in ("FLOAT", "DOUBLE", "FLOAT16"))
+    element_types = (FLOAT, DOUBLE, FLOAT16)
 
     def config_type(self, element_type: int) -> type:
         return HalfGemmConfig if element_type == FLOAT16 else GemmConfig
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
-        known = {"alpha", "beta", "transA", "transB"}
-        if set(attributes) - known:
-            raise TypeError(f"Gemm attributes are {sorted(known)}, got "
-                            f"{sorted(set(attributes) - known)}")
-        return PreparedGemm(self.tuning_key(element_type), config, threads, element_type,
-                            load_module("gemm", self.implementation),
-                            float(attributes.get("alpha", 1.0)),
-                            float(attributes.get("beta", 1.0)),
-                            bool(attributes.get("transA", 0)), bool(attributes.get("transB", 0)))
+        unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB"})
+        if unknown:
+            raise TypeError(f"{self.name}: unknown attributes {unknown}; expected alpha, beta, "
+                            f"transA, transB")
+        alpha, beta = (_number(attributes.get(name, 1.0), name) for name in ("alpha", "beta"))
+        trans_a, trans_b = (_flag(attributes.get(name, 0), name) for name in ("transA", "transB"))
+        return self._bind(element_type, config, threads, alpha, beta, trans_a, trans_b)
+
+    def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b):
+        key = self.tuning_key(element_type)
+        compute = FLOAT if element_type == FLOAT16 else element_type
+        module = load_module("gemm", self.implementation)
+        prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
+                                beta, trans_a, trans_b)
+        if element_type == FLOAT16:
+            return PreparedHalfGemm(prepared, config.conversion_minimum_elements)
+        return prepared
 
 
 class MatMul(Gemm):
-    """ONNX MatMul: numpy's matmul (1-D promotion, broadcast batches) on the Gemm machinery."""
+    """ONNX MatMul: ``numpy.matmul`` semantics on the Gemm machinery and config."""
 
     name = "MatMul"
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
         if attributes:
             raise TypeError(f"MatMul takes no attributes, got {sorted(attributes)}")
-        return PreparedMatMul(super()._prepare(element_type, config, threads, {"beta": 0.0}))
+        gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False)
+        if element_type == FLOAT16:
+            return PreparedHalfGemm(PreparedMatMul(gemm.inner), gemm.conversion_minimum)
+        return PreparedMatMul(gemm)
+
+
+def _number(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise TypeError(f"Gemm: attribute {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _flag(value, name: str) -> bool:
+    if value not in (0, 1):  # True and False compare equal to 1 and 0
+        raise ValueError(f"Gemm: attribute {name} must be 0 or 1, got {value!r}")
+    return bool(value)
 
 
 class PreparedGemm(PreparedKernel):
-    def __init__(self, key, config, threads, element_type, module, alpha, beta, trans_a,
-                 trans_b):
-        self.key, self.config, self.threads = key, config, threads
-        self._half = element_type == FLOAT16
-        self._dtype = NUMPY_DTYPES[element_type]
-        self._compute = np.dtype(np.float32) if self._half else self._dtype
-        self._module = module
-        self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
-        c = config
-        self._tiles = (c.tile_m, c.tile_n, c.tile_k)
-        self._pack_from, self._skinny_up_to = c.pack_b_minimum_elements, c.skinny_m_limit
-        self._blas_from, self._unit, self._min_tasks = (c.blas_minimum_fmas,
-                                                        c.fmas_per_work_unit, c.minimum_tasks)
-        self._conversion_grain = getattr(c, "conversion_minimum_elements", 0)
+    """One element type, config, thread budget and set of attributes, as plain attributes."""
 
-    def _shapes(self, a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
-        if a.ndim != 2 or b.ndim != 2:
-            raise ValueError(f"Gemm: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
-        m, k = a.shape[::-1] if self.trans_a else a.shape
-        kb, n = b.shape[::-1] if self.trans_b else b.shape
+    def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b):
+        self.key, self.config, self.threads = key, config, threads
+        self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
+        self.dtype = dtype
+        self._blocked, self._skinny = module.blocked, module.skinny
+        self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
+        self._scale = alpha != 1.0
+        self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
+        self._no_bias = np.zeros((0, 0), dtype)
+        self._tile_m, self._tile_n, self._tile_k = config.tile_m, config.tile_n, config.tile_k
+        self._pack_minimum = config.pack_b_minimum_elements
+        self._skinny_limit = config.skinny_m_limit
+        self._blas_minimum = config.blas_minimum_fmas
+        self._fmas_per_unit = config.fmas_per_work_unit
+        self._minimum_tasks = config.minimum_tasks
+        self._form = ("T" if trans_a else "N") + ("T" if trans_b else "N")
+        self._run = self.run = _fast_run(self)
+
+    # -- shapes -------------------------------------------------------------------------------
+
+    def _dimensions(self, a_shape: tuple, b_shape: tuple) -> tuple[int, int, int]:
+        """(M, K, N) of op(A) @ op(B), or a ValueError naming both operands and shapes."""
+        if len(a_shape) != 2 or len(b_shape) != 2:
+            raise ValueError(f"Gemm: A and B must be 2-D, got A of shape {a_shape} and B of "
+                             f"shape {b_shape}")
+        m, k = (a_shape[1], a_shape[0]) if self.trans_a else a_shape
+        kb, n = (b_shape[1], b_shape[0]) if self.trans_b else b_shape
         if k != kb:
-            raise ValueError(f"Gemm: op(A) {(m, k)} and op(B) {(kb, n)} do not agree on K")
+            raise ValueError(
+                f"Gemm: A of shape {a_shape} (transA={int(self.trans_a)}) is {m} x {k} but B of "
+                f"shape {b_shape} (transB={int(self.trans_b)}) is {kb} x {n}: K differs")
         return m, k, n
 
-    def plan(self, a, b, c=None) -> Plan:
-        return self.plan_product(*self._shapes(np.asarray(a), np.asarray(b)))
+    def _matrices(self, a, b) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+        dtype = self.dtype
+        if type(a) is not np.ndarray or a.dtype is not dtype or not a.flags.c_contiguous:
+            a = operand(a, dtype, "A")
+        if type(b) is not np.ndarray or b.dtype is not dtype or not b.flags.c_contiguous:
+            b = operand(b, dtype, "B")
+        return (a, b, *self._dimensions(a.shape, b.shape))
 
-    def plan_product(self, m: int, k: int, n: int) -> Plan:
-        """The path and threads of one (M, K) x (K, N) product."""
-        path, threads = self._choose(m, k, n, serial=False)
-        return Plan(path, threads, m * n, "gemm")
+    @staticmethod
+    def _check_bias(shape: tuple, m: int, n: int) -> None:
+        if len(shape) > 2 or any(d not in (1, t) for d, t in zip(shape[::-1], (n, m),
+                                                                 strict=False)):
+            raise ValueError(f"Gemm: C of shape {shape} is not unidirectionally broadcastable "
+                             f"to (M, N) = {(m, n)}")
 
-    def _choose(self, m: int, k: int, n: int, serial: bool) -> tuple[str, int]:
+    def _bias(self, c, m: int, n: int) -> np.ndarray:
+        """C as a 2-D (1 or M, 1 or N) array; the empty bias without C or with beta 0."""
+        if c is None:
+            return self._no_bias
+        c = operand(c, self.dtype, "C")
+        self._check_bias(c.shape, m, n)
+        if not self._use_bias:
+            return self._no_bias
+        return c.reshape((1,) * (2 - c.ndim) + c.shape) if c.ndim < 2 else c
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def _grid_threads(self, tasks: int, fmas: int) -> int:
+        if tasks < self._minimum_tasks:
+            return 1
+        threads = min(self.threads, tasks, fmas // self._fmas_per_unit)
+        return threads if threads > 1 else 1
+
+    def _decide(self, m: int, k: int, n: int) -> tuple[str, int]:
+        """The path and thread count ``run`` takes for one (M, K) x (K, N) product.
+
+        The BLAS path's threads are the BLAS library's business: 0 here.
+        """
         fmas = m * n * k
-        if not serial and fmas >= self._blas_from:
-            return "blas", self.threads
-        tile_m, tile_n, _ = self._tiles
-        skinny = m <= self._skinny_up_to
-        tasks = math.ceil(n / tile_n) * (1 if skinny else math.ceil(m / tile_m))
-        threads = 1
-        if not serial and tasks >= self._min_tasks:
-            threads = min(tasks, parallel_threads(fmas, self._unit, self.threads, self.threads))
-        if skinny:
-            return "skinny", threads
-        return ("blocked_packed" if k * n >= self._pack_from else "blocked"), threads
+        if fmas >= self._blas_minimum:
+            return BLAS, 0
+        if m <= self._skinny_limit:
+            return SKINNY, self._grid_threads(-(-n // self._tile_n), fmas)
+        tasks = -(-m // self._tile_m) * -(-n // self._tile_n)
+        return self._blocked_path(k, n), self._grid_threads(tasks, fmas)
+
+    def _blocked_path(self, k: int, n: int) -> str:
+        if self.trans_b or min(k, self._tile_k) * min(n, self._tile_n) >= self._pack_minimum:
+            return BLOCKED_PACKED
+        return BLOCKED
+
+    def plan(self, a, b, c=None) -> Plan:
+        m, k, n = self._dimensions(np.shape(a), np.shape(b))
+        if c is not None:
+            self._check_bias(np.shape(c), m, n)
+        return self.plan_product(m, k, n)
+
+    def plan_product(self, m: int, k: int, n: int, serial: bool = False) -> Plan:
+        """The plan of one product of these dimensions (``serial``: of ``run_serial``).
+
+        On the BLAS path, ``threads`` is the BLAS library's own thread count.
+        """
+        if serial:
+            path, threads = self._blocked_path(k, n), 1
+        else:
+            path, threads = self._decide(m, k, n)
+            if path == BLAS:
+                threads = _blas_threads()
+        return Plan(path, threads, m * n, self._form)
+
+    # -- runs ---------------------------------------------------------------------------------
 
     def run(self, a, b, c=None) -> np.ndarray:
-        return self._call(a, b, c, serial=False)
+        """``alpha * op(A) @ op(B) + beta * C`` in a fresh array, on the path of :meth:`plan`.
+
+        Every instance replaces this method by the equivalent closure :func:`_fast_run`
+        builds over its thresholds: small products cost mostly the Python around the
+        compiled call, and closure cells are the cheapest lookups CPython has.
+        """
+        return self._run(a, b, c)
 
     def run_serial(self, a, b, c=None) -> np.ndarray:
-        return self._call(a, b, c, serial=True)
-
-    def _call(self, a, b, c, serial: bool) -> np.ndarray:
-        a, b = operand(a, self._dtype, "A"), operand(b, self._dtype, "B")
-        m, k, n = self._shapes(a, b)
-        if c is not None:
-            c = operand(c, self._dtype, "C")
-            if not _broadcasts_to(c.shape, (m, n)):
-                raise ValueError(f"Gemm: C of shape {c.shape} does not broadcast to {(m, n)}")
-        if self._half:
-            conversion = (lambda x: 1) if serial else (lambda x: parallel_threads(
-                x.size, self._conversion_grain, self.threads, self.threads))
-            a, b = half.to_float32(a, conversion(a)), half.to_float32(b, conversion(b))
-            c = None if c is None else half.to_float32(c, conversion(c))
-            out = self._compute_product(a, b, c, m, k, n, serial)
-            return half.to_float16(out, conversion(out))
-        return self._compute_product(a, b, c, m, k, n, serial)
-
-    def _compute_product(self, a, b, c, m, k, n, serial) -> np.ndarray:
-        dtype = self._compute
-        if m == 0 or n == 0 or k == 0:
-            out = np.zeros((m, n), dtype)
-            if c is not None and self.beta != 0:
-                out += dtype.type(self.beta) * c
-            return out
-        path, threads = self._choose(m, k, n, serial)
-        if path == "blas":
-            out = np.matmul(a.T if self.trans_a else a, b.T if self.trans_b else b)
-            if self.alpha != 1.0:
-                out *= dtype.type(self.alpha)
-            if c is not None and self.beta != 0:
-                out += dtype.type(self.beta) * c
-            return out
-        bias = _NO_BIAS[dtype] if c is None or self.beta == 0 else c.reshape(
-            (1,) * (2 - c.ndim) + c.shape)
-        out = np.empty((m, n), dtype)
-        alpha, beta = dtype.type(self.alpha), dtype.type(self.beta)
-        if path == "skinny":
-            self._module.skinny(a, b, bias, out, alpha, beta, self.trans_a, self.trans_b,
-                                self._tiles[1], threads)
+        a, b, m, k, n = self._matrices(a, b)
+        bias = self._bias(c, m, n)
+        out = np.empty((m, n), self.dtype)
+        if m * n * k:
+            self._run_blocked(a, b, bias, out, m, k, n, 1)
         else:
-            self._module.blocked(a, b, bias, out, alpha, beta, self.trans_a, self.trans_b,
-                                 *self._tiles, path == "blocked_packed", threads)
+            self._no_products(out, bias)
+        return out
+
+    def _run_blocked(self, a, b, bias, out, m, k, n, threads) -> None:
+        pack = self._blocked_path(k, n) == BLOCKED_PACKED
+        self._blocked(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
+                      self._tile_m, self._tile_n, self._tile_k, pack, threads)
+
+    def _run_compiled(self, a, b, out, path: str, threads: int) -> None:
+        """One product without bias into ``out`` (C-contiguous), on a compiled path."""
+        if path == SKINNY:
+            self._skinny(a, b, self._no_bias, out, self._alpha, self._beta, self.trans_a,
+                         self.trans_b, self._tile_n, threads)
+        else:
+            self._blocked(a, b, self._no_bias, out, self._alpha, self._beta, self.trans_a,
+                          self.trans_b, self._tile_m, self._tile_n, self._tile_k,
+                          path == BLOCKED_PACKED, threads)
+
+    def _no_products(self, out: np.ndarray, bias: np.ndarray) -> None:
+        """M, N or K is 0: the sums are empty, so the result is beta * C alone."""
+        out[...] = 0
+        if bias.size and out.size:
+            out += self._beta * bias
+
+    def _blas(self, a, b, bias) -> np.ndarray:
+        out = np.matmul(a.T if self.trans_a else a, b.T if self.trans_b else b)
+        if self._scale:
+            out *= self._alpha
+        if bias.size:
+            out += self._beta * bias
         return out
 
 
-def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, int]) -> bool:
-    """Unidirectional broadcasting, as ONNX Gemm allows for C."""
-    if len(shape) > len(target):
-        return False
-    return all(d in (1, t) for d, t in zip(reversed(shape), reversed(target), strict=False))
+def _fast_run(p: PreparedGemm):
+    """:meth:`PreparedGemm.run` as a closure: every threshold in a cell, checks inlined."""
+    dtype, ndarray, empty = p.dtype, np.ndarray, np.empty
+    trans_a, trans_b, alpha, beta = p.trans_a, p.trans_b, p._alpha, p._beta
+    skinny, blocked, no_bias = p._skinny, p._blocked, p._no_bias
+    tile_m, tile_n, tile_k = p._tile_m, p._tile_n, p._tile_k
+    skinny_limit, blas_minimum, minimum_tasks = p._skinny_limit, p._blas_minimum, p._minimum_tasks
+    pack_minimum, grid_threads = p._pack_minimum, p._grid_threads
+
+    def run(a, b, c=None):
+        if type(a) is not ndarray or a.dtype is not dtype:
+            a = operand(a, dtype, "A")
+        if type(b) is not ndarray or b.dtype is not dtype:
+            b = operand(b, dtype, "B")
+        a_shape, b_shape = a.shape, b.shape
+        if len(a_shape) != 2 or len(b_shape) != 2:
+            p._dimensions(a_shape, b_shape)  # raises
+        m, k = a_shape[::-1] if trans_a else a_shape
+        kb, n = b_shape[::-1] if trans_b else b_shape
+        if k != kb:
+            p._dimensions(a_shape, b_shape)  # raises
+        bias = no_bias if c is None else p._bias(c, m, n)
+        fmas = m * n * k
+        if fmas >= blas_minimum:
+            return p._blas(a, b, bias)
+        out = empty((m, n), dtype)
+        if not fmas:
+            p._no_products(out, bias)
+            return out
+        try:
+            if m <= skinny_limit:
+                tasks = -(-n // tile_n)
+                skinny(a, b, bias, out, alpha, beta, trans_a, trans_b, tile_n,
+                       1 if tasks < minimum_tasks else grid_threads(tasks, fmas))
+            else:
+                tasks = -(-m // tile_m) * -(-n // tile_n)
+                blocked(a, b, bias, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
+                        trans_b or min(k, tile_k) * min(n, tile_n) >= pack_minimum,
+                        1 if tasks < minimum_tasks else grid_threads(tasks, fmas))
+        except TypeError:
+            # The compiled kernels take C-contiguous arrays only: checking that on every call
+            # costs more than this retry on the rare other layout.
+            if a.flags.c_contiguous and b.flags.c_contiguous:
+                raise
+            return run(np.ascontiguousarray(a), np.ascontiguousarray(b), c)
+        return out
+
+    return run
 
 
 class PreparedMatMul(PreparedKernel):
-    """numpy.matmul semantics over a prepared Gemm with alpha 1 and no bias."""
+    """``numpy.matmul`` over a prepared Gemm with alpha 1 and no bias."""
 
     def __init__(self, gemm: PreparedGemm):
-        self._gemm = gemm
+        self.gemm = gemm
         self.key, self.config, self.threads = gemm.key, gemm.config, gemm.threads
+        self.dtype = gemm.dtype
+
+    def _layout(self, a_shape: tuple, b_shape: tuple):
+        """The batch shape and (M, K, N) of numpy.matmul on operands of these shapes."""
+        if not a_shape or not b_shape:
+            raise ValueError(f"MatMul: operands must have at least 1 dimension, got A of shape "
+                             f"{a_shape} and B of shape {b_shape}")
+        m, k = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
+        kb, n = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
+        if k != kb:
+            raise ValueError(f"MatMul: A of shape {a_shape} and B of shape {b_shape}: the last "
+                             f"dimension of A ({k}) differs from the "
+                             f"{'only' if len(b_shape) == 1 else 'second-to-last'} one of B "
+                             f"({kb})")
+        try:
+            batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+        except ValueError:
+            raise ValueError(f"MatMul: the batch dimensions of A {a_shape[:-2]} and B "
+                             f"{b_shape[:-2]} do not broadcast") from None
+        return batch, m, k, n
 
     def plan(self, a, b) -> Plan:
-        """The plan of each product of the batch (they all have one shape)."""
-        a_shape, b_shape = np.shape(a), np.shape(b)
-        m = a_shape[-2] if len(a_shape) > 1 else 1
-        n = b_shape[-1] if len(b_shape) > 1 else 1
-        return self._gemm.plan_product(m, a_shape[-1], n)
+        batch, m, k, n = self._layout(np.shape(a), np.shape(b))
+        step = self.gemm.plan_product(m, k, n)
+        count = int(np.prod(batch, dtype=np.int64))
+        return Plan(step.path, step.threads, count * m * n, f"batch {count}" if batch else "NN")
 
     def run(self, a, b) -> np.ndarray:
-        return self._call(a, b, self._gemm.run)
+        return self._call(a, b, serial=False)
 
     def run_serial(self, a, b) -> np.ndarray:
-        return self._call(a, b, self._gemm.run_serial)
+        return self._call(a, b, serial=True)
 
-    def _call(self, a, b, product) -> np.ndarray:
-        a = operand(a, self._gemm._dtype, "A")
-        b = operand(b, self._gemm._dtype, "B")
-        if a.ndim == 0 or b.ndim == 0:
-            raise ValueError("MatMul: operands must have at least one dimension")
-        a2 = a[None, :] if a.ndim == 1 else a
-        b2 = b[:, None] if b.ndim == 1 else b
-        if a2.shape[-1] != b2.shape[-2]:
-            raise ValueError(f"MatMul: shapes {a.shape} and {b.shape} do not agree on K")
-        if a2.ndim == 2 and b2.ndim == 2:
-            out = product(a2, b2)
+    def _call(self, a, b, serial: bool) -> np.ndarray:
+        a = operand(a, self.dtype, "A")
+        b = operand(b, self.dtype, "B")
+        batch, m, k, n = self._layout(a.shape, b.shape)
+        gemm = self.gemm
+        if serial:
+            path, threads = gemm._blocked_path(k, n), 1
         else:
-            batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-            a3 = np.broadcast_to(a2, batch + a2.shape[-2:]).reshape(-1, *a2.shape[-2:])
-            b3 = np.broadcast_to(b2, batch + b2.shape[-2:]).reshape(-1, *b2.shape[-2:])
-            out = np.empty((a3.shape[0], a2.shape[-2], b2.shape[-1]), self._gemm._dtype)
-            for index in range(a3.shape[0]):
-                out[index] = product(a3[index], b3[index])
-            out = out.reshape(batch + out.shape[-2:])
+            path, threads = gemm._decide(m, k, n)
+        if path == BLAS:
+            return np.matmul(a, b)
+        a2 = a.reshape(1, k) if a.ndim == 1 else a
+        b2 = b.reshape(k, 1) if b.ndim == 1 else b
+        out = np.empty(batch + (m, n), self.dtype)
+        if out.size:
+            if not k:
+                out[...] = 0
+            elif not batch:
+                gemm._run_compiled(a2, b2, out, path, threads)
+            else:
+                for index in np.ndindex(batch):
+                    gemm._run_compiled(a2[_batch_index(index, a2.shape)],
+                                       b2[_batch_index(index, b2.shape)], out[index], path,
+                                       threads)
         if a.ndim == 1:
             out = out[..., 0, :]
         if b.ndim == 1:
             out = out[..., 0]
         return out
+
+
+def _batch_index(index: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The matrix of an operand of ``shape`` at ``index`` of the broadcast batch.
+
+    The operand's batch dimensions are the last ones of ``index``; where it has size 1 it
+    broadcasts, so index 0 serves every position.
+    """
+    batch = shape[:-2]
+    tail = index[len(index) - len(batch):]
+    return tuple(i if d != 1 else 0 for i, d in zip(tail, batch, strict=True))
+
+
+class PreparedHalfGemm(PreparedKernel):
+    """FLOAT16 through a float32 Gemm or MatMul: widen the inputs, compute, narrow the result.
+
+    The result is the float32 result rounded once to half (numpy's float16 matmul is not:
+    it accumulates in float16 pairwise), so it is at least as accurate.
+    """
+
+    def __init__(self, inner: PreparedGemm | PreparedMatMul, conversion_minimum: int):
+        self.inner = inner
+        self.key, self.config, self.threads = inner.key, inner.config, inner.threads
+        self.conversion_minimum = conversion_minimum
+
+    def _widen(self, value, name: str, serial: bool) -> np.ndarray:
+        x = operand(value, _FLOAT16_DTYPE, name)
+        threads = self.threads if not serial and x.size >= self.conversion_minimum else 1
+        return half.to_float32(x, threads)
+
+    def _narrow(self, result: np.ndarray, serial: bool) -> np.ndarray:
+        threads = self.threads if not serial and result.size >= self.conversion_minimum else 1
+        return half.to_float16(np.ascontiguousarray(result), threads)
+
+    def _inputs(self, inputs, serial: bool) -> list:
+        return [None if value is None else self._widen(value, name, serial)
+                for value, name in zip(inputs, "ABC", strict=False)]
+
+    def plan(self, *inputs) -> Plan:
+        step = self.inner.plan(*inputs)
+        return Plan(step.path, step.threads, step.elements, f"float16 {step.form}")
+
+    def run(self, *inputs) -> np.ndarray:
+        return self._narrow(self.inner.run(*self._inputs(inputs, False)), False)
+
+    def run_serial(self, *inputs) -> np.ndarray:
+        return self._narrow(self.inner.run_serial(*self._inputs(inputs, True)), True)
+
+
+@functools.cache
+def _blas_controller():
+    """threadpoolctl's view of the BLAS numpy uses (found once: it inspects every library)."""
+    from threadpoolctl import ThreadpoolController
+
+    controllers = ThreadpoolController().select(user_api="blas").lib_controllers
+    return controllers[0] if controllers else None
+
+
+def _blas_threads() -> int:
+    """Threads numpy's BLAS runs a product on (its own setting, read for plans only)."""
+    controller = _blas_controller()
+    return max(1, controller.num_threads if controller is not None else 1)

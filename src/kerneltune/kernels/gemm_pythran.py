@@ -22,25 +22,33 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   copied into contiguous panels (``pack``, by all threads, once per call) so that a panel is
   one stream instead of ``tile_k`` rows strided by N; ``trans_b`` always packs, since the
   micro-kernel needs rows of op(B).
-- ``skinny``: for few rows. Tasks are column strips of ``tile_n``; each strip goes through all
-  of K at once for every row, so B is streamed exactly once (the rows of A are transposed
-  into a ``K x M`` copy first; with ``trans_b`` each ``NR``-wide strip of B is transposed into
-  a ``K x NR`` buffer on the way).
+- ``skinny``: for few rows, without B packing or k-tiles, so that B is streamed once. Tasks
+  are column strips of ``tile_n``, read ``SW`` columns at a time (1 KiB runs of float32) over
+  all of K. One or two rows keep one row of sums each (A transposed into a ``K x M`` copy);
+  more go ``MR`` rows at a time through the micro-kernel, each group reading the strip of B
+  (the second group mostly from cache). With ``trans_b`` each ``NR``-wide strip of B is
+  transposed into a ``K x NR`` buffer on the way.
 
-The micro-kernel keeps an ``MR x NR`` block of sums in a small buffer of constant shape
-(constant row offsets, so the C++ compiler needs no aliasing check between its rows) and
-adds four k steps per pass: ``acc[r, j] += a[r, k] * b[k, j]`` with ``b`` contiguous along
-``j`` and ``a[r, k]`` broadcast, a loop gcc vectorises. Every output element is one chain
+The micro-kernel keeps an ``MR x NR`` block of sums (``MR x SW`` on the skinny path) in a
+small buffer of constant shape (constant row offsets, so the C++ compiler needs no aliasing
+check between its rows) and adds ``KU`` k steps per pass: ``acc[r, j] += a[r, k] * b[k, j]``
+with ``b`` contiguous along ``j`` and ``a[r, k]`` broadcast, a loop gcc vectorises (a full
+block of ``NR`` columns runs a loop of constant length). Every output element is one chain
 ``s = 0; s += a[i, k] * b[k, j] for k = 0 .. K-1`` in that order (partial sums of a k-tile
 are stored in ``out`` and reloaded exactly), followed by ``out = alpha * s + beta * c``, in
 every path, whatever the tiles and the thread count: serial, parallel, packed, unpacked and
 skinny runs give identical bits.
 
-pythran writes ``x[i, j]`` without the negative-index check only when it can prove the
-indices are non-negative, i.e. when they are sums of ``range(0, ...)`` loop variables of the
-same function; the hot loops are written that way, on views created inside the function
-that loops over them (a view passed in from a caller is not analysable by gcc, which then
-gives up vectorising).
+Two pythran rules shape the code:
+
+- ``x[i, j]`` is compiled without the negative-index check only when pythran can prove the
+  indices non-negative, i.e. when they are sums of ``range(0, ...)`` loop variables of the
+  function itself (never inside an ``omp`` loop body). The hot loops index views created in
+  the function that loops over them from plain arrays and offsets: gcc does not vectorise
+  loads through a view handed in by a caller that it has not inlined.
+- pythran drops a call whose only effect is a write through a view that the callee made of
+  its parameter. Every function writing into an array receives the destination (the array
+  or a view made in the call expression) as a parameter and writes into that parameter.
 
 Run as plain Python (no compilation) the ``omp`` comments are mere comments and everything
 runs serially, with the same results.
@@ -59,6 +67,8 @@ MR = 4
 NR = 64
 #: k steps of one pass of the micro-kernel; tile_k must be a multiple
 KU = 4
+#: columns of B the skinny path reads per row of B (a 1 KiB run of float32)
+SW = 256
 
 
 def _finish(acc, oc, c, i0, j0, alpha, beta):
@@ -97,68 +107,76 @@ def _store(acc, oc):
             oc[r, jj] = acc[r, jj]
 
 
+def _chunk(ap, b, bk0, bn0, acc, kc, nw):
+    """acc[:, :nw] += ap[:, :kc] @ b[bk0:bk0 + kc, bn0:bn0 + nw], k in order."""
+    bpan = b[bk0:bk0 + kc, bn0:bn0 + nw]
+    kc4 = kc - kc % KU
+    for k in range(0, kc4, KU):
+        a0_0 = ap[0, k]
+        a1_0 = ap[1, k]
+        a2_0 = ap[2, k]
+        a3_0 = ap[3, k]
+        a0_1 = ap[0, k + 1]
+        a1_1 = ap[1, k + 1]
+        a2_1 = ap[2, k + 1]
+        a3_1 = ap[3, k + 1]
+        a0_2 = ap[0, k + 2]
+        a1_2 = ap[1, k + 2]
+        a2_2 = ap[2, k + 2]
+        a3_2 = ap[3, k + 2]
+        a0_3 = ap[0, k + 3]
+        a1_3 = ap[1, k + 3]
+        a2_3 = ap[2, k + 3]
+        a3_3 = ap[3, k + 3]
+        for jj in range(nw):
+            b0 = bpan[k, jj]
+            b1 = bpan[k + 1, jj]
+            b2 = bpan[k + 2, jj]
+            b3 = bpan[k + 3, jj]
+            acc[0, jj] += a0_0 * b0
+            acc[0, jj] += a0_1 * b1
+            acc[0, jj] += a0_2 * b2
+            acc[0, jj] += a0_3 * b3
+            acc[1, jj] += a1_0 * b0
+            acc[1, jj] += a1_1 * b1
+            acc[1, jj] += a1_2 * b2
+            acc[1, jj] += a1_3 * b3
+            acc[2, jj] += a2_0 * b0
+            acc[2, jj] += a2_1 * b1
+            acc[2, jj] += a2_2 * b2
+            acc[2, jj] += a2_3 * b3
+            acc[3, jj] += a3_0 * b0
+            acc[3, jj] += a3_1 * b1
+            acc[3, jj] += a3_2 * b2
+            acc[3, jj] += a3_3 * b3
+    for q in range(kc - kc4):
+        a0 = ap[0, kc4 + q]
+        a1 = ap[1, kc4 + q]
+        a2 = ap[2, kc4 + q]
+        a3 = ap[3, kc4 + q]
+        brow = bpan[kc4 + q]
+        for jj in range(nw):
+            b0 = brow[jj]
+            acc[0, jj] += a0 * b0
+            acc[1, jj] += a1 * b0
+            acc[2, jj] += a2 * b0
+            acc[3, jj] += a3 * b0
+
+
 def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha, beta):
     """out[i0:i0 + rows, n0:n0 + nc] (+)= ap[:rows, :kc] @ b[bk0:bk0 + kc, bn0:bn0 + nc].
 
     ``load``: continue from the partial sums in ``out``; ``last``: apply alpha and C.
     """
-    bpan = b[bk0:bk0 + kc, bn0:bn0 + nc]
-    kc4 = kc - kc % KU
     for j0 in range(0, nc, NR):
         nw = min(NR, nc - j0)
         acc[:] = 0
         if load:
             _load(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw])
-        for k in range(0, kc4, KU):
-            a0_0 = ap[0, k]
-            a1_0 = ap[1, k]
-            a2_0 = ap[2, k]
-            a3_0 = ap[3, k]
-            a0_1 = ap[0, k + 1]
-            a1_1 = ap[1, k + 1]
-            a2_1 = ap[2, k + 1]
-            a3_1 = ap[3, k + 1]
-            a0_2 = ap[0, k + 2]
-            a1_2 = ap[1, k + 2]
-            a2_2 = ap[2, k + 2]
-            a3_2 = ap[3, k + 2]
-            a0_3 = ap[0, k + 3]
-            a1_3 = ap[1, k + 3]
-            a2_3 = ap[2, k + 3]
-            a3_3 = ap[3, k + 3]
-            for jj in range(nw):
-                b0 = bpan[k, j0 + jj]
-                b1 = bpan[k + 1, j0 + jj]
-                b2 = bpan[k + 2, j0 + jj]
-                b3 = bpan[k + 3, j0 + jj]
-                acc[0, jj] += a0_0 * b0
-                acc[0, jj] += a0_1 * b1
-                acc[0, jj] += a0_2 * b2
-                acc[0, jj] += a0_3 * b3
-                acc[1, jj] += a1_0 * b0
-                acc[1, jj] += a1_1 * b1
-                acc[1, jj] += a1_2 * b2
-                acc[1, jj] += a1_3 * b3
-                acc[2, jj] += a2_0 * b0
-                acc[2, jj] += a2_1 * b1
-                acc[2, jj] += a2_2 * b2
-                acc[2, jj] += a2_3 * b3
-                acc[3, jj] += a3_0 * b0
-                acc[3, jj] += a3_1 * b1
-                acc[3, jj] += a3_2 * b2
-                acc[3, jj] += a3_3 * b3
-        for q in range(kc - kc4):
-            a0 = ap[0, kc4 + q]
-            a1 = ap[1, kc4 + q]
-            a2 = ap[2, kc4 + q]
-            a3 = ap[3, kc4 + q]
-            brow = bpan[kc4 + q]
-            for jj in range(nw):
-                b0 = brow[j0 + jj]
-                acc[0, jj] += a0 * b0
-                acc[1, jj] += a1 * b0
-                acc[2, jj] += a2 * b0
-                acc[3, jj] += a3 * b0
+        if nw == NR:
+            _chunk(ap, b, bk0, bn0 + j0, acc, kc, NR)
+        else:
+            _chunk(ap, b, bk0, bn0 + j0, acc, kc, nw)
         if last:
             _finish(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw], c, i0, n0 + j0, alpha, beta)
         else:
@@ -284,27 +302,46 @@ def _skinny_strip(at, b, bn0, acc, m, kk, nw):
                 acc[r, jj] += x0 * brow[jj]
 
 
-def _skinny_task(at, b, c, out, t, alpha, beta, trans_b, kk, tile_n):
-    """Columns ``t * tile_n`` onwards of every row, over all of K.
+def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n):
+    """Columns ``t * tile_n`` onwards of every row, over all of K, SW (or NR) at a time.
 
-    B is read in rows of the whole tile width; a transposed B is transposed in strips of NR
-    columns (K x NR at a time) instead.
+    One or two rows go through ``_skinny_strip`` (each row's sums in turn, B read once);
+    more go MR rows at a time through the micro-kernel, each group reading the strip of B.
+    A transposed B is transposed into a K x NR buffer, NR columns at a time.
     """
     m, n = out.shape
     n0 = t * tile_n
     nc = min(tile_n, n - n0)
-    if trans_b:
-        acc = np.empty((m, NR), out.dtype)
-        bt = np.empty((kk, NR), out.dtype)
-        for j0 in range(0, nc, NR):
-            nw = min(NR, nc - j0)
-            _pack_b(b[n0 + j0:n0 + j0 + nw, 0:kk], True, bt[0:kk, 0:nw])
-            _skinny_strip(at, bt, 0, acc, m, kk, nw)
+    width = NR if trans_b else SW
+    bt = np.empty((kk if trans_b else 0, NR), out.dtype)
+    if m <= 2:
+        acc = np.empty((m, width), out.dtype)
+        for j0 in range(0, nc, width):
+            nw = min(width, nc - j0)
+            if trans_b:
+                _pack_b(b[n0 + j0:n0 + j0 + nw, 0:kk], True, bt[0:kk, 0:nw])
+                _skinny_strip(at, bt, 0, acc, m, kk, nw)
+            else:
+                _skinny_strip(at, b, n0 + j0, acc, m, kk, nw)
             _finish(acc, out[0:m, n0 + j0:n0 + j0 + nw], c, 0, n0 + j0, alpha, beta)
     else:
-        acc = np.empty((m, nc), out.dtype)
-        _skinny_strip(at, b, n0, acc, m, kk, nc)
-        _finish(acc, out[0:m, n0:n0 + nc], c, 0, n0, alpha, beta)
+        ap = np.empty((MR, kk), out.dtype)
+        acc = np.empty((MR, SW), out.dtype)
+        for j0 in range(0, nc, width):
+            nw = min(width, nc - j0)
+            if trans_b:
+                _pack_b(b[n0 + j0:n0 + j0 + nw, 0:kk], True, bt[0:kk, 0:nw])
+            for g in range(0, m, MR):
+                rows = min(MR, m - g)
+                _pack_a(a, trans_a, ap, g, rows, 0, kk)
+                for r in range(MR):
+                    for jj in range(nw):
+                        acc[r, jj] = 0
+                if trans_b:
+                    _chunk(ap, bt, 0, 0, acc, kk, nw)
+                else:
+                    _chunk(ap, b, 0, n0 + j0, acc, kk, nw)
+                _finish(acc, out[g:g + rows, n0 + j0:n0 + j0 + nw], c, g, n0 + j0, alpha, beta)
 
 
 def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
@@ -312,7 +349,7 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     kk = a.shape[0] if trans_a else a.shape[1]
     tasks = (n + tile_n - 1) // tile_n
     nthreads = max(1, min(nthreads, tasks))
-    if trans_a:
+    if trans_a or m > 2:
         at = a
     else:
         at = np.empty((kk, m), out.dtype)
@@ -323,8 +360,8 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
-            _skinny_task(at, b, c, out, t, alpha, beta, trans_b, kk, tile_n)
+            _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
     else:
         for t in range(tasks):
-            _skinny_task(at, b, c, out, t, alpha, beta, trans_b, kk, tile_n)
+            _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
     return nthreads
