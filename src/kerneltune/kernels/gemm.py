@@ -23,10 +23,11 @@ order. FLOAT16 is widened to float32, computed and narrowed back, the conversion
 on every thread from ``conversion.parallel_minimum_elements`` elements on.
 
 MatMul follows ``numpy.matmul``: 1-D operands are promoted (and the added dimension
-removed), batch dimensions broadcast. All products of a batch have one shape, hence one
-path: BLAS products go to one ``numpy.matmul`` over the whole batch; compiled products run
-one after the other, each parallel over its own task grid (a batch of products too small
-for threads runs serially).
+removed), batch dimensions broadcast. A batch of A against a single matrix B is one product
+of ``batch * M`` rows. Otherwise all products of a batch have one shape, hence one path:
+BLAS products go to one ``numpy.matmul`` over the whole batch; compiled products run one
+after the other, each parallel over its own task grid (a batch of products too small for
+threads runs serially).
 """
 
 from __future__ import annotations
@@ -398,9 +399,13 @@ class PreparedMatMul(PreparedKernel):
         return batch, m, k, n
 
     def plan(self, a, b) -> Plan:
-        batch, m, k, n = self._layout(np.shape(a), np.shape(b))
-        step = self.gemm.plan_product(m, k, n)
+        a_shape, b_shape = np.shape(a), np.shape(b)
+        batch, m, k, n = self._layout(a_shape, b_shape)
         count = int(np.prod(batch, dtype=np.int64))
+        if batch and len(b_shape) <= 2:  # one product of count * M rows
+            step = self.gemm.plan_product(count * m, k, n)
+            return Plan(step.path, step.threads, count * m * n, f"batch {count} as rows")
+        step = self.gemm.plan_product(m, k, n)
         return Plan(step.path, step.threads, count * m * n, f"batch {count}" if batch else "NN")
 
     def run(self, a, b) -> np.ndarray:
@@ -413,21 +418,24 @@ class PreparedMatMul(PreparedKernel):
         a = operand(a, self.dtype, "A")
         b = operand(b, self.dtype, "B")
         batch, m, k, n = self._layout(a.shape, b.shape)
+        # A batch of A against one matrix B is a single product of count * M rows (A is
+        # C-contiguous): more tasks, one call. Each element is the same sum either way.
+        rows = int(np.prod(batch, dtype=np.int64)) * m if batch and b.ndim <= 2 else m
         gemm = self.gemm
         if serial:
             path, threads = gemm._blocked_path(k, n), 1
         else:
-            path, threads = gemm._decide(m, k, n)
+            path, threads = gemm._decide(rows, k, n)
         if path == BLAS:
-            return np.matmul(a, b)
+            return np.asarray(np.matmul(a, b))  # two vectors give a numpy scalar
         a2 = a.reshape(1, k) if a.ndim == 1 else a
         b2 = b.reshape(k, 1) if b.ndim == 1 else b
         out = np.empty(batch + (m, n), self.dtype)
         if out.size:
             if not k:
                 out[...] = 0
-            elif not batch:
-                gemm._run_compiled(a2, b2, out, path, threads)
+            elif rows != m or not batch:
+                gemm._run_compiled(a2.reshape(rows, k), b2, out.reshape(rows, n), path, threads)
             else:
                 for index in np.ndindex(batch):
                     gemm._run_compiled(a2[_batch_index(index, a2.shape)],
@@ -454,8 +462,7 @@ def _batch_index(index: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, .
 class PreparedHalfGemm(PreparedKernel):
     """FLOAT16 through a float32 Gemm or MatMul: widen the inputs, compute, narrow the result.
 
-    The result is the float32 result rounded once to half (numpy's float16 matmul is not:
-    it accumulates in float16 pairwise), so it is at least as accurate.
+    The result is the float32 result rounded once to half.
     """
 
     def __init__(self, inner: PreparedGemm | PreparedMatMul, conversion_minimum: int):
