@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 
-from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
+from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor, detect_cpu_descriptor
 from kerneltune.schema import KernelTuningKey, tunable
 
 
@@ -27,6 +29,20 @@ class ToyConfig:
         if self.tile_n % self.tile_m:
             yield ("algorithm.tile_n", f"{self.tile_n} is not a multiple of algorithm.tile_m "
                                        f"{self.tile_m}")
+
+
+#: fake sysroots of real processors, one folder each with its expected.yaml
+CPUS = Path(__file__).parent / "data" / "cpus"
+FIXTURES = sorted(path.name for path in CPUS.iterdir() if (path / "expected.yaml").is_file())
+
+
+def expected_of(name: str) -> dict:
+    return yaml.safe_load((CPUS / name / "expected.yaml").read_text(encoding="utf-8"))
+
+
+def detect(name: str) -> CpuDescriptor:
+    """The descriptor of a fixture, read as of its own architecture (not the host's)."""
+    return detect_cpu_descriptor(root=CPUS / name, machine=expected_of(name)["architecture"])
 
 
 def toy_key(kernel: str = "Abs", element_type: object = "FLOAT", **fields) -> KernelTuningKey:

@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import archspec.cpu
 import pytest
 import yaml
 
+from conftest import CPUS, FIXTURES, detect, expected_of
 from kerneltune.cpu import (
     CpuDescriptor,
     CpuExecutionDescriptor,
@@ -24,17 +24,7 @@ from kerneltune.cpu import (
 )
 from kerneltune.errors import CpuDescriptorError
 
-CPUS = Path(__file__).parent / "data" / "cpus"
-FIXTURES = sorted(path.name for path in CPUS.iterdir() if (path / "expected.yaml").is_file())
 MASKED_VM = "amd_epyc_vm_masked"
-
-
-def expected_of(name: str) -> dict:
-    return yaml.safe_load((CPUS / name / "expected.yaml").read_text(encoding="utf-8"))
-
-
-def detect(name: str) -> CpuDescriptor:
-    return detect_cpu_descriptor(root=CPUS / name, machine=expected_of(name)["architecture"])
 
 
 def cpuinfo_flags(name: str) -> set[str]:

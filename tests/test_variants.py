@@ -19,8 +19,8 @@ from pathlib import Path
 import archspec.cpu
 import numpy as np
 import pytest
-import yaml
 
+from conftest import FIXTURES, detect
 from kerneltune.cpu import CpuDescriptor, detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import KernelTuningError, UnknownKernelError
 from kerneltune.kernels.variants import (
@@ -34,8 +34,6 @@ from kerneltune.kernels.variants import (
     variant_architecture,
 )
 
-CPUS = Path(__file__).parent / "data" / "cpus"
-FIXTURES = sorted(path.name for path in CPUS.iterdir() if (path / "expected.yaml").is_file())
 X86_64_VARIANTS = ("baseline", "x86_64_v3", "x86_64_v4")
 #: Set by `nox -s tests -- --variants=LIST` when the build compiled only LIST.
 EXPECTED_VARIANTS_VARIABLE = "KERNELTUNE_TEST_EXPECTED_VARIANTS"
@@ -53,11 +51,6 @@ BEST_VARIANT = {
     "intel_sapphire_rapids_8480": "x86_64_v4",
     "intel_skylake_sp_gold_6148": "x86_64_v4",
 }
-
-
-def detect(name: str) -> CpuDescriptor:
-    expected = yaml.safe_load((CPUS / name / "expected.yaml").read_text(encoding="utf-8"))
-    return detect_cpu_descriptor(root=CPUS / name, machine=expected["architecture"])
 
 
 def host_can_run(variant: str) -> bool:
