@@ -1,0 +1,68 @@
+"""Calibration: measure the real kernels on this machine and publish what wins.
+
+:func:`calibrate_registered_kernels` runs the registered calibration function
+of every selected key (see :mod:`.batch`); the functions use the shared
+searches of :mod:`.search` through a :class:`CalibrationContext`, and every
+measurement and decision ends in a :class:`CalibrationReport`.
+"""
+
+from __future__ import annotations
+
+from .batch import (
+    CalibrationFunction,
+    Workload,
+    calibrate_kernel_thresholds,
+    calibrate_registered_kernels,
+    calibration_function,
+    has_calibrated_profile,
+    is_calibratable,
+    register_kernel_calibration_function,
+)
+from .context import CalibrationContext, Tolerance
+from .measure import Measurement
+from .options import EFFORTS, CalibrationOptions, Effort
+from .report import CalibrationBatchReport, CalibrationReport, Candidate, Decision, KeyOutcome
+from .search import (
+    Case,
+    Comparison,
+    Crossover,
+    Setting,
+    compare_settings,
+    decide_crossover,
+    geometric_grid,
+    search_crossover,
+    search_threads,
+)
+from .tensors import randn_tensor
+
+__all__ = [
+    "EFFORTS",
+    "CalibrationBatchReport",
+    "CalibrationContext",
+    "CalibrationFunction",
+    "CalibrationOptions",
+    "CalibrationReport",
+    "Candidate",
+    "Case",
+    "Comparison",
+    "Crossover",
+    "Decision",
+    "Effort",
+    "KeyOutcome",
+    "Measurement",
+    "Setting",
+    "Tolerance",
+    "Workload",
+    "calibrate_kernel_thresholds",
+    "calibrate_registered_kernels",
+    "calibration_function",
+    "compare_settings",
+    "decide_crossover",
+    "geometric_grid",
+    "has_calibrated_profile",
+    "is_calibratable",
+    "randn_tensor",
+    "register_kernel_calibration_function",
+    "search_crossover",
+    "search_threads",
+]

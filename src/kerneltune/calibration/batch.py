@@ -1,0 +1,226 @@
+"""Calibration functions per key, and the batch that runs them and publishes once.
+
+Only code registers calibration functions (the kernel library does at import);
+nothing read from a model or a file can start a measurement. A batch selects
+keys, runs each function against the current generation's values, and
+publishes every calibrated profile in one generation only after all of them
+succeeded: an exception or an invalid value leaves the registry as it was.
+Calibration never writes the cache; pass ``successful_profiles`` to
+``update_kernel_tuning_cache`` for that.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from threadpoolctl import threadpool_limits
+
+from ..cpu import CpuExecutionDescriptor, current_execution
+from ..errors import CalibrationError, Problem, TuningValidationError
+from ..registry import KernelTuningProfile, KernelTuningRegistry, TuningSnapshot, default_registry
+from ..schema import KernelTuningKey
+from ..selection import KernelSelection
+from .context import CalibrationContext, Tolerance
+from .measure import Deadline
+from .options import CalibrationOptions
+from .report import CalibrationBatchReport, CalibrationReport, KeyOutcome
+from .search import Case, Comparison, Run, Setting, compare_settings
+
+CalibrationFunction = Callable[[CalibrationContext], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What an explicit comparison times: cases, and a run for a typed config."""
+
+    cases: Sequence[tuple[Case, int]]
+    make_run: Callable[[Any], Run]
+    tolerance: Tolerance | None = None
+
+
+_FUNCTIONS: dict[KernelTuningKey, CalibrationFunction] = {}
+_FUNCTIONS_LOCK = threading.Lock()
+
+
+def register_kernel_calibration_function(key: KernelTuningKey, fn: CalibrationFunction) -> None:
+    """Make ``key`` calibratable by ``fn`` (a later registration for the key replaces it).
+
+    ``fn(context)`` measures the real kernel through the
+    :class:`~.context.CalibrationContext` and records decisions there; it may
+    also return values. A function with a ``workload(context)`` method returning a
+    :class:`Workload` also supports explicit comparisons (``options.parameter``).
+    """
+    if not isinstance(key, KernelTuningKey):
+        raise TypeError(f"expected a KernelTuningKey, got {key!r}")
+    if not callable(fn):
+        raise TypeError(f"expected a callable calibration function, got {fn!r}")
+    with _FUNCTIONS_LOCK:
+        _FUNCTIONS[key] = fn
+
+
+def calibration_function(key: KernelTuningKey) -> CalibrationFunction | None:
+    return _FUNCTIONS.get(key)
+
+
+def is_calibratable(key: KernelTuningKey) -> bool:
+    return key in _FUNCTIONS
+
+
+def has_calibrated_profile(snapshot: TuningSnapshot, key: KernelTuningKey,
+                           execution: CpuExecutionDescriptor) -> bool:
+    """Whether ``snapshot`` holds a calibrated profile of ``key`` for this execution identity."""
+    return any(p.execution is not None and p.execution.identity == execution.identity
+               for p in snapshot.profiles(key))
+
+
+def _execution(options: CalibrationOptions) -> CpuExecutionDescriptor:
+    execution = current_execution(options.threads)
+    available = len(execution.affinity)
+    if execution.effective_threads > available:
+        raise CalibrationError(
+            f"cannot calibrate for {execution.effective_threads} threads: this process may "
+            f"run on {available} CPUs; calibrate on a machine (or affinity) with at least as "
+            f"many CPUs as threads")
+    return execution
+
+
+def _versions(key: KernelTuningKey) -> dict[str, object]:
+    from .. import __version__
+
+    return {"kerneltune": __version__, "library": key.library,
+            "implementation": key.implementation, "tuning_abi": key.tuning_abi}
+
+
+def _compare(context: CalibrationContext, fn: CalibrationFunction) -> None:
+    options, parameter = context.options, context.options.parameter
+    workload = fn.workload(context)
+    active = context.baseline[parameter]
+    values = [active] + [v for v in options.values if v != active]
+    configs = [context.configure({parameter: value}) for value in values]
+    settings = [Setting(f"{parameter}={value}", {parameter: value}, workload.make_run(config))
+                for value, config in zip(values, configs, strict=True)]
+    comparison = Comparison(workload.cases, settings, workload.tolerance)
+    chosen, table, reason = compare_settings(context, comparison)
+    context.comparison.extend(table)
+    context.decide(parameter, chosen.values[parameter], reason, comparison.candidates)
+
+
+def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSnapshot,
+               execution: CpuExecutionDescriptor, options: CalibrationOptions,
+               total: Deadline | None) -> CalibrationReport:
+    start = time.perf_counter()
+    deadline = Deadline(start + options.seconds_per_key, "per-key")
+    if total is not None and total.at < deadline.at:
+        deadline = total
+    baseline = snapshot.resolve(key, execution).values
+    context = CalibrationContext(key, snapshot.schema(key), execution, options, baseline,
+                                 deadline)
+    if options.parameter is not None:
+        _compare(context, fn)
+    else:
+        returned = fn(context)
+        decided = {d.parameter for d in context.decisions}
+        for name, value in (returned or {}).items():
+            if name not in decided:
+                context.decide(name, value, "returned by the calibration function")
+    return CalibrationReport(
+        key=key, execution=execution, options=types.MappingProxyType(options.to_dict()),
+        baseline=context.baseline, values=context.values, decisions=tuple(context.decisions),
+        seconds=time.perf_counter() - start, versions=_versions(key),
+        stopped_early=context.stopped_early, comparison=tuple(context.comparison))
+
+
+def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot: TuningSnapshot,
+                 execution: CpuExecutionDescriptor, options: CalibrationOptions,
+                 only_missing: bool) -> tuple[str, str] | None:
+    """("unsupported" | "skipped", reason) for a key that will not be calibrated."""
+    if fn is None:
+        return "unsupported", "no calibration function is registered for this key"
+    parameter = options.parameter
+    if parameter is not None:
+        if parameter not in snapshot.schema(key).parameters:
+            return "skipped", f"the key has no parameter {parameter!r}"
+        if not callable(getattr(fn, "workload", None)):
+            return "unsupported", "its calibration function offers no workload to compare on"
+    if only_missing and has_calibrated_profile(snapshot, key, execution):
+        return "skipped", (f"a calibrated profile for this execution "
+                           f"({execution.effective_threads} threads) is published")
+    return None
+
+
+def calibrate_kernel_thresholds(
+    keys: Iterable[KernelTuningKey],
+    options: CalibrationOptions | None = None,
+    *,
+    registry: KernelTuningRegistry = default_registry,
+    only_missing: bool = False,
+) -> CalibrationBatchReport:
+    """Calibrate exactly ``keys`` (each must have a registered schema) and publish once."""
+    keys = list(dict.fromkeys(keys))
+    snapshot = registry.snapshot()
+    registered = set(snapshot.keys())
+    unknown = [Problem("key", "no tuning schema is registered for this key", entry=str(k))
+               for k in keys if k not in registered]
+    if unknown:
+        raise TuningValidationError(unknown, context="calibration")
+    options = options or CalibrationOptions()
+    execution = _execution(options)
+    start = time.perf_counter()
+    total = None if options.time_budget is None else Deadline(start + options.time_budget,
+                                                              "total")
+    calibrated, skipped, unsupported, profiles = [], [], [], []
+    with threadpool_limits(limits=execution.effective_threads, user_api="blas"):
+        for key in keys:
+            fn = _FUNCTIONS.get(key)
+            verdict = _skip_reason(key, fn, snapshot, execution, options, only_missing)
+            if verdict is not None:
+                (unsupported if verdict[0] == "unsupported" else skipped).append(
+                    KeyOutcome(key, verdict[1]))
+                continue
+            if total is not None and total.remaining <= 0:
+                skipped.append(KeyOutcome(key, "total time budget exhausted before this key"))
+                continue
+            report = _calibrate(key, fn, snapshot, execution, options, total)
+            if report.stopped_early:
+                skipped.append(KeyOutcome(key, f"not published: {report.stopped_early}",
+                                          report))
+                continue
+            calibrated.append(report)
+            profiles.append(KernelTuningProfile(key, report.values, execution=execution,
+                                                origin="calibration",
+                                                report_digest=report.digest))
+    generation = None
+    if profiles:
+        registry.register_profiles(profiles)
+        generation = registry.generation
+    return CalibrationBatchReport(tuple(calibrated), tuple(skipped), tuple(unsupported),
+                                  tuple(profiles), execution, generation,
+                                  time.perf_counter() - start)
+
+
+def calibrate_registered_kernels(
+    library: str | None = None,
+    kernels: Iterable[str] | str = (),
+    implementations: Iterable[str] | str = (),
+    element_types: Iterable[object] | object = (),
+    device: str | None = None,
+    only_missing: bool = False,
+    options: CalibrationOptions | None = None,
+    *,
+    registry: KernelTuningRegistry = default_registry,
+) -> CalibrationBatchReport:
+    """Calibrate every registered key the selection matches (all of them when it is empty).
+
+    Keys without a calibration function are reported as unsupported; with
+    ``only_missing``, keys that already have a calibrated profile for this
+    execution (this processor and thread count) are skipped.
+    """
+    selection = KernelSelection.of(library, kernels, implementations, element_types, device)
+    keys = filter(selection.matches, registry.snapshot().keys())
+    return calibrate_kernel_thresholds(keys, options, registry=registry,
+                                       only_missing=only_missing)

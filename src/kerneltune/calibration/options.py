@@ -1,0 +1,132 @@
+"""How hard and how long calibration may measure, in the spirit of FFTW's planner flags.
+
+An effort level sets the measurement defaults (samples, grid density, the time
+one sample must last, budgets, the largest size tried); every field given
+explicitly in :class:`CalibrationOptions` overrides its level's value.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import Problem, TuningValidationError
+from ..schema import TuningValue
+
+
+@dataclass(frozen=True)
+class Effort:
+    name: str
+    repetitions: int
+    #: geometric grid density: sizes grow by 2 ** (1 / steps_per_octave)
+    steps_per_octave: int
+    #: each sample repeats the call until it lasts at least this long
+    minimum_sample_seconds: float
+    seconds_per_key: float
+    #: largest elementwise case tried, in elements
+    largest_elements: int
+
+
+EFFORTS: Mapping[str, Effort] = types.MappingProxyType({
+    effort.name: effort for effort in (
+        Effort("quick", 5, 1, 0.0002, 2.0, 1 << 22),
+        Effort("normal", 7, 2, 0.0004, 8.0, 1 << 23),
+        Effort("thorough", 11, 4, 0.001, 40.0, 1 << 24),
+    )
+})
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_positive_number(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+            and value == value and value != float("inf"))
+
+
+@dataclass(frozen=True)
+class CalibrationOptions:
+    """Budgets and measurement settings of one calibration run.
+
+    - ``threads``: the effective thread count calibrated for (default: the
+      CPUs this process may use); it may be fewer than the machine has, never more.
+    - ``time_budget_per_key`` and ``time_budget`` (seconds): when one runs out,
+      the search stops, keeps the values it has not decided, and says so.
+    - ``memory_budget`` (bytes): no case whose inputs and output exceed it is run.
+    - ``minimum_margin``: a candidate must beat the value in use by this
+      fraction, twice in a row, to replace it.
+    - ``parameter`` and ``values``: instead of searching, time the kernel's
+      workload with each value of one parameter (the active value first) and
+      select the fastest.
+    """
+
+    threads: int | None = None
+    effort: str = "normal"
+    time_budget_per_key: float | None = None
+    time_budget: float | None = None
+    memory_budget: int = 1 << 30
+    minimum_margin: float = 0.05
+    repetitions: int | None = None
+    seed: int = 0
+    parameter: str | None = None
+    values: Sequence[TuningValue] = field(default=())
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
+            problems.append(Problem("threads", f"expected an int >= 1, got {self.threads!r}"))
+        if self.effort not in EFFORTS:
+            problems.append(Problem("effort", f"expected one of {', '.join(EFFORTS)}, got "
+                                              f"{self.effort!r}"))
+        for name in ("time_budget_per_key", "time_budget"):
+            value = getattr(self, name)
+            if value is not None and not _is_positive_number(value):
+                problems.append(Problem(name, f"expected seconds > 0, got {value!r}"))
+        if not _is_int(self.memory_budget) or self.memory_budget < 1:
+            problems.append(Problem("memory_budget",
+                                    f"expected bytes >= 1, got {self.memory_budget!r}"))
+        if not _is_positive_number(self.minimum_margin) or self.minimum_margin >= 1:
+            problems.append(Problem("minimum_margin", f"expected a fraction in (0, 1), got "
+                                                      f"{self.minimum_margin!r}"))
+        if self.repetitions is not None and (not _is_int(self.repetitions)
+                                             or self.repetitions < 5):
+            problems.append(Problem("repetitions", f"expected an int >= 5 (a median needs "
+                                                   f"them), got {self.repetitions!r}"))
+        if not _is_int(self.seed) or self.seed < 0:
+            problems.append(Problem("seed", f"expected an int >= 0, got {self.seed!r}"))
+        if self.parameter is not None and (not isinstance(self.parameter, str)
+                                           or not self.parameter):
+            problems.append(Problem("parameter", f"expected a parameter name, got "
+                                                 f"{self.parameter!r}"))
+        if isinstance(self.values, str | bytes) or not isinstance(self.values, Sequence):
+            problems.append(Problem("values", f"expected a list of values, got {self.values!r}"))
+        elif bool(self.values) != (self.parameter is not None):
+            problems.append(Problem("values", "give parameter and values together"))
+        if problems:
+            raise TuningValidationError(problems, context="calibration options")
+        object.__setattr__(self, "values", tuple(self.values))
+
+    @property
+    def level(self) -> Effort:
+        return EFFORTS[self.effort]
+
+    @property
+    def samples(self) -> int:
+        return self.repetitions if self.repetitions is not None else self.level.repetitions
+
+    @property
+    def seconds_per_key(self) -> float:
+        if self.time_budget_per_key is not None:
+            return float(self.time_budget_per_key)
+        return self.level.seconds_per_key
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "threads": self.threads, "effort": self.effort,
+            "time_budget_per_key": self.seconds_per_key, "time_budget": self.time_budget,
+            "memory_budget": self.memory_budget, "minimum_margin": self.minimum_margin,
+            "repetitions": self.samples, "seed": self.seed, "parameter": self.parameter,
+            "values": list(self.values),
+        }

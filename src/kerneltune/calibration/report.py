@@ -1,0 +1,138 @@
+"""What calibration measured and decided, as plain data for JSON, profiles and reviews.
+
+A report keeps every candidate with its samples, so a surprising value can be
+traced to the measurements behind it, and it records the machine, the thread
+count, the versions and the budgets it was taken under. Its digest is what a
+calibrated profile points to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..schema import KernelTuningKey, TuningValue
+from .measure import Measurement
+
+if TYPE_CHECKING:
+    from ..cpu import CpuExecutionDescriptor
+    from ..registry import KernelTuningProfile
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point a search measured: a size or a value, each instance's timing, the outcome."""
+
+    case: str
+    point: TuningValue
+    measurements: Mapping[str, Measurement]
+    outcome: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"case": self.case, "point": self.point, "outcome": self.outcome,
+                "measurements": {name: m.to_dict() for name, m in self.measurements.items()}}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The value chosen for one parameter, the value in use before, and why."""
+
+    parameter: str
+    value: TuningValue
+    baseline: TuningValue
+    reason: str
+    candidates: tuple[Candidate, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.value != self.baseline
+
+    def to_dict(self) -> dict[str, object]:
+        return {"parameter": self.parameter, "value": self.value, "baseline": self.baseline,
+                "changed": self.changed, "reason": self.reason,
+                "candidates": [c.to_dict() for c in self.candidates]}
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    """Everything one key's calibration did."""
+
+    key: KernelTuningKey
+    execution: CpuExecutionDescriptor
+    options: Mapping[str, object]
+    baseline: Mapping[str, TuningValue]
+    values: Mapping[str, TuningValue]
+    decisions: tuple[Decision, ...]
+    seconds: float
+    versions: Mapping[str, object]
+    stopped_early: str | None = None
+    #: explicit comparison: value -> seconds of the workload and speedup over the baseline
+    comparison: tuple[Mapping[str, object], ...] = field(default=())
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "key": self.key.to_dict(),
+            "execution": self.execution.to_dict(),
+            "options": dict(self.options),
+            "versions": dict(self.versions),
+            "baseline": dict(self.baseline),
+            "values": dict(self.values),
+            "decisions": [d.to_dict() for d in self.decisions],
+            "comparison": [dict(c) for c in self.comparison],
+            "seconds": self.seconds,
+            "stopped_early": self.stopped_early,
+        }
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class KeyOutcome:
+    """A selected key that was not calibrated, and why."""
+
+    key: KernelTuningKey
+    reason: str
+    report: CalibrationReport | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"key": self.key.to_dict(), "reason": self.reason,
+                "report": None if self.report is None else self.report.to_dict()}
+
+
+@dataclass(frozen=True)
+class CalibrationBatchReport:
+    """The outcome of one batch: reports of calibrated keys, and the keys left out with reasons.
+
+    ``successful_profiles`` are the calibrated profiles the batch published
+    (``generation`` is the registry generation that holds them); pass them to
+    ``update_kernel_tuning_cache`` to keep them.
+    """
+
+    calibrated: tuple[CalibrationReport, ...]
+    skipped: tuple[KeyOutcome, ...]
+    unsupported: tuple[KeyOutcome, ...]
+    successful_profiles: tuple[KernelTuningProfile, ...]
+    execution: CpuExecutionDescriptor
+    generation: int | None
+    seconds: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "execution": self.execution.to_dict(),
+            "generation": self.generation,
+            "seconds": self.seconds,
+            "calibrated": [r.to_dict() for r in self.calibrated],
+            "skipped": [s.to_dict() for s in self.skipped],
+            "unsupported": [u.to_dict() for u in self.unsupported],
+            "successful_profiles": [
+                {"key": p.key.to_dict(), "values": dict(p.values), "digest": p.digest,
+                 "report_digest": p.report_digest}
+                for p in self.successful_profiles
+            ],
+        }

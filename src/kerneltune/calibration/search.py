@@ -1,0 +1,243 @@
+"""The searches every kernel shares: a crossover on a size grid, a thread count, a value set.
+
+Each runs the kernel's real configured instances through a
+:class:`~.context.CalibrationContext`, checks their outputs against each other
+before a timing counts, and replaces the value in use only on a clear win: by
+the minimum margin at the median, quartiles apart, and (for crossovers and
+thread counts) at two consecutive sizes. Anything less keeps the value in use,
+and the decision says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..schema import TuningValue
+from .context import CalibrationContext, Tolerance
+from .measure import BudgetExhausted
+from .report import Candidate, Decision
+
+Run = Callable[..., np.ndarray]
+
+
+def geometric_grid(low: int, high: int, steps_per_octave: int, multiple: int = 1) -> list[int]:
+    """Sizes from ``low`` to ``high`` growing by ``2 ** (1 / steps_per_octave)``.
+
+    Rounded to ``multiple`` (the kernels' chunk alignment, say), without repeats.
+    """
+    sizes: list[int] = []
+    steps = int(math.floor(math.log2(high / low) * steps_per_octave + 1e-9)) if high >= low else -1
+    for step in range(steps + 1):
+        size = low * 2.0 ** (step / steps_per_octave)
+        size = max(multiple, int(round(size / multiple)) * multiple)
+        if not sizes or size > sizes[-1]:
+            sizes.append(size)
+    return sizes
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload: a label, the inputs for a size (or shape), their bytes with the output."""
+
+    name: str
+    inputs: Callable[[int], Sequence[object]]
+    nbytes: Callable[[int], int]
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where ``above`` starts to beat ``below`` on growing sizes, and the value that says so.
+
+    ``value_of(size)`` turns the smallest size of two consecutive wins into
+    the parameter's value; ``baseline_size`` is where the value in use switches.
+    """
+
+    parameter: str
+    case: Case
+    sizes: Sequence[int]
+    below: tuple[str, Run]
+    above: tuple[str, Run]
+    value_of: Callable[[int], int]
+    baseline_size: int
+    tolerance: Tolerance | None = None
+
+
+def _outcome(context: CalibrationContext, case: Case, point: TuningValue, inputs: Sequence,
+             runs: Mapping[str, Run], tolerance: Tolerance | None) -> Candidate:
+    """Check the outputs of ``runs`` on ``inputs``, then measure them all interleaved."""
+    context.check(case.name, point, {name: run(*inputs) for name, run in runs.items()},
+                  tolerance)
+    measurements = context.measure({name: (lambda run=run: run(*inputs))
+                                    for name, run in runs.items()})
+    return Candidate(case.name, point, measurements, "measured")
+
+
+def _with_outcome(candidate: Candidate, outcome: str) -> Candidate:
+    return Candidate(candidate.case, candidate.point, candidate.measurements, outcome)
+
+
+def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[int | None, str,
+                                                                               list[Candidate]]:
+    """The smallest grid size from which ``above`` wins twice in a row, or None and why.
+
+    The scan starts at the size the value in use switches at and climbs until
+    two consecutive wins, then walks down while ``above`` still wins, so only
+    the region around the crossover is measured.
+    """
+    sizes = [s for s in problem.sizes if context.fits(problem.case.nbytes(s))]
+    if len(sizes) < 2:
+        smallest = problem.case.nbytes(problem.sizes[0]) if problem.sizes else 0
+        return None, (f"memory budget of {context.options.memory_budget} bytes: the search "
+                      f"needs two sizes and the smallest takes {smallest} bytes"), []
+    (below_name, below), (above_name, above) = problem.below, problem.above
+    candidates: list[Candidate] = []
+    wins: dict[int, bool] = {}
+    margin = context.options.minimum_margin
+
+    def won(index: int) -> bool:
+        if index not in wins:
+            size = sizes[index]
+            candidate = _outcome(context, problem.case, size, problem.case.inputs(size),
+                                 {below_name: below, above_name: above}, problem.tolerance)
+            m = candidate.measurements
+            if m[above_name].beats(m[below_name], margin):
+                outcome = f"{above_name} wins"
+            elif m[below_name].beats(m[above_name], margin):
+                outcome = f"{below_name} wins"
+            else:
+                outcome = "overlap"
+            wins[index] = outcome == f"{above_name} wins"
+            candidates.append(_with_outcome(candidate, outcome))
+        return wins[index]
+
+    start = min(range(len(sizes)), key=lambda i: abs(math.log(sizes[i] / problem.baseline_size)))
+    try:
+        found = next((i for i in range(start, len(sizes) - 1) if won(i) and won(i + 1)), None)
+        if found is None:
+            return None, (f"no stable crossover: {above_name} never beat {below_name} by "
+                          f"{margin:.0%} at two consecutive sizes from {sizes[start]} to "
+                          f"{sizes[-1]}"), candidates
+        while found > 0 and won(found - 1):
+            found -= 1
+    except BudgetExhausted as exhausted:
+        context.stop(str(exhausted))
+        return None, f"{exhausted} time budget exhausted during the search", candidates
+    return sizes[found], (f"{above_name} beats {below_name} by {margin:.0%} from {sizes[found]} "
+                          f"elements on (two consecutive grid sizes)"), candidates
+
+
+def decide_crossover(context: CalibrationContext, problem: Crossover) -> Decision:
+    """Run :func:`search_crossover` and record the decision for ``problem.parameter``."""
+    size, reason, candidates = search_crossover(context, problem)
+    if size is None:
+        return context.keep(problem.parameter, f"kept: {reason}", candidates)
+    sizes = sorted(s for s in problem.sizes if s <= size)
+    previous = sizes[-2] if len(sizes) > 1 else 0
+    if previous < problem.baseline_size <= size:
+        return context.keep(problem.parameter,
+                            f"kept: the value in use switches within one grid step of the "
+                            f"measured crossover; {reason}", candidates)
+    return context.decide(problem.parameter, problem.value_of(size), reason, candidates)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One candidate of a comparison: its label and the run configured with it."""
+
+    label: str
+    values: Mapping[str, TuningValue]
+    run: Run
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Settings timed on the same cases; the first is the baseline."""
+
+    cases: Sequence[tuple[Case, int]]
+    settings: Sequence[Setting]
+    tolerance: Tolerance | None = None
+    #: the comparison may stop after the settings measured so far (budget) and keep the baseline
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def compare_settings(context: CalibrationContext, comparison: Comparison
+                     ) -> tuple[Setting, list[dict[str, object]], str]:
+    """Time every setting on every case; the fastest wins if it beats the baseline clearly.
+
+    Returns the chosen setting, a table (seconds over all cases and speedup over
+    the baseline per setting) and the reason. A setting must beat the baseline
+    by the minimum margin on the sum of medians and be no slower on any case.
+    """
+    settings = comparison.settings
+    runs = {s.label: s.run for s in settings}
+    totals = dict.fromkeys(runs, 0.0)
+    per_case: list[Candidate] = []
+    try:
+        for case, size in comparison.cases:
+            if not context.fits(case.nbytes(size)):
+                continue
+            candidate = _outcome(context, case, size, case.inputs(size), runs,
+                                 comparison.tolerance)
+            per_case.append(candidate)
+            for label, measurement in candidate.measurements.items():
+                totals[label] += measurement.median
+    except BudgetExhausted as exhausted:
+        context.stop(str(exhausted))
+        comparison.candidates.extend(per_case)
+        return settings[0], [], f"kept: {exhausted} time budget exhausted during the comparison"
+    comparison.candidates.extend(per_case)
+    if not per_case:
+        return settings[0], [], (f"kept: memory budget of {context.options.memory_budget} "
+                                 f"bytes leaves no case to compare")
+    baseline = settings[0].label
+    table = [{"label": s.label, "values": dict(s.values), "seconds": totals[s.label],
+              "speedup": totals[baseline] / totals[s.label] if totals[s.label] else 0.0}
+             for s in settings]
+    margin = context.options.minimum_margin
+    best = min(settings, key=lambda s: totals[s.label])
+    if best.label == baseline:
+        return best, table, f"kept: the value in use was fastest over {len(per_case)} cases"
+    clear = totals[best.label] * (1 + margin) <= totals[baseline]
+    slower = [c.case + f" at {c.point}" for c in per_case
+              if c.measurements[best.label].median > c.measurements[baseline].median * (1 + margin)]
+    if not clear or slower:
+        why = (f"it beats the value in use by less than {margin:.0%}" if not clear else
+               f"it is slower than the value in use on {', '.join(slower)}")
+        return settings[0], table, f"kept: {best.label} was fastest but {why}"
+    return best, table, (f"{best.label} is {totals[baseline] / totals[best.label]:.2f}x the "
+                         f"value in use over {len(per_case)} cases")
+
+
+def search_threads(context: CalibrationContext, parameter: str, case: Case,
+                   sizes: Sequence[int], runs: Mapping[int, Run], baseline: int) -> Decision:
+    """Fewer (or more) threads than the value in use, if they win at both of two large sizes."""
+    counts = sorted(runs)
+    effective = min(baseline, counts[-1])
+    named = {f"{count} threads": runs[count] for count in counts}
+    sizes = [s for s in sizes if context.fits(case.nbytes(s))][-2:]
+    if len(sizes) < 2:
+        return context.keep(parameter, f"kept: memory budget of {context.options.memory_budget} "
+                                       f"bytes leaves fewer than two large sizes")
+    candidates = []
+    try:
+        for size in sizes:
+            candidates.append(_outcome(context, case, size, case.inputs(size), named, None))
+    except BudgetExhausted as exhausted:
+        context.stop(str(exhausted))
+        return context.keep(parameter, f"kept: {exhausted} time budget exhausted", candidates)
+    margin = context.options.minimum_margin
+    reference = f"{effective} threads"
+    winners = [count for count in counts if count != effective and all(
+        c.measurements[f"{count} threads"].beats(c.measurements[reference], margin)
+        for c in candidates)]
+    if not winners:
+        return context.keep(parameter, f"kept: no thread count beats {effective} by "
+                                       f"{margin:.0%} at both of sizes {sizes}", candidates)
+    best = min(winners, key=lambda count: sum(c.measurements[f"{count} threads"].median
+                                              for c in candidates))
+    return context.decide(parameter, best, f"{best} threads beat {effective} by {margin:.0%} "
+                                           f"at sizes {sizes}", candidates)
