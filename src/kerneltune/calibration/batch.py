@@ -112,14 +112,14 @@ def _compare(context: CalibrationContext, fn: CalibrationFunction) -> None:
 
 def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSnapshot,
                execution: CpuExecutionDescriptor, options: CalibrationOptions,
-               total: Deadline | None) -> CalibrationReport:
+               total: Deadline | None, inputs: dict) -> CalibrationReport:
     start = time.perf_counter()
     deadline = Deadline(start + options.seconds_per_key, "per-key")
     if total is not None and total.at < deadline.at:
         deadline = total
     baseline = snapshot.resolve(key, execution).values
     context = CalibrationContext(key, snapshot.schema(key), execution, options, baseline,
-                                 deadline)
+                                 deadline, inputs)
     if options.parameter is not None:
         _compare(context, fn)
     else:
@@ -174,8 +174,12 @@ def calibrate_kernel_thresholds(
     total = None if options.time_budget is None else Deadline(start + options.time_budget,
                                                               "total")
     calibrated, skipped, unsupported, profiles = [], [], [], []
+    # keys of one element type run together and share their inputs, dropped at the next type
+    inputs: dict[tuple, object] = {}
     with threadpool_limits(limits=execution.effective_threads, user_api="blas"):
-        for key in keys:
+        for key in sorted(keys, key=lambda k: k.element_type):
+            if inputs and next(iter(inputs))[0] != key.element_type:
+                inputs.clear()
             fn = _FUNCTIONS.get(key)
             verdict = _skip_reason(key, fn, snapshot, execution, options, only_missing)
             if verdict is not None:
@@ -185,7 +189,7 @@ def calibrate_kernel_thresholds(
             if total is not None and total.remaining <= 0:
                 skipped.append(KeyOutcome(key, "total time budget exhausted before this key"))
                 continue
-            report = _calibrate(key, fn, snapshot, execution, options, total)
+            report = _calibrate(key, fn, snapshot, execution, options, total, inputs)
             if report.stopped_early:
                 skipped.append(KeyOutcome(key, f"not published: {report.stopped_early}",
                                           report))

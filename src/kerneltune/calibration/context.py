@@ -45,6 +45,7 @@ class CalibrationContext:
         options: CalibrationOptions,
         baseline: Mapping[str, TuningValue],
         deadline: Deadline,
+        inputs: dict[tuple, np.ndarray] | None = None,
     ):
         self.key, self.schema, self.execution = key, schema, execution
         self.options = options
@@ -56,7 +57,7 @@ class CalibrationContext:
         self.stopped_early: str | None = None
         self._values = dict(baseline)
         self._base_config = schema.configure(baseline)
-        self._inputs: dict[tuple, np.ndarray] = {}
+        self._inputs = {} if inputs is None else inputs
 
     @property
     def values(self) -> Mapping[str, TuningValue]:
@@ -69,14 +70,15 @@ class CalibrationContext:
 
     def randn(self, element_type: object, shape: int | Sequence[int], salt: int = 0
               ) -> np.ndarray:
-        """Deterministic inputs, the same for a key, shape and salt on every machine.
+        """Deterministic inputs, the same for a seed, type, shape and salt on every machine.
 
-        Kept for the key's calibration, since searches revisit sizes.
+        Kept (and shared by the keys of one batch with this element type), since
+        searches revisit sizes and kernels of one type use the same cases.
         """
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         cache_key = (element_type, shape, salt)
         if cache_key not in self._inputs:
-            text = f"{self.options.seed}:{self.key.kernel}:{self.key.element_type}:{shape}:{salt}"
+            text = f"{self.options.seed}:{element_type}:{shape}:{salt}"
             seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
             self._inputs[cache_key] = randn_tensor(element_type, shape, seed)
         return self._inputs[cache_key]

@@ -30,9 +30,9 @@ class Effort:
 
 EFFORTS: Mapping[str, Effort] = types.MappingProxyType({
     effort.name: effort for effort in (
-        Effort("quick", 5, 1, 0.0002, 2.0, 1 << 22),
-        Effort("normal", 7, 2, 0.0004, 8.0, 1 << 23),
-        Effort("thorough", 11, 4, 0.001, 40.0, 1 << 24),
+        Effort("quick", 5, 1, 0.0002, 5.0, 1 << 22),
+        Effort("normal", 7, 2, 0.0004, 15.0, 1 << 23),
+        Effort("thorough", 11, 4, 0.001, 60.0, 1 << 24),
     )
 })
 

@@ -126,8 +126,8 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     except BudgetExhausted as exhausted:
         context.stop(str(exhausted))
         return None, f"{exhausted} time budget exhausted during the search", candidates
-    return sizes[found], (f"{above_name} beats {below_name} by {margin:.0%} from {sizes[found]} "
-                          f"elements on (two consecutive grid sizes)"), candidates
+    return sizes[found], (f"{above_name} beats {below_name} by {margin:.0%} on {problem.case.name} "
+                          f"from size {sizes[found]} on (two consecutive grid sizes)"), candidates
 
 
 def decide_crossover(context: CalibrationContext, problem: Crossover) -> Decision:

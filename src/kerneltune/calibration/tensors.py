@@ -59,14 +59,14 @@ def randn_tensor(
     count = out.size
     stream = np.random.PCG64(int(seed))
     if dtype in _FLOATS:
+        # two raw words are four 32-bit uniforms; integer sums stay exact (below 2**34)
         words = stream.random_raw(2 * count).astype(np.uint64, copy=False)
-        halves = np.empty(4 * count, np.float64)
-        halves[0::2] = (words & np.uint64(0xFFFFFFFF)).astype(np.float64)
-        halves[1::2] = (words >> np.uint64(32)).astype(np.float64)
-        sums = halves.reshape(count, 4).sum(axis=1, dtype=np.float64) if count else halves
-        # the four terms are integers below 2**34, so their sum is exact in any order
-        values = (sums * (1.0 / 2.0**32) - 2.0) * _SCALE
-        out.reshape(-1)[...] = values.astype(dtype)
+        pairs = (words & np.uint64(0xFFFFFFFF)) + (words >> np.uint64(32))
+        sums = (pairs[0::2] + pairs[1::2]).astype(np.float64)
+        sums *= 1.0 / 2.0**32
+        sums -= 2.0
+        sums *= _SCALE
+        out.reshape(-1)[...] = sums.astype(dtype, copy=False)
     else:
         words = stream.random_raw(count).astype(np.uint64, copy=False)
         if dtype == np.bool_:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from ..registry import KernelTuningRegistry
 from ..schema import element_type_number
-from . import catalog
+from . import calibrate, catalog
 from .base import LIBRARY, TUNING_ABI, Kernel, Plan, PreparedKernel
 from .elementwise import BinaryKernel, UnaryKernel
 from .gemm import Gemm, MatMul
@@ -63,11 +63,15 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
 
 
 def register_library(registry: KernelTuningRegistry, implementation: str | None = None) -> int:
-    """Register every (kernel, element type) schema of one variant in one generation."""
+    """Register every (kernel, element type) schema of one variant in one generation.
+
+    Each key also gets its calibration function, so the whole library is calibratable.
+    """
     items = [
         (kernel.tuning_key(element_type), kernel.config_type(element_type))
         for kernel in library(implementation).values()
         for element_type in kernel.element_types
     ]
     registry.register_schemas(items)
+    calibrate.register_calibrations(library(implementation).values())
     return len(items)

@@ -1,0 +1,425 @@
+"""The calibration functions of the kernel library: which searches settle which parameter.
+
+The core's searches (:mod:`kerneltune.calibration.search`) are generic; this
+module says, per kernel, which configured instances of the real kernel they
+compare, on which cases, and how a measured crossover becomes a parameter
+value. Elementwise kernels share one function (the case groups differ between
+unary and binary); Gemm and MatMul share another.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..calibration import (
+    CalibrationContext,
+    Case,
+    Comparison,
+    Crossover,
+    Setting,
+    Tolerance,
+    Workload,
+    compare_settings,
+    decide_crossover,
+    geometric_grid,
+    register_kernel_calibration_function,
+    search_crossover,
+    search_threads,
+)
+from .base import CHUNK_ALIGNMENT, NUMPY_DTYPES, Kernel
+from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel
+from .gemm import KU, MR, NR, Gemm, MatMul
+
+#: a value no size reaches, which forces the other side of a threshold
+NEVER = 1 << 62
+#: elementwise sizes start here: below it a call is mostly Python overhead
+SMALLEST_ELEMENTS = 1 << 10
+#: columns of the multidirectional broadcast case (rows of shape (R, 1) against (1, C))
+BROADCAST_COLUMNS = 256
+#: operators whose float inputs must be positive to stay in the domain the timing is about
+POSITIVE_INPUTS = frozenset({"Log", "Sqrt", "Pow"})
+
+PARALLEL_MINIMUM = "parallel.minimum_elements"
+MAXIMUM_THREADS = "parallel.maximum_threads"
+BROADCAST_MINIMUM = "parallel.broadcast_minimum_elements"
+CONVERSION_MINIMUM = "conversion.parallel_minimum_elements"
+
+
+def _grain_of(size: int) -> int:
+    """The per-thread grain that makes a call of ``size`` elements the first to use two threads."""
+    return max(CHUNK_ALIGNMENT, size // 2 // CHUNK_ALIGNMENT * CHUNK_ALIGNMENT)
+
+
+def _serial_reason(context: CalibrationContext) -> str | None:
+    if context.threads == 1:
+        return "kept: one thread, so no parallel path to tune"
+    if context.values.get(MAXIMUM_THREADS, 2) == 1:
+        return "kept: parallel.maximum_threads is 1, so calls run serially"
+    return None
+
+
+class KernelCalibration:
+    """A calibration function bound to one kernel and element type."""
+
+    def __init__(self, kernel: Kernel, element_type: int):
+        self.kernel, self.element_type = kernel, element_type
+
+    def run_of(self, config: Any, threads: int, **attributes: Any) -> Callable[..., np.ndarray]:
+        """The real kernel's ``run``, prepared with ``config`` for ``threads``."""
+        return self.kernel.prepare(self.element_type, config, threads, **attributes).run
+
+
+# --- elementwise -------------------------------------------------------------------------------
+
+
+class ElementwiseCalibration(KernelCalibration):
+    """Thread cap first (at large sizes), then each grain's serial/parallel crossover.
+
+    FLOAT16 settles its conversion grain before anything else, with the
+    computation kept serial on both sides so only the conversions differ.
+    """
+
+    kernel: ElementwiseKernel
+
+    def _dtype(self) -> np.dtype:
+        return NUMPY_DTYPES[self.element_type]
+
+    def _operand(self, context: CalibrationContext, shape, salt: int) -> np.ndarray:
+        x = context.randn(self.element_type, shape, salt)
+        if self.kernel.name in POSITIVE_INPUTS and self._dtype().kind == "f":
+            return np.abs(x) + np.asarray(0.5, x.dtype)
+        if self.kernel.name == "Pow" and salt == 1:
+            return x & np.asarray(7, x.dtype)  # integer exponents of a typical size
+        return x
+
+    def _output_itemsize(self) -> int:
+        return self.kernel.output_dtype(self.element_type).itemsize
+
+    def cases(self, context: CalibrationContext) -> dict[str, Case]:
+        """The case groups: unary; binary equal-shape, scalar and multidirectional broadcast."""
+        item, out = self._dtype().itemsize, self._output_itemsize()
+        if not isinstance(self.kernel, BinaryKernel):
+            return {"unary": Case("unary", lambda n: (self._operand(context, n, 0),),
+                                  lambda n: n * (item + out))}
+
+        def broadcast(n: int) -> tuple:
+            rows = max(1, n // BROADCAST_COLUMNS)
+            return (self._operand(context, (rows, 1), 0),
+                    self._operand(context, (1, BROADCAST_COLUMNS), 1))
+
+        return {
+            "equal": Case("equal", lambda n: (self._operand(context, n, 0),
+                                              self._operand(context, n, 1)),
+                          lambda n: n * (2 * item + out)),
+            "scalar": Case("scalar", lambda n: (self._operand(context, n, 0),
+                                                self._operand(context, (), 1)),
+                           lambda n: n * (item + out)),
+            "broadcast": Case("broadcast", broadcast, lambda n: n * (item + out)),
+        }
+
+    def sizes(self, context: CalibrationContext) -> list[int]:
+        level = context.options.level
+        return geometric_grid(SMALLEST_ELEMENTS, level.largest_elements, level.steps_per_octave,
+                              2 * CHUNK_ALIGNMENT)
+
+    def __call__(self, context: CalibrationContext) -> None:
+        parameters = context.schema.parameters
+        reason = _serial_reason(context)
+        if reason is not None:
+            for name in (CONVERSION_MINIMUM, MAXIMUM_THREADS, PARALLEL_MINIMUM,
+                         BROADCAST_MINIMUM):
+                if name in parameters:
+                    context.keep(name, reason)
+            return
+        cases, sizes = self.cases(context), self.sizes(context)
+        first = next(iter(cases.values()))
+        if CONVERSION_MINIMUM in parameters:
+            self._conversion(context, first, sizes)
+        self._maximum_threads(context, first, sizes)
+        reason = _serial_reason(context)
+        if reason is not None:
+            for name in (PARALLEL_MINIMUM, BROADCAST_MINIMUM):
+                if name in parameters:
+                    context.keep(name, reason)
+            return
+        groups = [cases[name] for name in ("unary", "equal", "scalar") if name in cases]
+        self._grain(context, PARALLEL_MINIMUM, groups, sizes)
+        if BROADCAST_MINIMUM in parameters:
+            self._grain(context, BROADCAST_MINIMUM, [cases["broadcast"]], sizes)
+
+    def _conversion(self, context: CalibrationContext, case: Case, sizes: list[int]) -> None:
+        serial_compute = {PARALLEL_MINIMUM: NEVER, BROADCAST_MINIMUM: NEVER}
+        serial_compute = {k: v for k, v in serial_compute.items() if k in context.schema.parameters}
+        below = self.run_of(context.configure({**serial_compute, CONVERSION_MINIMUM: NEVER}), 2)
+        above = self.run_of(context.configure({**serial_compute, CONVERSION_MINIMUM: 1}), 2)
+        decide_crossover(context, Crossover(
+            CONVERSION_MINIMUM, case, sizes, ("serial conversions", below),
+            ("parallel conversions", above), _grain_of,
+            2 * int(context.values[CONVERSION_MINIMUM])))
+
+    def _maximum_threads(self, context: CalibrationContext, case: Case, sizes: list[int]) -> None:
+        counts = sorted({1, context.threads} | {2**i for i in range(1, context.threads.bit_length())
+                                                 if 2**i < context.threads})
+        runs = {count: self.run_of(context.configure({PARALLEL_MINIMUM: 1,
+                                                      MAXIMUM_THREADS: count}), context.threads)
+                for count in counts}
+        search_threads(context, MAXIMUM_THREADS, case, sizes, runs,
+                       int(context.values[MAXIMUM_THREADS]))
+
+    def _grain(self, context: CalibrationContext, parameter: str, groups: Sequence[Case],
+               sizes: list[int]) -> None:
+        """One grain from every case group that uses it: the largest of their crossovers.
+
+        A grain serves all its groups, so it switches where the last of them pays off.
+        """
+        serial = self.kernel.prepare(self.element_type, context.configure(),
+                                     context.threads).run_serial
+        parallel = self.run_of(context.configure({parameter: 1}), 2)
+        baseline = 2 * int(context.values[parameter])
+        crossovers, reasons, candidates = [], [], []
+        for case in groups:
+            problem = Crossover(parameter, case, sizes, ("serial", serial),
+                                ("parallel", parallel), _grain_of, baseline)
+            size, reason, measured = search_crossover(context, problem)
+            crossovers.append(size)
+            reasons.append(f"{case.name}: {reason}")
+            candidates += measured
+        if any(size is None for size in crossovers):
+            context.keep(parameter, "kept: " + "; ".join(reasons), candidates)
+            return
+        size = max(crossovers)
+        problem = Crossover(parameter, groups[0], sizes, ("serial", serial),
+                            ("parallel", parallel), _grain_of, baseline)
+        _decide_at(context, problem, size, "; ".join(reasons), candidates)
+
+    def workload(self, context: CalibrationContext) -> Workload:
+        """Every case group at sizes four times apart, from 4096 elements to the largest."""
+        sizes = geometric_grid(4 * SMALLEST_ELEMENTS, context.options.level.largest_elements, 1,
+                               2 * CHUNK_ALIGNMENT)[::2]
+        cases = [(case, size) for case in self.cases(context).values() for size in sizes]
+        return Workload(cases, lambda config: self.run_of(config, context.threads))
+
+
+def _decide_at(context: CalibrationContext, problem: Crossover, size: int, reason: str,
+               candidates) -> None:
+    """Record the value of a crossover found at ``size`` (kept within one grid step)."""
+    smaller = [s for s in problem.sizes if s < size]
+    previous = smaller[-1] if smaller else 0
+    if previous < problem.baseline_size <= size:
+        context.keep(problem.parameter, f"kept: the value in use switches within one grid step "
+                                        f"of the measured crossover; {reason}", candidates)
+    else:
+        context.decide(problem.parameter, problem.value_of(size), reason, candidates)
+
+
+# --- Gemm and MatMul ----------------------------------------------------------------------------
+
+TILE_M, TILE_N, TILE_K = "algorithm.tile_m", "algorithm.tile_n", "algorithm.tile_k"
+PACK_B = "algorithm.pack_b_minimum_elements"
+SKINNY = "algorithm.skinny_m_limit"
+BLAS = "algorithm.blas_minimum_fmas"
+FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
+MINIMUM_TASKS = "parallel.minimum_tasks"
+#: depth and width of the skinny-M family
+SKINNY_DEPTH = 512
+#: the cache sizes assumed when the descriptor does not know them
+DEFAULT_L1, DEFAULT_L2 = 32 * 1024, 512 * 1024
+
+
+def tile_candidates(l1_bytes: int | None, l2_bytes: int | None, itemsize: int,
+                    limit: int = 6) -> list[tuple[int, int, int]]:
+    """(tile_m, tile_n, tile_k) worth trying for these caches, best guesses first.
+
+    A ``tile_k x tile_n`` panel of B is reused by every row block, so it should
+    fill about half of L2; a ``tile_m x tile_k`` block of A streams through L1
+    once per panel and should not exceed L2's other half. Tiles are multiples
+    of the micro-kernel's shape (MR x NR, depth KU).
+    """
+    l2 = l2_bytes or DEFAULT_L2
+    target = l2 // 2
+    found = []
+    for tile_n in (NR * 2, NR * 4, NR * 8):
+        for tile_k in (KU * 32, KU * 64, KU * 128):
+            for tile_m in (MR * 8, MR * 16, MR * 32):
+                panel, block = tile_k * tile_n * itemsize, tile_m * tile_k * itemsize
+                if panel <= target and block <= l2 - panel:
+                    found.append((abs(math.log(panel / target)), -tile_m,
+                                  (tile_m, tile_n, tile_k)))
+    return [tiles for *_, tiles in sorted(found)][:limit]
+
+
+class GemmCalibration(KernelCalibration):
+    """Tiles on shape families, then each algorithm threshold, then the parallel grain.
+
+    Every search runs the compiled kernel with the values decided before it,
+    and the paths it does not study switched off (BLAS above no size, skinny
+    for no M), so each threshold is measured on its own.
+    """
+
+    kernel: Gemm
+
+    def _compute_itemsize(self) -> int:
+        compute = FLOAT if self.element_type == FLOAT16 else self.element_type
+        return NUMPY_DTYPES[compute].itemsize
+
+    def _tolerance(self) -> Tolerance:
+        """BLAS sums in another order: agreement to a few units in the last place per K."""
+        rtol = 2e-3 if self._compute_itemsize() == 4 else 1e-10
+        return Tolerance(rtol, rtol * 32)
+
+    def _matrix(self, context: CalibrationContext, rows: int, columns: int, salt: int):
+        return context.randn(self.element_type, (rows, columns), salt)
+
+    def _product(self, name: str, context: CalibrationContext, m: Callable[[int], int],
+                 k: Callable[[int], int], n: Callable[[int], int], trans_b: bool = False) -> Case:
+        item = NUMPY_DTYPES[self.element_type].itemsize
+
+        def inputs(size: int) -> tuple:
+            b_shape = (n(size), k(size)) if trans_b else (k(size), n(size))
+            return (self._matrix(context, m(size), k(size), 0),
+                    self._matrix(context, *b_shape, 1))
+
+        return Case(name, inputs,
+                    lambda s: item * (m(s) * k(s) + k(s) * n(s) + m(s) * n(s)))
+
+    def _square(self, context: CalibrationContext) -> Case:
+        return self._product("square", context, int, int, int)
+
+    def families(self, context: CalibrationContext) -> list[tuple[Case, int]]:
+        """Square, wide N, large K and (Gemm only) transposed B: the cases tiles are judged on."""
+        product = self._product
+        families = [
+            (self._square(context), 256),
+            (product("wide N", context, lambda s: s // 4, lambda s: s, lambda s: s * 4), 256),
+            (product("large K", context, lambda s: s, lambda s: s * 16, lambda s: s), 128),
+        ]
+        if not isinstance(self.kernel, MatMul):
+            families.append((product("transposed B", context, int, lambda s: s // 2, int,
+                                     trans_b=True), 256))
+        return families
+
+    def _runner_for(self, config: Any, threads: int) -> Callable[..., np.ndarray]:
+        """A run for plain and transposed-B cases, told apart by B's shape.
+
+        The transposed family is never square in (K, N), so a B whose first
+        dimension is not A's last is the transposed one.
+        """
+        plain = self.run_of(config, threads)
+        if isinstance(self.kernel, MatMul):
+            return plain
+        transposed = self.run_of(config, threads, transB=1)
+
+        def run(a, b):
+            return plain(a, b) if a.shape[1] == b.shape[0] else transposed(a, b)
+        return run
+
+    def _runner(self, context: CalibrationContext, values: dict, threads: int | None = None):
+        return self._runner_for(context.configure(values), threads or context.threads)
+
+    def __call__(self, context: CalibrationContext) -> None:
+        compiled = {BLAS: NEVER}
+        self._tiles(context, compiled)
+        square = self._square(context)
+        steps = context.options.level.steps_per_octave
+        squares = geometric_grid(16, 724, steps)
+        blocked = {**compiled, SKINNY: 0}
+        never_pack, always_pack = ({**blocked, PACK_B: NEVER}, {**blocked, PACK_B: 0})
+        tile_k, tile_n = int(context.values[TILE_K]), int(context.values[TILE_N])
+        decide_crossover(context, Crossover(
+            PACK_B, square, squares, ("B read in place", self._runner(context, never_pack)),
+            ("B packed", self._runner(context, always_pack)),
+            lambda s: min(s, tile_k) * min(s, tile_n),
+            max(1, math.isqrt(int(context.values[PACK_B])))))
+        self._skinny(context, compiled)
+        decide_crossover(context, Crossover(
+            BLAS, square, squares, ("compiled", self._runner(context, compiled)),
+            ("BLAS", self._runner(context, {BLAS: 0})), lambda s: s ** 3,
+            max(1, round(int(context.values[BLAS]) ** (1 / 3))), self._tolerance()))
+        self._parallel(context, square, squares, compiled)
+        context.keep(MINIMUM_TASKS, "kept: parallel.fmas_per_work_unit decides when a product "
+                                    "is worth threads; the task count is not searched")
+        if CONVERSION_MINIMUM in context.schema.parameters:
+            self._conversion(context, compiled)
+
+    def _tiles(self, context: CalibrationContext, compiled: dict) -> None:
+        processor = context.execution.processor
+        current = tuple(int(context.values[p]) for p in (TILE_M, TILE_N, TILE_K))
+        skinny = int(context.values[SKINNY])
+        candidates = [current] + [t for t in tile_candidates(
+            processor.l1_data_bytes, processor.l2_bytes, self._compute_itemsize())
+            if t != current and t[0] >= skinny]
+        settings = [Setting(f"tiles {m}x{n}x{k}", {TILE_M: m, TILE_N: n, TILE_K: k},
+                            self._runner(context, {**compiled, TILE_M: m, TILE_N: n, TILE_K: k}))
+                    for m, n, k in candidates]
+        comparison = Comparison(self.families(context), settings)
+        chosen, table, reason = compare_settings(context, comparison)
+        context.comparison.extend(table)
+        for parameter in (TILE_M, TILE_N, TILE_K):
+            context.decide(parameter, chosen.values[parameter], reason,
+                           comparison.candidates if parameter == TILE_M else ())
+
+    def _skinny(self, context: CalibrationContext, compiled: dict) -> None:
+        tile_m = int(context.values[TILE_M])
+        rows = geometric_grid(1, tile_m, context.options.level.steps_per_octave)
+        case = self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
+                             lambda s: SKINNY_DEPTH)
+        decide_crossover(context, Crossover(
+            SKINNY, case, rows, ("skinny", self._runner(context, {**compiled, SKINNY: tile_m})),
+            ("blocked", self._runner(context, {**compiled, SKINNY: 0})), lambda m: m - 1,
+            int(context.values[SKINNY]) + 1))
+
+    def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
+                  compiled: dict) -> None:
+        if context.threads == 1:
+            context.keep(FMAS_PER_UNIT, "kept: one thread, so no parallel path to tune")
+            return
+        blas = int(context.values[BLAS])
+        below_blas = [s for s in squares if s ** 3 < blas] or squares
+        decide_crossover(context, Crossover(
+            FMAS_PER_UNIT, square, below_blas,
+            ("serial", self._runner(context, {**compiled, FMAS_PER_UNIT: NEVER})),
+            ("parallel", self._runner(context, {**compiled, FMAS_PER_UNIT: 1}, 2)),
+            lambda s: max(1, s ** 3 // 2),
+            max(1, round((2 * int(context.values[FMAS_PER_UNIT])) ** (1 / 3)))))
+
+    def _conversion(self, context: CalibrationContext, compiled: dict) -> None:
+        if context.threads == 1:
+            context.keep(CONVERSION_MINIMUM, "kept: one thread, so no parallel path to tune")
+            return
+        width = 64
+        case = self._product("tall", context, lambda s: s // width, lambda s: width,
+                             lambda s: width)
+        sizes = geometric_grid(1 << 12, min(1 << 20, context.options.level.largest_elements),
+                               context.options.level.steps_per_octave, width)
+        serial = {**compiled, FMAS_PER_UNIT: NEVER}
+        decide_crossover(context, Crossover(
+            CONVERSION_MINIMUM, case, sizes,
+            ("serial conversions", self._runner(context, {**serial, CONVERSION_MINIMUM: NEVER}, 2)),
+            ("parallel conversions", self._runner(context, {**serial, CONVERSION_MINIMUM: 1}, 2)),
+            _grain_of, 2 * int(context.values[CONVERSION_MINIMUM])))
+
+    def workload(self, context: CalibrationContext) -> Workload:
+        """The tile families plus a skinny and a small square product."""
+        cases = [*self.families(context),
+                 (self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
+                                lambda s: SKINNY_DEPTH), 4),
+                 (self._square(context), 64)]
+
+        return Workload(cases, lambda config: self._runner_for(config, context.threads),
+                        self._tolerance())
+
+
+def register_calibrations(kernels: Iterable[Kernel]) -> int:
+    """Register a calibration function for every (kernel, element type) of the library."""
+    count = 0
+    for kernel in kernels:
+        kind = GemmCalibration if isinstance(kernel, Gemm) else ElementwiseCalibration
+        for element_type in kernel.element_types:
+            register_kernel_calibration_function(kernel.tuning_key(element_type),
+                                                 kind(kernel, element_type))
+            count += 1
+    return count

@@ -1,0 +1,462 @@
+"""The calibration engine: inputs, options, batch semantics and the shared searches.
+
+Batch semantics run toy calibration functions against toy schemas in a fresh
+registry; the searches run on synthetic measurements, so what they decide is
+checked exactly, without timing anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import ToyConfig, toy_key
+from kerneltune import (
+    CalibrationError,
+    KernelTuningKey,
+    KernelTuningRegistry,
+    Tier,
+    TuningValidationError,
+)
+from kerneltune.calibration import (
+    CalibrationOptions,
+    Case,
+    Crossover,
+    calibrate_kernel_thresholds,
+    calibrate_registered_kernels,
+    decide_crossover,
+    geometric_grid,
+    is_calibratable,
+    randn_tensor,
+    register_kernel_calibration_function,
+    search_threads,
+)
+from kerneltune.calibration.context import CalibrationContext
+from kerneltune.calibration.measure import Deadline, Measurement, measure
+from kerneltune.cpu import current_execution
+
+CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+needs_two_cpus = pytest.mark.skipif(CPUS < 2, reason="needs two CPUs")
+
+#: sha256 prefixes of randn_tensor(type, (3, 5), 42): the same on every machine
+GOLDEN = {
+    "FLOAT": "dcce08d7b0ada3e1",
+    "DOUBLE": "56296b7783048f48",
+    "FLOAT16": "fdf6201d40842e6e",
+    "INT8": "40dddf6f48bba0fc",
+    "INT16": "a7f5af61d1435812",
+    "INT32": "db57abb12803f272",
+    "INT64": "b6721f9cecabc523",
+    "UINT8": "40dddf6f48bba0fc",
+    "UINT16": "a7f5af61d1435812",
+    "UINT32": "db57abb12803f272",
+    "UINT64": "b6721f9cecabc523",
+    "BOOL": "4ee78f3e8316d81c",
+}
+
+
+# --- randn_tensor --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("element_type", sorted(GOLDEN))
+def test_randn_tensor_bytes_are_fixed(element_type):
+    x = randn_tensor(element_type, (3, 5), 42)
+    assert x.shape == (3, 5) and x.flags.c_contiguous
+    assert hashlib.sha256(x.tobytes()).hexdigest()[:16] == GOLDEN[element_type]
+    assert np.array_equal(x, randn_tensor(element_type, [3, 5], 42))
+
+
+def test_randn_tensor_seeds_and_spellings():
+    a = randn_tensor("FLOAT", 1000, 1)
+    assert not np.array_equal(a, randn_tensor("FLOAT", 1000, 2))
+    assert np.array_equal(a, randn_tensor(np.float32, (1000,), 1))
+    assert np.array_equal(a, randn_tensor(1, 1000, 1))
+    assert randn_tensor("DOUBLE", (), 0).shape == ()
+    assert randn_tensor("INT8", (0, 4), 0).shape == (0, 4)
+
+
+def test_randn_tensor_looks_normal_for_floats_and_covers_integer_ranges():
+    x = randn_tensor("DOUBLE", 200_000, 7)
+    assert abs(x.mean()) < 0.02 and abs(x.std() - 1.0) < 0.02
+    assert np.all(np.abs(x) <= 2 * np.sqrt(3.0))
+    u = randn_tensor("UINT8", 10_000, 7)
+    assert u.min() == 0 and u.max() == 255
+    b = randn_tensor("BOOL", 10_000, 7)
+    assert 0.45 < b.mean() < 0.55
+
+
+def test_randn_tensor_fills_the_allocators_array():
+    given = []
+
+    def allocator(shape, dtype):
+        given.append(np.zeros(shape, dtype))
+        return given[-1]
+
+    x = randn_tensor("FLOAT", (4, 4), 3, allocator=allocator)
+    assert x is given[0] and np.array_equal(x, randn_tensor("FLOAT", (4, 4), 3))
+
+
+@pytest.mark.parametrize("arguments", [
+    ("STRING", 4, 0), ("FLOAT", -1, 0), ("FLOAT", (2, 1.5), 0), ("FLOAT", 4, -1),
+    ("FLOAT", 4, True),
+])
+def test_randn_tensor_rejects_bad_arguments(arguments):
+    with pytest.raises(ValueError):
+        randn_tensor(*arguments)
+
+
+def test_randn_tensor_rejects_a_wrong_allocation():
+    with pytest.raises(ValueError, match="allocator"):
+        randn_tensor("FLOAT", 4, 0, allocator=lambda shape, dtype: np.empty(5, dtype))
+
+
+# --- options -------------------------------------------------------------------------------------
+
+
+def test_options_report_every_problem_at_once():
+    with pytest.raises(TuningValidationError) as error:
+        CalibrationOptions(threads=0, effort="fast", time_budget=-1, memory_budget=0,
+                           minimum_margin=2, repetitions=3, seed=-1, values=[1])
+    fields = {p.field for p in error.value.problems}
+    assert fields == {"threads", "effort", "time_budget", "memory_budget", "minimum_margin",
+                      "repetitions", "seed", "values"}
+
+
+def test_options_take_effort_defaults_unless_given():
+    quick = CalibrationOptions(effort="quick")
+    assert quick.samples == 5 and quick.seconds_per_key == quick.level.seconds_per_key
+    given = CalibrationOptions(effort="quick", repetitions=9, time_budget_per_key=0.5)
+    assert given.samples == 9 and given.seconds_per_key == 0.5
+    assert json.dumps(given.to_dict())
+
+
+# --- batch semantics with toy functions ----------------------------------------------------------
+
+
+KERNELS, TYPES, IMPLEMENTATIONS = ("Abs", "Add"), ("FLOAT", "DOUBLE"), ("baseline", "v3")
+
+
+@pytest.fixture
+def toys():
+    """A fresh registry with 8 toy keys, 7 of them calibratable by a recording function."""
+    registry = KernelTuningRegistry()
+    keys = [toy_key(kernel, element_type, implementation=implementation)
+            for kernel in KERNELS for element_type in TYPES for implementation in IMPLEMENTATIONS]
+    registry.register_schemas((key, ToyConfig) for key in keys)
+    calls = []
+
+    def calibrate(context):
+        calls.append(context.key)
+        return {"parallel.minimum_elements": 4096 + context.threads}
+
+    uncalibratable = KernelTuningKey("toy_unsupported", "Add", "v3", "DOUBLE")
+    registry.register_schema(uncalibratable, ToyConfig)
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    return registry, keys, calls, uncalibratable
+
+
+def _run(registry, **selection):
+    options = selection.pop("options", CalibrationOptions(threads=1, effort="quick"))
+    return calibrate_registered_kernels(options=options, registry=registry, **selection)
+
+
+def test_an_empty_selection_calibrates_every_calibratable_key(toys):
+    registry, keys, calls, uncalibratable = toys
+    before = registry.generation
+    report = _run(registry, library="test_library")
+    assert sorted(map(str, calls)) == sorted(map(str, keys))
+    assert registry.generation == before + 1  # one publication for the whole batch
+    assert len(report.successful_profiles) == len(keys)
+    everything = _run(registry)
+    assert [u.key for u in everything.unsupported] == [uncalibratable]
+    assert "no calibration function" in everything.unsupported[0].reason
+    assert not is_calibratable(uncalibratable)
+
+
+@pytest.mark.parametrize(("selection", "expected"), [
+    ({"kernels": ["Add"]}, lambda k: k.kernel == "Add"),
+    ({"kernels": "Abs", "element_types": ["DOUBLE"]},
+     lambda k: k.kernel == "Abs" and k.element_type == 11),
+    ({"implementations": ["v3"], "element_types": ["float32", "DOUBLE"]},
+     lambda k: k.implementation == "v3"),
+    ({"kernels": ["Abs", "Add"], "implementations": ["baseline"], "element_types": [1]},
+     lambda k: k.implementation == "baseline" and k.element_type == 1),
+    ({"device": "gpu"}, lambda k: False),
+])
+def test_selection_fields_combine_with_and_values_with_or(toys, selection, expected):
+    registry, keys, calls, _ = toys
+    report = _run(registry, library="test_library", **selection)
+    wanted = sorted(str(k) for k in keys if expected(k))
+    assert sorted(map(str, calls)) == wanted
+    assert sorted(str(r.key) for r in report.calibrated) == wanted
+
+
+def test_a_bad_selection_names_every_field(toys):
+    registry = toys[0]
+    with pytest.raises(TuningValidationError) as error:
+        _run(registry, library="", kernels=[3], element_types=["FLOAT", "QUATERNION"])
+    assert {p.field for p in error.value.problems} == {"library", "kernels", "element_types"}
+
+
+def test_calibrated_profiles_bind_to_the_execution_and_point_to_their_report(toys):
+    registry, keys, _, _ = toys
+    report = _run(registry, kernels=["Abs"], element_types=["FLOAT"], implementations="v3")
+    (profile,) = report.successful_profiles
+    (calibrated,) = report.calibrated
+    assert profile.execution == report.execution and profile.origin == "calibration"
+    assert profile.report_digest == calibrated.digest
+    resolution = registry.resolve(profile.key, current_execution(1))
+    assert resolution.source.tier is Tier.CALIBRATED
+    assert resolution.values["parallel.minimum_elements"] == 4097
+    assert json.loads(json.dumps(report.to_dict()))["calibrated"][0]["values"][
+        "parallel.minimum_elements"] == 4097
+
+
+@needs_two_cpus
+def test_only_missing_is_scoped_to_the_thread_count(toys):
+    registry, keys, calls, _ = toys
+    one = CalibrationOptions(threads=1, effort="quick")
+    two = CalibrationOptions(threads=2, effort="quick")
+    _run(registry, kernels=["Abs"], options=one)
+    calls.clear()
+    again = _run(registry, kernels=["Abs"], only_missing=True, options=one)
+    assert calls == [] and not again.calibrated and not again.successful_profiles
+    assert all("2 threads" not in s.reason and "1 threads" in s.reason for s in again.skipped)
+    other = _run(registry, kernels=["Abs"], only_missing=True, options=two)
+    assert len(other.calibrated) == len(calls) == 4
+    calls.clear()
+    assert not _run(registry, kernels=["Abs"], only_missing=True, options=two).calibrated
+
+
+def test_a_failing_function_publishes_nothing(toys):
+    registry, keys, calls, _ = toys
+    broken = keys[-1]
+
+    def fails(context):
+        raise RuntimeError("sensor on fire")
+
+    register_kernel_calibration_function(broken, fails)
+    before = registry.generation
+    with pytest.raises(RuntimeError, match="sensor on fire"):
+        _run(registry, library="test_library")
+    assert registry.generation == before
+    assert all(p.execution is None for k in keys for p in registry.snapshot().profiles(k))
+
+
+def test_an_invalid_value_publishes_nothing(toys):
+    registry, keys, _, _ = toys
+    register_kernel_calibration_function(keys[0], lambda context: {"parallel.minimum_elements": 0})
+    before = registry.generation
+    with pytest.raises(TuningValidationError, match="parallel.minimum_elements"):
+        _run(registry, library="test_library")
+    assert registry.generation == before
+
+
+def test_calibrating_an_unregistered_key_is_an_error(toys):
+    with pytest.raises(TuningValidationError, match="no tuning schema"):
+        calibrate_kernel_thresholds([toy_key("Nope")], registry=toys[0])
+
+
+def test_more_threads_than_cpus_is_an_error(toys):
+    with pytest.raises(CalibrationError, match="CPUs"):
+        _run(toys[0], options=CalibrationOptions(threads=CPUS + 1))
+
+
+def test_a_tiny_total_budget_skips_the_remaining_keys_and_says_so(toys):
+    registry, keys, calls, _ = toys
+
+    def slow(context):
+        context.deadline.check()
+        import time
+        time.sleep(0.05)
+        return {}
+
+    for key in keys:
+        register_kernel_calibration_function(key, slow)
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=1, time_budget=0.01))
+    assert len(report.calibrated) <= 1
+    assert any("total time budget" in s.reason for s in report.skipped)
+
+
+def test_explicit_comparison_needs_a_workload(toys):
+    registry = toys[0]
+    report = _run(registry, kernels=["Abs"], options=CalibrationOptions(
+        threads=1, parameter="parallel.minimum_elements", values=[1024]))
+    assert len(report.unsupported) == 4
+    assert all("workload" in u.reason for u in report.unsupported)
+
+
+# --- the searches, on synthetic measurements ----------------------------------------------------
+
+
+def _measurement(seconds: float) -> Measurement:
+    return Measurement(tuple(seconds * f for f in (0.99, 1.0, 1.0, 1.0, 1.01)), (), 1)
+
+
+def _context(registry_key=None, **options) -> CalibrationContext:
+    from kerneltune.schema import KernelTuningSchema
+
+    key = registry_key or toy_key()
+    schema = KernelTuningSchema.from_config(key, ToyConfig)
+    return CalibrationContext(key, schema, current_execution(1),
+                              CalibrationOptions(**options), schema.default_values(),
+                              Deadline(float("inf"), "per-key"))
+
+
+def _synthetic(context, timing):
+    """Replace measuring by ``timing(name, size) -> seconds``; return the sizes measured."""
+    measured = []
+
+    def fake(runs):
+        size = context._current_size
+        measured.append(size)
+        return {name: _measurement(timing(name, size)) for name in runs}
+
+    context.measure = fake
+    return measured
+
+
+def _crossover_problem(context, sizes, baseline_size):
+    def inputs(size):
+        context._current_size = size
+        return (np.zeros(1),)
+
+    case = Case("unary", inputs, lambda size: size * 8)
+    same = np.copy
+    return Crossover("parallel.minimum_elements", case, sizes, ("serial", same),
+                     ("parallel", same), lambda size: size // 2, baseline_size)
+
+
+SIZES = [1024 * 2**i for i in range(10)]  # 1024 .. 524288
+
+
+def test_the_crossover_is_the_first_of_two_consecutive_wins():
+    context = _context()
+    measured = _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 16384 else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.value == 8192 and decision.changed
+    assert 65536 in measured and 4096 not in measured  # searched around, not everywhere
+    assert context.values["parallel.minimum_elements"] == 8192
+    assert all(len(c.measurements) == 2 for c in decision.candidates)
+
+
+def test_a_lone_win_is_noise():
+    context = _context()
+    _synthetic(context, lambda name, n: 0.5 if name == "parallel" and n in (65536, 262144)
+               else 1.0)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert not decision.changed and "no stable crossover" in decision.reason
+
+
+def test_overlapping_measurements_keep_the_value_in_use():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" else 0.97)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.value == 32768 and not decision.changed
+    assert {c.outcome for c in decision.candidates} == {"overlap"}
+
+
+def test_a_crossover_within_one_grid_step_keeps_the_value_in_use():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 65536 else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 50000))
+    assert not decision.changed and "within one grid step" in decision.reason
+
+
+def test_a_crossover_above_the_value_in_use_raises_it():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 262144 else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.value == 131072
+
+
+def test_a_one_byte_memory_budget_keeps_the_default():
+    context = _context(memory_budget=1)
+    measured = _synthetic(context, lambda name, n: 1.0 if name == "serial" else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert measured == [] and not decision.changed and "memory budget" in decision.reason
+
+
+def test_an_exhausted_budget_stops_the_search_and_says_so():
+    context = _context()
+    context.deadline = Deadline(0.0, "per-key")
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert not decision.changed and "time budget" in decision.reason
+    assert context.stopped_early == "per-key time budget exhausted"
+
+
+def test_different_outputs_are_a_calibration_error():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0)
+    problem = _crossover_problem(context, SIZES, 65536)
+    wrong = Crossover(problem.parameter, problem.case, problem.sizes, problem.below,
+                      ("parallel", lambda x: x + 1), problem.value_of, problem.baseline_size)
+    with pytest.raises(CalibrationError, match="differs"):
+        decide_crossover(context, wrong)
+
+
+@pytest.mark.parametrize(("timing", "expected"), [
+    ({1: 1.0, 2: 0.6, 4: 0.59}, 64),   # 4 threads help no more than 2, 64 (>= 4) stays
+    ({1: 1.0, 2: 0.5, 4: 1.0}, 2),     # 4 threads hurt: cap at 2
+    ({1: 1.0, 2: 1.0, 4: 1.0}, 64),    # no difference: keep
+])
+def test_the_thread_cap_moves_only_on_clear_wins(timing, expected):
+    context = _context()
+
+    def inputs(size):
+        context._current_size = size
+        return (np.zeros(1),)
+
+    case = Case("unary", inputs, lambda size: size)
+
+    def fake(runs):
+        return {name: _measurement(timing[int(name.split()[0])]) for name in runs}
+
+    context.measure = fake
+    decision = search_threads(context, "parallel.maximum_threads", case, SIZES,
+                              dict.fromkeys(timing, np.copy), 64)
+    assert decision.value == expected
+
+
+# --- measuring -----------------------------------------------------------------------------------
+
+
+def test_geometric_grids_are_increasing_multiples():
+    grid = geometric_grid(1024, 1 << 20, 2, 128)
+    assert grid[0] == 1024 and grid[-1] == 1 << 20 and len(grid) == 21
+    assert all(b > a for a, b in zip(grid, grid[1:], strict=False))
+    assert all(size % 128 == 0 for size in grid)
+    assert geometric_grid(1, 8, 1) == [1, 2, 4, 8]
+
+
+def test_measure_interleaves_runs_and_keeps_at_least_five_samples():
+    order = []
+    measurements = measure([lambda: order.append("a"), lambda: order.append("b")], 5, 0.0,
+                           Deadline(float("inf"), "per-key"))
+    assert all(len(m.samples) + len(m.rejected) >= 5 for m in measurements)
+    assert all(len(m.samples) >= 5 for m in measurements)
+    assert order[:4] == ["a", "a", "b", "b"]  # two warm-up calls each, then alternating
+    assert order[4:8] == ["a", "b", "a", "b"]
+
+
+def test_outliers_are_rejected_and_recorded():
+    from kerneltune.calibration.measure import _fenced
+
+    kept, rejected = _fenced([1.0, 1.01, 0.99, 1.0, 1.02, 9.0])
+    assert rejected == [9.0] and 9.0 not in kept
+    m = Measurement(tuple(kept), tuple(rejected), 3)
+    assert m.median == 1.0 and m.to_dict()["rejected"] == [9.0]
+
+
+def test_beats_needs_the_margin_and_separate_quartiles():
+    fast, slow = _measurement(1.0), _measurement(1.2)
+    assert fast.beats(slow, 0.05) and not slow.beats(fast, 0.05)
+    assert not fast.beats(_measurement(1.04), 0.05)
+    wide = Measurement((0.5, 0.8, 1.0, 1.3, 1.5), (), 1)
+    assert not wide.beats(_measurement(1.2), 0.05)

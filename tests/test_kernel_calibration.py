@@ -1,0 +1,183 @@
+"""Calibrating the real kernel library: every key is calibratable, searches run real kernels.
+
+These run the compiled kernels at the quick effort and check what the reports
+contain and what gets published, never which value wins (that depends on the
+machine and its load).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import kerneltune
+from kerneltune import KernelTuningRegistry, Tier, TuningValidationError
+from kerneltune.calibration import (
+    CalibrationOptions,
+    calibrate_registered_kernels,
+    is_calibratable,
+)
+from kerneltune.cpu import current_execution
+from kerneltune.kernels import LIBRARY, library, register_library
+from kerneltune.kernels.calibrate import NR, tile_candidates
+from kerneltune.kernels.gemm import KU, MR
+from kerneltune.runtime import RuntimeSession
+from test_calibration import CPUS, needs_two_cpus
+
+QUICK = {"effort": "quick", "repetitions": 5}
+
+
+@pytest.fixture
+def registry() -> KernelTuningRegistry:
+    fresh = KernelTuningRegistry()
+    register_library(fresh)
+    return fresh
+
+
+def _calibrate(registry, threads, **selection):
+    options = CalibrationOptions(threads=threads, **{**QUICK, **selection.pop("options", {})})
+    return calibrate_registered_kernels(library=LIBRARY, options=options, registry=registry,
+                                        **selection)
+
+
+def test_every_key_of_the_library_is_calibratable():
+    keys = kerneltune.snapshot().keys()
+    assert keys and all(is_calibratable(key) for key in keys if key.library == LIBRARY)
+
+
+@needs_two_cpus
+@pytest.mark.parametrize(("kernel", "element_type"), [
+    ("Abs", "FLOAT"), ("Add", "INT32"), ("Greater", "DOUBLE"), ("Mul", "FLOAT16"),
+    ("Not", "BOOL"),
+])
+def test_elementwise_calibration_decides_every_parameter(registry, kernel, element_type):
+    report = _calibrate(registry, 2, kernels=[kernel], element_types=[element_type])
+    (calibrated,) = report.calibrated
+    schema = registry.snapshot().schema(calibrated.key)
+    assert {d.parameter for d in calibrated.decisions} == set(schema.parameters)
+    assert set(calibrated.values) == set(schema.parameters)
+    measured = [c for d in calibrated.decisions for c in d.candidates]
+    assert measured, "the searches measured nothing"
+    for candidate in measured:
+        for measurement in candidate.measurements.values():
+            assert len(measurement.samples) >= 5 and measurement.median > 0
+    data = json.loads(json.dumps(report.to_dict()))
+    entry = data["calibrated"][0]
+    assert entry["execution"]["effective_threads"] == 2
+    assert entry["versions"]["tuning_abi"] == calibrated.key.tuning_abi
+    assert entry["versions"]["kerneltune"] == kerneltune.__version__
+    assert entry["options"]["effort"] == "quick"
+    assert all(d["reason"] for d in entry["decisions"])
+
+
+def test_one_thread_keeps_the_parallel_parameters(registry):
+    report = _calibrate(registry, 1, kernels=["Sub"], element_types=["FLOAT16"])
+    (calibrated,) = report.calibrated
+    assert all(not d.changed and "one thread" in d.reason for d in calibrated.decisions)
+    assert not any(d.candidates for d in calibrated.decisions)
+
+
+def test_a_one_byte_memory_budget_keeps_every_default(registry):
+    report = _calibrate(registry, min(2, CPUS), kernels=["Exp", "MatMul"],
+                        element_types=["FLOAT"], options={"memory_budget": 1})
+    for calibrated in report.calibrated:
+        defaults = registry.snapshot().schema(calibrated.key).default_values()
+        assert dict(calibrated.values) == defaults
+        assert not any(c for d in calibrated.decisions for c in d.candidates)
+
+
+def test_a_tiny_time_budget_stops_early_and_publishes_nothing(registry):
+    before = registry.generation
+    report = _calibrate(registry, min(2, CPUS), kernels=["Gemm"], element_types=["FLOAT"],
+                        options={"time_budget_per_key": 1e-6})
+    assert not report.calibrated and not report.successful_profiles
+    (skipped,) = report.skipped
+    assert "time budget exhausted" in skipped.reason and skipped.report.stopped_early
+    assert registry.generation == before
+
+
+def test_gemm_calibration_decides_tiles_algorithms_and_grain(registry):
+    report = _calibrate(registry, 1, kernels=["Gemm"], element_types=["DOUBLE"])
+    (calibrated,) = report.calibrated
+    decided = {d.parameter: d for d in calibrated.decisions}
+    assert set(decided) == set(registry.snapshot().schema(calibrated.key).parameters)
+    assert decided["algorithm.tile_m"].candidates  # the shape families were measured
+    assert decided["algorithm.blas_minimum_fmas"].candidates
+    assert [row["label"] for row in calibrated.comparison][0] == "tiles 64x256x256"
+    assert calibrated.comparison[0]["speedup"] == 1.0
+    registry.snapshot().schema(calibrated.key).configure(calibrated.values)  # consistent
+
+
+def test_calibrated_values_reach_new_sessions(registry):
+    report = _calibrate(registry, 1, kernels=["Relu"], element_types=["FLOAT"])
+    (profile,) = report.successful_profiles
+    resolution = registry.resolve(profile.key, current_execution(1))
+    assert resolution.source.tier is Tier.CALIBRATED
+    assert resolution.source.digest == profile.digest
+
+
+def test_explicit_comparison_times_each_value_with_the_active_one_first(registry):
+    options = {"parameter": "parallel.minimum_elements", "values": [1024, 32768, 1 << 20]}
+    report = _calibrate(registry, min(2, CPUS), kernels=["Abs"], element_types=["FLOAT"],
+                        options=options)
+    (calibrated,) = report.calibrated
+    labels = [row["label"] for row in calibrated.comparison]
+    assert labels == ["parallel.minimum_elements=32768", "parallel.minimum_elements=1024",
+                      "parallel.minimum_elements=1048576"]
+    assert calibrated.comparison[0]["speedup"] == 1.0
+    assert all(row["seconds"] > 0 for row in calibrated.comparison)
+    (decision,) = calibrated.decisions
+    assert decision.value in options["values"]
+
+
+def test_explicit_comparison_validates_values_before_measuring(registry):
+    before = registry.generation
+    with pytest.raises(TuningValidationError, match="parallel.minimum_elements"):
+        _calibrate(registry, 1, kernels=["Abs"], element_types=["FLOAT"],
+                   options={"parameter": "parallel.minimum_elements", "values": [0]})
+    assert registry.generation == before
+
+
+def test_explicit_comparison_skips_keys_without_the_parameter(registry):
+    report = _calibrate(registry, 1, kernels=["Abs", "Add"], element_types=["DOUBLE"],
+                        options={"parameter": "parallel.broadcast_minimum_elements",
+                                 "values": [4096]})
+    assert [r.key.kernel for r in report.calibrated] == ["Add"]
+    assert [s.key.kernel for s in report.skipped] == ["Abs"]
+
+
+def test_session_runs_with_calibrated_profiles(registry):
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    _calibrate(registry, 1, kernels=["Abs"], element_types=["FLOAT"])
+    graph = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["y"])], "abs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = RuntimeSession(model, threads=1, registry=registry)
+    x = np.linspace(-3, 3, 100_001, dtype=np.float32)
+    assert np.array_equal(session.run(None, {"x": x})[0], np.abs(x))
+    (diagnostic,) = session.tuning_diagnostics
+    assert diagnostic["source"]["tier"] == Tier.CALIBRATED.label
+
+
+@pytest.mark.parametrize(("l1", "l2", "itemsize"), [
+    (32768, 1 << 20, 4), (49152, 2 << 20, 8), (None, None, 4), (32768, 256 * 1024, 8),
+])
+def test_tile_candidates_fit_the_cache_and_the_micro_kernel(l1, l2, itemsize):
+    candidates = tile_candidates(l1, l2, itemsize)
+    assert 0 < len(candidates) <= 6 and len(set(candidates)) == len(candidates)
+    for tile_m, tile_n, tile_k in candidates:
+        assert tile_m % MR == 0 and tile_n % NR == 0 and tile_k % KU == 0
+        assert tile_k * tile_n * itemsize <= (l2 or 512 * 1024) // 2
+
+
+def test_every_kernel_has_a_workload_for_comparisons():
+    from kerneltune.calibration import calibration_function
+
+    for kernel in library().values():
+        for element_type in kernel.element_types:
+            assert callable(calibration_function(kernel.tuning_key(element_type)).workload)
