@@ -102,5 +102,17 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def calibrate(session: nox.Session) -> None:
-    """Calibrate the kernels on this machine (not built yet)."""
-    session.skip("calibration is not built yet: the calibrate session arrives with the pipeline")
+    """Calibrate every kernel on this machine for each thread count and write the report.
+
+    Builds and installs the package as `tests` does, then runs `kerneltune calibrate` for
+    the thread matrix (1, 2, 4, ... and the CPUs this process may use) and writes every
+    measurement and decision to build/calibration-report.json. Other arguments go to
+    `kerneltune calibrate`:
+
+        nox -s calibrate -- --effort quick --kernel Add --threads 2
+    """
+    variants, arguments = _variant_selection(session)
+    session.install(*_config_settings(variants), str(ROOT))
+    report = ROOT / "build" / "calibration-report.json"
+    report.parent.mkdir(exist_ok=True)
+    session.run("kerneltune", "calibrate", f"--report={report}", *arguments)

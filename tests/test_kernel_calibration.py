@@ -181,3 +181,40 @@ def test_every_kernel_has_a_workload_for_comparisons():
     for kernel in library().values():
         for element_type in kernel.element_types:
             assert callable(calibration_function(kernel.tuning_key(element_type)).workload)
+
+
+def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "kerneltune", "calibrate", "--threads", "1", "--effort", "quick",
+         "--kernel", "Relu", "--element-type", "FLOAT", "--report", str(report)],
+        capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "threads 1: 1 keys calibrated" in done.stdout
+    (batch,) = json.loads(report.read_text())
+    assert [c["key"]["kernel"] for c in batch["calibrated"]] == ["Relu"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_command_line_names_a_bad_option(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "kerneltune", "calibrate", "--threads", "1", "--kernel", "Relu",
+         "--parameter", "parallel.minimum_elements", "--values", "0",
+         "--report", str(tmp_path / "r.json")],
+        capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "parallel.minimum_elements" in done.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [
+    (1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8])])
+def test_the_thread_matrix_doubles_up_to_the_cpus(cpus, expected):
+    from kerneltune.cli import thread_matrix
+
+    assert thread_matrix(cpus) == expected

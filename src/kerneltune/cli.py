@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import yaml
 
@@ -30,6 +33,63 @@ def _cpu(args: argparse.Namespace) -> None:
         print(yaml.safe_dump(document, sort_keys=False), end="")
 
 
+def thread_matrix(cpus: int) -> list[int]:
+    """1, 2, 4, ... below ``cpus``, and ``cpus`` itself: the thread counts a farm calibrates."""
+    counts = [1 << i for i in range(cpus.bit_length()) if 1 << i < cpus]
+    return [*counts, cpus]
+
+
+def _value(text: str) -> object:
+    """A parameter value from the command line: 4096, 1.5, true and row as YAML reads them."""
+    value = yaml.safe_load(text)
+    return value if isinstance(value, bool | int | float | str) else text
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary sibling, so no half-written file remains."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.",
+                                         suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _calibrate(args: argparse.Namespace) -> None:
+    from .calibration import CalibrationOptions, calibrate_registered_kernels
+
+    threads = args.threads or thread_matrix(len(current_execution().affinity))
+    reports = []
+    for count in threads:
+        options = CalibrationOptions(
+            threads=count, effort=args.effort, time_budget_per_key=args.time_budget_per_key,
+            time_budget=args.time_budget, memory_budget=args.memory_budget,
+            minimum_margin=args.margin, seed=args.seed, parameter=args.parameter,
+            values=[_value(v) for v in args.values or ()])
+        report = calibrate_registered_kernels(
+            kernels=args.kernel or (), implementations=args.implementation or (),
+            element_types=args.element_type or (), only_missing=args.only_missing,
+            options=options)
+        reports.append(report)
+        print(f"threads {count}: {len(report.calibrated)} keys calibrated in "
+              f"{report.seconds:.1f} s, {len(report.skipped)} skipped, "
+              f"{len(report.unsupported)} unsupported")
+        for calibrated in report.calibrated:
+            for decision in calibrated.decisions:
+                if decision.changed:
+                    print(f"  {calibrated.key}  {decision.parameter}: {decision.baseline} -> "
+                          f"{decision.value}")
+        for skipped in report.skipped:
+            print(f"  skipped {skipped.key}: {skipped.reason}")
+    if args.report:
+        text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
+        _write_atomically(Path(args.report), text + "\n")
+        print(f"report written to {args.report}")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kerneltune", description="Processor-aware tuning of compute-kernel thresholds.")
@@ -41,6 +101,33 @@ def _parser() -> argparse.ArgumentParser:
     cpu.add_argument("--machine", help="architecture of --root (x86_64, aarch64)")
     cpu.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     cpu.set_defaults(run=_cpu)
+
+    calibrate = commands.add_parser(
+        "calibrate", help="measure the kernels on this machine for each thread count and "
+                          "publish the winners for this process; --report keeps everything")
+    calibrate.add_argument("--threads", type=int, action="append",
+                           help="a thread count to calibrate for (repeat for several; default "
+                                "1, 2, 4, ... and the CPUs this process may use)")
+    calibrate.add_argument("--effort", default="normal", choices=("quick", "normal", "thorough"))
+    calibrate.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
+    calibrate.add_argument("--element-type", action="append",
+                           help="only this element type, e.g. FLOAT (repeatable)")
+    calibrate.add_argument("--implementation", action="append",
+                           help="only this ISA variant (repeatable)")
+    calibrate.add_argument("--only-missing", action="store_true",
+                           help="skip keys with a calibrated profile for this execution")
+    calibrate.add_argument("--time-budget", type=float, help="seconds for each thread count")
+    calibrate.add_argument("--time-budget-per-key", type=float, help="seconds per key")
+    calibrate.add_argument("--memory-budget", type=int, default=1 << 30,
+                           help="bytes of inputs and output one case may take")
+    calibrate.add_argument("--margin", type=float, default=0.05,
+                           help="fraction a value must win by to replace the one in use")
+    calibrate.add_argument("--seed", type=int, default=0)
+    calibrate.add_argument("--parameter", help="compare values of this parameter instead of "
+                                               "searching (with --values)")
+    calibrate.add_argument("--values", nargs="+", help="the values --parameter compares")
+    calibrate.add_argument("--report", help="write every report (JSON) to this file")
+    calibrate.set_defaults(run=_calibrate)
     return parser
 
 

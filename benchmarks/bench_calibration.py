@@ -1,0 +1,254 @@
+"""Calibration on this machine: its cost, what it gains, its regret, its repeatability.
+
+1. Cost: a full calibration of every calibratable key for 1 and for 2 threads
+   (each in a fresh registry, so both start from the portable defaults).
+   Targets: under 5 minutes at normal effort, under 60 s at quick, both thread
+   counts together.
+2. Gain and regret, on held-out sizes the searches never measured (midway
+   between their grid points): for a sample of elementwise keys at 2 threads,
+   each case (unary; binary equal, scalar, broadcast) at each held-out size is
+   measured once per distinct way of running it (serial or parallel compute,
+   and for FLOAT16 serial or parallel conversions; a config's way at a size is
+   what its plan says). From those medians come the time with the calibrated
+   values, with the portable defaults, and with the best values an exhaustive
+   search over the same candidate grid finds. Targets: calibrated never slower
+   than the defaults by more than 3% at any size; geometric-mean regret against
+   the exhaustive best at most 5%. Gemm and MatMul are compared calibrated
+   against defaults on held-out shapes (interleaved, medians).
+3. Repeatability: the 2-thread calibration runs twice; at least 90% of keys get
+   identical values and every threshold is within one grid step of the first.
+
+    python benchmarks/bench_calibration.py [--effort normal|quick] [--rounds 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from kerneltune import KernelTuningRegistry
+from kerneltune.calibration import CalibrationOptions, calibrate_registered_kernels
+from kerneltune.calibration.measure import Deadline, measure
+from kerneltune.cpu import current_execution
+from kerneltune.kernels import library, register_library
+from kerneltune.kernels.calibrate import (
+    BROADCAST_MINIMUM,
+    CONVERSION_MINIMUM,
+    MAXIMUM_THREADS,
+    NEVER,
+    PARALLEL_MINIMUM,
+    ElementwiseCalibration,
+    _grain_of,
+)
+from kerneltune.schema import element_type_number
+
+SAMPLE = [(kernel, element_type)
+          for kernel in ("Abs", "Exp", "Tanh", "Add", "Mul", "Greater")
+          for element_type in ("FLOAT", "DOUBLE", "FLOAT16", "INT32")]
+GEMM_SHAPES = {"square 48": (48, 48, 48), "square 96": (96, 96, 96),
+               "square 181": (181, 181, 181), "square 362": (362, 362, 362),
+               "skinny 3": (3, 512, 512), "skinny 12": (12, 512, 512)}
+THRESHOLDS = (PARALLEL_MINIMUM, BROADCAST_MINIMUM, CONVERSION_MINIMUM,
+              "algorithm.pack_b_minimum_elements", "algorithm.blas_minimum_fmas",
+              "parallel.fmas_per_work_unit", "algorithm.skinny_m_limit")
+
+
+def full_calibration(threads: int, effort: str):
+    registry = KernelTuningRegistry()
+    register_library(registry)
+    start = time.perf_counter()
+    report = calibrate_registered_kernels(
+        options=CalibrationOptions(threads=threads, effort=effort), registry=registry)
+    return report, time.perf_counter() - start
+
+
+def grid_values(calibration: ElementwiseCalibration, context) -> list[int]:
+    """The candidate grain values of the search grid (one per grid size)."""
+    return sorted({_grain_of(size) for size in calibration.sizes(context)})
+
+
+def held_out_sizes(effort: str) -> list[int]:
+    """Sizes midway (geometrically) between the search grid's points, off its alignment."""
+    steps = CalibrationOptions(effort=effort).level.steps_per_octave
+    return [int(2 ** (12 + (i + 0.5) / steps)) // 64 * 64 + 32
+            for i in range(steps * 10)]
+
+
+def signature(prepared, inputs) -> tuple[int, int]:
+    """How a prepared elementwise kernel runs these inputs: compute and conversion threads."""
+    plan = prepared.plan(*inputs)
+    conversion = 0
+    if hasattr(prepared, "_conversion_threads"):
+        conversion = prepared._conversion_threads(int(np.size(inputs[0])), False)
+    return plan.threads, conversion
+
+
+def elementwise_gain(values_of, effort: str, rounds: int) -> list[dict]:
+    """Per sampled key and case: times with calibrated, default and exhaustive-best values."""
+    from kerneltune.calibration.context import CalibrationContext
+
+    kernels = library()
+    execution = current_execution(2)
+    options = CalibrationOptions(threads=2, effort=effort, repetitions=rounds)
+    rows = []
+    for name, element_type in SAMPLE:
+        kernel = kernels[name]
+        number = element_type_number(element_type)
+        if number not in kernel.element_types:
+            continue
+        key = kernel.tuning_key(number)
+        schema = kernel.schema(number)
+        calibrated = values_of.get(key)
+        if calibrated is None:
+            continue
+        context = CalibrationContext(key, schema, execution, options, schema.default_values(),
+                                     Deadline(math.inf, "none"))
+        calibration = ElementwiseCalibration(kernel, number)
+        grid = grid_values(calibration, context)
+        for case in calibration.cases(context).values():
+            parameter = BROADCAST_MINIMUM if case.name == "broadcast" else PARALLEL_MINIMUM
+            searched = [parameter]
+            if CONVERSION_MINIMUM in schema.parameters:
+                searched.append(CONVERSION_MINIMUM)
+            candidates = [dict(zip(searched, combo, strict=True))
+                          for combo in itertools.product(grid + [NEVER], repeat=len(searched))]
+            configs = {"default": schema.defaults,
+                       "calibrated": schema.configure(calibrated)}
+            options_of = [schema.configure({**calibrated, **c, MAXIMUM_THREADS: 256})
+                          for c in candidates]
+            times: dict[str, list[float]] = {"default": [], "calibrated": []}
+            per_candidate = [[] for _ in candidates]
+            for size in held_out_sizes(effort):
+                inputs = case.inputs(size)
+                prepared = {label: kernel.prepare(number, config, 2)
+                            for label, config in configs.items()}
+                candidate_prepared = [kernel.prepare(number, config, 2) for config in options_of]
+                ways = {}
+                for p in [*prepared.values(), *candidate_prepared]:
+                    ways.setdefault(signature(p, inputs), p)
+                measured = dict(zip(ways, measure(
+                    [lambda p=p, inputs=inputs: p.run(*inputs) for p in ways.values()], rounds,
+                    0.0004,
+                    Deadline(math.inf, "none")), strict=True))
+                for label, p in prepared.items():
+                    times[label].append(measured[signature(p, inputs)].median)
+                for index, p in enumerate(candidate_prepared):
+                    per_candidate[index].append(measured[signature(p, inputs)].median)
+            best = min(range(len(candidates)), key=lambda i: sum(per_candidate[i]))
+            rows.append({"key": f"{name} {element_type}", "case": case.name,
+                         "default": times["default"], "calibrated": times["calibrated"],
+                         "best": per_candidate[best], "best_values": candidates[best]})
+    return rows
+
+
+def gemm_gain(values_of, rounds: int) -> list[tuple[str, str, float]]:
+    kernels = library()
+    out = []
+    for name in ("Gemm", "MatMul"):
+        kernel = kernels[name]
+        for element_type in ("FLOAT", "DOUBLE"):
+            key = kernel.tuning_key(element_type)
+            calibrated = values_of.get(key)
+            if calibrated is None:
+                continue
+            schema = kernel.schema(element_type)
+            default = kernel.prepare(element_type, schema.defaults, 2)
+            tuned = kernel.prepare(element_type, schema.configure(calibrated), 2)
+            rng = np.random.default_rng(0)
+            dtype = np.float32 if element_type == "FLOAT" else np.float64
+            for shape_name, (m, k, n) in GEMM_SHAPES.items():
+                a = rng.standard_normal((m, k)).astype(dtype)
+                b = rng.standard_normal((k, n)).astype(dtype)
+                runs = [lambda p=p, a=a, b=b: p.run(a, b) for p in (default, tuned)]
+                d, t = measure(runs, rounds, 0.0004, Deadline(math.inf, "none"))
+                out.append((f"{name} {element_type}", shape_name, d.median / t.median))
+    return out
+
+
+def differing_threshold(first, second, step: float) -> list[str]:
+    """Thresholds more than one grid step apart, and other values that differ."""
+    far = []
+    for name, value in first.items():
+        other = second[name]
+        if value == other:
+            continue
+        low, high = min(value, other), max(value, other)
+        if name in THRESHOLDS and low > 0 and high < NEVER and high / low <= step * 1.01:
+            continue
+        far.append(f"{name}: {value} vs {other}")
+    return far
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--effort", default="normal", choices=("quick", "normal", "thorough"))
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    ok = True
+
+    print(f"# calibration cost ({args.effort} effort, every calibratable key)")
+    reports, total = {}, 0.0
+    for threads in (1, 2):
+        report, seconds = full_calibration(threads, args.effort)
+        reports[threads] = report
+        total += seconds
+        changed = sum(1 for r in report.calibrated for d in r.decisions if d.changed)
+        print(f"threads {threads}: {seconds:7.1f} s, {len(report.calibrated)} keys calibrated, "
+              f"{len(report.skipped)} skipped, {len(report.unsupported)} unsupported, "
+              f"{changed} values changed from the defaults")
+        for skipped in report.skipped:
+            print(f"    skipped {skipped.key}: {skipped.reason}")
+    limit = 300 if args.effort == "normal" else 60 if args.effort == "quick" else math.inf
+    print(f"total {total:.1f} s (target < {limit} s): {'ok' if total < limit else 'MISSED'}")
+    ok &= total < limit
+
+    values_of = {r.key: dict(r.values) for r in reports[2].calibrated}
+    print("\n# held-out sizes, 2 threads: time / time with the portable defaults, and regret "
+          "(calibrated / exhaustive best)")
+    rows = elementwise_gain(values_of, args.effort, args.rounds)
+    worst, regrets = 0.0, []
+    for row in rows:
+        ratios = [c / d for c, d in zip(row["calibrated"], row["default"], strict=True)]
+        regret = [c / b for c, b in zip(row["calibrated"], row["best"], strict=True)]
+        regrets += regret
+        worst = max(worst, max(ratios))
+        print(f"{row['key']:<16} {row['case']:<10} calibrated/default max {max(ratios):5.3f} "
+              f"geomean {statistics.geometric_mean(ratios):5.3f}  regret geomean "
+              f"{statistics.geometric_mean(regret):5.3f} max {max(regret):5.3f}")
+    geomean_regret = statistics.geometric_mean(regrets) if regrets else 1.0
+    print(f"worst calibrated/default at any size: {worst:.3f} (target <= 1.03): "
+          f"{'ok' if worst <= 1.03 else 'MISSED'}")
+    print(f"geometric-mean regret: {geomean_regret:.3f} (target <= 1.05): "
+          f"{'ok' if geomean_regret <= 1.05 else 'MISSED'}")
+    ok &= worst <= 1.03 and geomean_regret <= 1.05
+
+    print("\n# Gemm and MatMul on held-out shapes, 2 threads: default time / calibrated time")
+    for key, shape, ratio in gemm_gain(values_of, args.rounds):
+        print(f"{key:<14} {shape:<11} {ratio:5.3f}")
+
+    print("\n# repeatability: a second 2-thread calibration")
+    again, _ = full_calibration(2, args.effort)
+    second = {r.key: dict(r.values) for r in again.calibrated}
+    step = 2 ** (1 / CalibrationOptions(effort=args.effort).level.steps_per_octave)
+    common = [key for key in values_of if key in second]
+    identical = sum(1 for key in common if values_of[key] == second[key])
+    far = {key: differing_threshold(values_of[key], second[key], step) for key in common}
+    far = {key: diffs for key, diffs in far.items() if diffs}
+    share = identical / len(common) if common else 0.0
+    print(f"identical values: {identical}/{len(common)} keys ({share:.0%}, target >= 90%); "
+          f"beyond one grid step: {len(far)} keys (target 0)")
+    for key, diffs in far.items():
+        print(f"    {key}: {'; '.join(diffs)}")
+    ok &= share >= 0.9 and not far
+    print("\nall targets met" if ok else "\nsome targets missed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
