@@ -351,7 +351,7 @@ def test_a_lone_win_is_noise():
     _synthetic(context, lambda name, n: 0.5 if name == "parallel" and n in (65536, 262144)
                else 1.0)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert not decision.changed and "no stable crossover" in decision.reason
+    assert not decision.changed and "no clear winner" in decision.reason
 
 
 def test_overlapping_measurements_keep_the_value_in_use():
@@ -369,11 +369,42 @@ def test_a_crossover_within_one_grid_step_keeps_the_value_in_use():
     assert not decision.changed and "within one grid step" in decision.reason
 
 
-def test_a_crossover_above_the_value_in_use_raises_it():
+def test_serial_wins_above_the_value_in_use_raise_it():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" else 1.5 if n < 262144 else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.value == 131072 and "serial beats parallel" in decision.reason
+
+
+def test_serial_winning_everywhere_moves_the_crossover_beyond_the_grid():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" else 1.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.value == SIZES[-1] and "up to the largest size" in decision.reason
+
+
+def test_parallel_merely_not_winning_keeps_the_value_in_use():
     context = _context()
     _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 262144 else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert decision.value == 131072
+    assert not decision.changed
+
+
+@pytest.mark.parametrize(("effort", "moves"), [("normal", False), ("quick", True)])
+def test_a_win_that_does_not_repeat_is_noise_at_normal_effort(effort, moves):
+    context = _context(effort=effort)
+    seen = set()
+
+    def timing(name, n):
+        if name == "serial":
+            return 1.0
+        lucky = n not in seen  # the first measurement at each size is a fluke
+        seen.add(n)
+        return 0.5 if lucky else 1.0
+
+    _synthetic(context, timing)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.changed is moves
 
 
 def test_a_one_byte_memory_budget_keeps_the_default():

@@ -30,6 +30,7 @@ from .search import (
     compare_settings,
     decide_crossover,
     geometric_grid,
+    record_crossover,
     search_crossover,
     search_threads,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "has_calibrated_profile",
     "is_calibratable",
     "randn_tensor",
+    "record_crossover",
     "register_kernel_calibration_function",
     "search_crossover",
     "search_threads",

@@ -23,6 +23,9 @@ from .report import Candidate, Decision
 
 Run = Callable[..., np.ndarray]
 
+#: outcomes of one crossover measurement
+ABOVE, BELOW, OVERLAP = "above", "below", "overlap"
+
 
 def geometric_grid(low: int, high: int, steps_per_octave: int, multiple: int = 1) -> list[int]:
     """Sizes from ``low`` to ``high`` growing by ``2 ** (1 / steps_per_octave)``.
@@ -82,11 +85,16 @@ def _with_outcome(candidate: Candidate, outcome: str) -> Candidate:
 
 def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[int | None, str,
                                                                                list[Candidate]]:
-    """The smallest grid size from which ``above`` wins twice in a row, or None and why.
+    """Where ``above`` starts to win, found from the value in use outwards; None keeps it.
 
-    The scan starts at the size the value in use switches at and climbs until
-    two consecutive wins, then walks down while ``above`` still wins, so only
-    the region around the crossover is measured.
+    The search starts at the grid size nearest to where the value in use
+    switches and moves only on evidence: down while ``above`` keeps winning
+    there (the crossover is then the smallest of two or more consecutive wins),
+    up while ``below`` keeps winning (from two consecutive wins on; the
+    crossover is the first size where ``below`` stops winning, or beyond the
+    grid). Overlapping measurements at the start keep the value in use. Each
+    win is measured twice (independently) at normal and thorough effort, so
+    one burst of noise cannot move a threshold.
     """
     sizes = [s for s in problem.sizes if context.fits(problem.case.nbytes(s))]
     if len(sizes) < 2:
@@ -95,48 +103,75 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
                       f"needs two sizes and the smallest takes {smallest} bytes"), []
     (below_name, below), (above_name, above) = problem.below, problem.above
     candidates: list[Candidate] = []
-    wins: dict[int, bool] = {}
+    outcomes: dict[int, str] = {}
     margin = context.options.minimum_margin
+    runs = {below_name: below, above_name: above}
 
-    def won(index: int) -> bool:
-        if index not in wins:
-            size = sizes[index]
-            candidate = _outcome(context, problem.case, size, problem.case.inputs(size),
-                                 {below_name: below, above_name: above}, problem.tolerance)
-            m = candidate.measurements
-            if m[above_name].beats(m[below_name], margin):
-                outcome = f"{above_name} wins"
-            elif m[below_name].beats(m[above_name], margin):
-                outcome = f"{below_name} wins"
-            else:
-                outcome = "overlap"
-            wins[index] = outcome == f"{above_name} wins"
-            candidates.append(_with_outcome(candidate, outcome))
-        return wins[index]
+    def measured(index: int) -> str:
+        size = sizes[index]
+        candidate = _outcome(context, problem.case, size, problem.case.inputs(size), runs,
+                             problem.tolerance)
+        m = candidate.measurements
+        if m[above_name].beats(m[below_name], margin):
+            outcome = ABOVE
+        elif m[below_name].beats(m[above_name], margin):
+            outcome = BELOW
+        else:
+            outcome = OVERLAP
+        label = {ABOVE: f"{above_name} wins", BELOW: f"{below_name} wins"}.get(outcome, outcome)
+        candidates.append(_with_outcome(candidate, label))
+        return outcome
+
+    def outcome(index: int) -> str:
+        if index not in outcomes:
+            first = measured(index)
+            if first != OVERLAP and context.options.level.confirm and measured(index) != first:
+                first = OVERLAP
+            outcomes[index] = first
+        return outcomes[index]
 
     start = min(range(len(sizes)), key=lambda i: abs(math.log(sizes[i] / problem.baseline_size)))
+    where = f"{problem.case.name} (margin {margin:.0%})"
     try:
-        found = next((i for i in range(start, len(sizes) - 1) if won(i) and won(i + 1)), None)
-        if found is None:
-            return None, (f"no stable crossover: {above_name} never beat {below_name} by "
-                          f"{margin:.0%} at two consecutive sizes from {sizes[start]} to "
-                          f"{sizes[-1]}"), candidates
-        while found > 0 and won(found - 1):
-            found -= 1
+        if start + 1 < len(sizes) and outcome(start) == ABOVE and outcome(start + 1) == ABOVE:
+            found = start
+            while found > 0 and outcome(found - 1) == ABOVE:
+                found -= 1
+            return sizes[found], (f"{above_name} beats {below_name} on {where} from size "
+                                  f"{sizes[found]} on"), candidates
+        if start + 1 < len(sizes) and outcome(start) == BELOW and outcome(start + 1) == BELOW:
+            found = start + 1
+            while found < len(sizes) and outcome(found) == BELOW:
+                found += 1
+            if found == len(sizes):
+                return 2 * sizes[-1], (f"{below_name} beats {above_name} on {where} up to the "
+                                       f"largest size, {sizes[-1]}"), candidates
+            return sizes[found], (f"{below_name} beats {above_name} on {where} below size "
+                                  f"{sizes[found]}"), candidates
     except BudgetExhausted as exhausted:
         context.stop(str(exhausted))
         return None, f"{exhausted} time budget exhausted during the search", candidates
-    return sizes[found], (f"{above_name} beats {below_name} by {margin:.0%} on {problem.case.name} "
-                          f"from size {sizes[found]} on (two consecutive grid sizes)"), candidates
+    return None, (f"no clear winner on {where} at two consecutive sizes from {sizes[start]}, "
+                  f"where the value in use switches"), candidates
 
 
 def decide_crossover(context: CalibrationContext, problem: Crossover) -> Decision:
     """Run :func:`search_crossover` and record the decision for ``problem.parameter``."""
     size, reason, candidates = search_crossover(context, problem)
+    return record_crossover(context, problem, size, reason, candidates)
+
+
+def record_crossover(context: CalibrationContext, problem: Crossover, size: int | None,
+                     reason: str, candidates: Sequence[Candidate]) -> Decision:
+    """The decision for a crossover measured at ``size`` (None: none found, keep the value).
+
+    A value in use that switches within one grid step below the crossover is
+    as good as the grid can tell, so it is kept.
+    """
     if size is None:
         return context.keep(problem.parameter, f"kept: {reason}", candidates)
-    sizes = sorted(s for s in problem.sizes if s <= size)
-    previous = sizes[-2] if len(sizes) > 1 else 0
+    smaller = [s for s in problem.sizes if s < size]
+    previous = smaller[-1] if smaller else 0
     if previous < problem.baseline_size <= size:
         return context.keep(problem.parameter,
                             f"kept: the value in use switches within one grid step of the "

@@ -26,6 +26,7 @@ from ..calibration import (
     compare_settings,
     decide_crossover,
     geometric_grid,
+    record_crossover,
     register_kernel_calibration_function,
     search_crossover,
     search_threads,
@@ -179,22 +180,16 @@ class ElementwiseCalibration(KernelCalibration):
         serial = self.kernel.prepare(self.element_type, context.configure(),
                                      context.threads).run_serial
         parallel = self.run_of(context.configure({parameter: 1}), 2)
-        baseline = 2 * int(context.values[parameter])
+        problems = [Crossover(parameter, case, sizes, ("serial", serial), ("parallel", parallel),
+                              _grain_of, 2 * int(context.values[parameter])) for case in groups]
         crossovers, reasons, candidates = [], [], []
-        for case in groups:
-            problem = Crossover(parameter, case, sizes, ("serial", serial),
-                                ("parallel", parallel), _grain_of, baseline)
+        for problem in problems:
             size, reason, measured = search_crossover(context, problem)
             crossovers.append(size)
-            reasons.append(f"{case.name}: {reason}")
+            reasons.append(f"{problem.case.name}: {reason}")
             candidates += measured
-        if any(size is None for size in crossovers):
-            context.keep(parameter, "kept: " + "; ".join(reasons), candidates)
-            return
-        size = max(crossovers)
-        problem = Crossover(parameter, groups[0], sizes, ("serial", serial),
-                            ("parallel", parallel), _grain_of, baseline)
-        _decide_at(context, problem, size, "; ".join(reasons), candidates)
+        size = None if None in crossovers else max(crossovers)
+        record_crossover(context, problems[0], size, "; ".join(reasons), candidates)
 
     def workload(self, context: CalibrationContext) -> Workload:
         """Every case group at sizes four times apart, from 4096 elements to the largest."""
@@ -202,18 +197,6 @@ class ElementwiseCalibration(KernelCalibration):
                                2 * CHUNK_ALIGNMENT)[::2]
         cases = [(case, size) for case in self.cases(context).values() for size in sizes]
         return Workload(cases, lambda config: self.run_of(config, context.threads))
-
-
-def _decide_at(context: CalibrationContext, problem: Crossover, size: int, reason: str,
-               candidates) -> None:
-    """Record the value of a crossover found at ``size`` (kept within one grid step)."""
-    smaller = [s for s in problem.sizes if s < size]
-    previous = smaller[-1] if smaller else 0
-    if previous < problem.baseline_size <= size:
-        context.keep(problem.parameter, f"kept: the value in use switches within one grid step "
-                                        f"of the measured crossover; {reason}", candidates)
-    else:
-        context.decide(problem.parameter, problem.value_of(size), reason, candidates)
 
 
 # --- Gemm and MatMul ----------------------------------------------------------------------------
