@@ -249,7 +249,11 @@ def compare_settings(context: CalibrationContext, comparison: Comparison
 
 def search_threads(context: CalibrationContext, parameter: str, case: Case,
                    sizes: Sequence[int], runs: Mapping[int, Run], baseline: int) -> Decision:
-    """Fewer (or more) threads than the value in use, if they win at both of two large sizes."""
+    """Fewer (or more) threads than the value in use, if they win at both of two large sizes.
+
+    At normal and thorough effort both sizes are measured twice, and a count
+    must win every time.
+    """
     counts = sorted(runs)
     effective = min(baseline, counts[-1])
     named = {f"{count} threads": runs[count] for count in counts}
@@ -258,9 +262,11 @@ def search_threads(context: CalibrationContext, parameter: str, case: Case,
         return context.keep(parameter, f"kept: memory budget of {context.options.memory_budget} "
                                        f"bytes leaves fewer than two large sizes")
     candidates = []
+    rounds = 2 if context.options.level.confirm else 1
     try:
-        for size in sizes:
-            candidates.append(_outcome(context, case, size, case.inputs(size), named, None))
+        for _ in range(rounds):
+            for size in sizes:
+                candidates.append(_outcome(context, case, size, case.inputs(size), named, None))
     except BudgetExhausted as exhausted:
         context.stop(str(exhausted))
         return context.keep(parameter, f"kept: {exhausted} time budget exhausted", candidates)
