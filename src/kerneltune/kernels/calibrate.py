@@ -352,7 +352,8 @@ class GemmCalibration(KernelCalibration):
                              lambda s: SKINNY_DEPTH)
         decide_crossover(context, Crossover(
             SKINNY, case, rows, ("skinny", self._runner(context, {**compiled, SKINNY: tile_m})),
-            ("blocked", self._runner(context, {**compiled, SKINNY: 0})), lambda m: m - 1,
+            ("blocked", self._runner(context, {**compiled, SKINNY: 0})),
+            lambda m: min(m - 1, tile_m),  # skinny winning to the end: every row count fits
             int(context.values[SKINNY]) + 1))
 
     def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
