@@ -97,8 +97,12 @@ def default_kernel_tuning_cache_path() -> Path | None:
     return Path(platformdirs.user_cache_dir("kerneltune", appauthor=False)) / FILE_NAME
 
 
-def _target(path: str | os.PathLike[str] | None) -> Path | None:
-    """An explicit path always wins; ``off`` only disables the default one."""
+def cache_path(path: str | os.PathLike[str] | None) -> Path | None:
+    """The file an operation acts on: ``path``, else the default (None when disabled).
+
+    An explicit path always wins; ``KERNELTUNE_CACHE=off`` only disables the
+    default one.
+    """
     return Path(path) if path is not None else default_kernel_tuning_cache_path()
 
 
@@ -505,7 +509,7 @@ def _without_duplicates(entries: list[CacheEntry], path: str
 
 def inspect_kernel_tuning_cache(path: str | os.PathLike[str] | None = None) -> CacheInspection:
     """Read and check the cache, publishing nothing; never raises for any content of the file."""
-    target = _target(path)
+    target = cache_path(path)
     return CacheInspection("disabled", None) if target is None else _inspect(target)
 
 
@@ -634,7 +638,7 @@ def load_kernel_tuning_cache(
     Only a bad selection argument raises.
     """
     selection = KernelSelection.of(library, kernels, implementations, element_types, device)
-    target = _target(path)
+    target = cache_path(path)
     if target is None:
         return CacheLoadReport("disabled", None)
     with _collector_paused():
@@ -959,7 +963,7 @@ def update_kernel_tuning_cache(
     newest = None
     if prune_stale_abis:
         newest = {base: max(abis) for base, abis in _registered_abis(snapshot).items()}
-    return update_cache_entries(_target(path), lambda existing: entries, read_only=read_only,
+    return update_cache_entries(cache_path(path), lambda existing: entries, read_only=read_only,
                                 replace_existing=replace_existing, newest_abis=newest,
                                 lock_timeout=lock_timeout)
 
@@ -973,7 +977,7 @@ def remove_kernel_tuning_cache(
     later processes start from the defaults. The ``.lock`` sibling stays: a
     process may be waiting on it, and deleting it would let two writers in.
     """
-    target = _target(path)
+    target = cache_path(path)
     if target is None:
         return CacheRemoveReport("disabled", None)
     path = str(target)
