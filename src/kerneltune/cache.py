@@ -549,7 +549,8 @@ def _registered_abis(snapshot: TuningSnapshot) -> dict[tuple, list[int]]:
 
 def classify_entries(
     entries: Iterable[CacheEntry], selection: KernelSelection, execution: CpuExecutionDescriptor,
-    snapshot: TuningSnapshot, *, all_thread_counts: bool = True, validate: bool = True,
+    snapshot: TuningSnapshot, file: str | None, *, all_thread_counts: bool = True,
+    validate: bool = True,
 ) -> ClassifiedEntries:
     """Sort selected entries into usable, incompatible, stale and invalid for ``execution``.
 
@@ -573,16 +574,16 @@ def classify_entries(
             incompatible.append(entry)
         elif entry.key not in registered:
             stale.append(RejectedCacheEntry(entry.index, entry.key, (
-                _stale_problem(entry.key, abis).located(entry=entry.label),)))
+                _stale_problem(entry.key, abis).located(entry=entry.label, file=file),)))
         else:
             usable.append(entry)
     invalid: tuple[RejectedCacheEntry, ...] = ()
     if validate:
-        usable, invalid = _validated(usable, snapshot)
+        usable, invalid = _validated(usable, snapshot, file)
     return ClassifiedEntries(tuple(usable), tuple(incompatible), tuple(stale), invalid)
 
 
-def _validated(entries: Iterable[CacheEntry], snapshot: TuningSnapshot
+def _validated(entries: Iterable[CacheEntry], snapshot: TuningSnapshot, file: str | None
                ) -> tuple[list[CacheEntry], tuple[RejectedCacheEntry, ...]]:
     """Entries whose values pass their schema as a whole, and the others with every reason."""
     valid, invalid = [], []
@@ -591,7 +592,8 @@ def _validated(entries: Iterable[CacheEntry], snapshot: TuningSnapshot
             snapshot.schema(entry.key).configure(entry.values)
         except TuningValidationError as error:
             invalid.append(RejectedCacheEntry(entry.index, entry.key,
-                                              error.located(entry=entry.label).problems))
+                                              error.located(entry=entry.label,
+                                                            file=file).problems))
             continue
         valid.append(entry)
     return valid, tuple(invalid)
@@ -649,7 +651,8 @@ def load_kernel_tuning_cache(
         execution = execution or current_execution()
         snapshot = registry.snapshot()
         found = classify_entries(inspection.entries, selection, execution, snapshot,
-                                 all_thread_counts=all_thread_counts, validate=False)
+                                 inspection.path, all_thread_counts=all_thread_counts,
+                                 validate=False)
         usable, invalid = _publish(found.usable, inspection.path, snapshot, registry)
     here = {entry.key for entry in usable if entry.execution.identity == execution.identity}
     registered = snapshot.keys()
@@ -678,7 +681,7 @@ def _publish(entries: tuple[CacheEntry, ...], origin: str, snapshot: TuningSnaps
         registry.register_profiles(entry.profile(origin) for entry in entries)
         return entries, ()
     except TuningValidationError:
-        valid, invalid = _validated(entries, snapshot)
+        valid, invalid = _validated(entries, snapshot, origin)
     if valid:
         registry.register_profiles(entry.profile(origin) for entry in valid)
     return tuple(valid), invalid

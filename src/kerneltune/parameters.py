@@ -228,7 +228,7 @@ def propose_kernel_tuning_updates(
     inspection = inspect_kernel_tuning_cache(path)
     snapshot = registry.snapshot()
     found = classify_entries(inspection.entries, selection, execution, snapshot,
-                             all_thread_counts=False)
+                             inspection.path, all_thread_counts=False)
     covered = {entry.key for entry in found.usable}
     selected = list(filter(selection.matches, snapshot.keys()))
     missing = [key for key in selected if key not in covered]
