@@ -171,8 +171,6 @@ def set_kernel_tuning_parameters(
     """
     snapshot = registry.snapshot()
     key = _one_key(snapshot.keys(), kernel, element_type, implementation, tuning_abi, library)
-    schema = snapshot.schema(key)
-    schema.validate(values)
     execution = execution or current_execution()
     slot = (key, execution.identity)
 
@@ -182,6 +180,9 @@ def set_kernel_tuning_parameters(
                                       origin="manual")
         return entries_from_profiles([profile], "manual", snapshot)
 
+    # Fail before taking the lock (and also when persistence is off); the
+    # merge is done again under the lock, on the file as it is then.
+    merged(inspect_kernel_tuning_cache(path).entries)
     report = update_cache_entries(cache_path(path), merged)
     if load and report.status == "updated":
         written = (report.added + report.replaced)[0]
