@@ -518,6 +518,8 @@ def inspect_kernel_tuning_cache(path: str | os.PathLike[str] | None = None) -> C
 
 @dataclass(frozen=True)
 class ClassifiedEntries:
+    """Cache entries sorted for one execution: what a load would publish, and the rest."""
+
     usable: tuple[CacheEntry, ...]
     incompatible: tuple[CacheEntry, ...]
     stale: tuple[RejectedCacheEntry, ...]
