@@ -532,16 +532,16 @@ class KernelTuningRegistry:
             keys = dict(self._generation._keys)
             entries, problems = [], []
             for index, profile in enumerate(profiles):
-                where = f"profile {index} ({profile.label}, {profile.key})"
                 state = keys.get(profile.key)
                 if state is None:
                     problems.append(Problem("key", "no tuning schema is registered for this key",
-                                            entry=where, file=profile.origin))
+                                            entry=_where(index, profile), file=profile.origin))
                     continue
                 try:
                     config = state.schema.configure(profile.values)
                 except TuningValidationError as error:
-                    problems += error.located(entry=where, file=profile.origin).problems
+                    problems += error.located(entry=_where(index, profile),
+                                              file=profile.origin).problems
                     continue
                 resolved = types.MappingProxyType(state.schema.values_of(config))
                 entries.append(_Entry(profile, resolved))
@@ -566,6 +566,11 @@ class KernelTuningRegistry:
         """Swap in a new generation; callers hold the write lock and validated everything."""
         number = self._generation.number + 1
         self._generation = TuningSnapshot(number, types.MappingProxyType(keys), self._counters)
+
+
+def _where(index: int, profile: KernelTuningProfile) -> str:
+    """Where a profile of a batch is, for a message; only built for one (a label hashes)."""
+    return f"profile {index} ({profile.label}, {profile.key})"
 
 
 def _add_selector_entry(entries: list[_Entry], entry: _Entry) -> None:

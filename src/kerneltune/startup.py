@@ -1,34 +1,63 @@
 """What ``import kerneltune`` does, and the report of it.
 
-Import registers the kernel library's schemas with the process-wide registry.
-Nothing it meets may stop the import: a missing compiled library (a source
-checkout that was never built, a variant that cannot load) costs the kernels,
-not the tuning API, and every problem is kept in :func:`startup_report`.
+Import registers the kernel library's schemas with the process-wide registry,
+then loads the compatible entries of the user calibration cache. Nothing it
+meets may stop the import: a missing compiled library (a source checkout that
+was never built, a variant that cannot load) costs the kernels, not the tuning
+API; a missing, corrupt or foreign cache costs only its values. Every problem
+is kept in :func:`startup_report`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .cache import CacheLoadReport, load_kernel_tuning_cache
 from .registry import KernelTuningRegistry
+
+#: cache statuses that say nothing went wrong
+_QUIET_CACHE = ("loaded", "not_found", "disabled")
 
 
 @dataclass(frozen=True)
 class StartupReport:
-    """The outcome of ``import kerneltune``: what was registered and what went wrong."""
+    """The outcome of ``import kerneltune``: what was registered and loaded, what went wrong.
+
+    ``cache`` is the load report of the default cache (None when loading it
+    failed outright; the reason is then in ``problems``).
+    """
 
     implementation: str | None
     schemas: int
     problems: tuple[str, ...]
+    cache: CacheLoadReport | None = None
 
 
-def initialise(registry: KernelTuningRegistry) -> StartupReport:
+def _library(registry: KernelTuningRegistry) -> tuple[str | None, int, list[str]]:
     try:
         from . import kernels
 
         implementation = kernels.variants.selected_variant()
         count = kernels.register_library(registry, implementation)
     except Exception as error:  # noqa: BLE001 - any failure here must only be reported
-        return StartupReport(None, 0, (f"kernel library not registered: "
-                                       f"{type(error).__name__}: {error}",))
-    return StartupReport(implementation, count, ())
+        return None, 0, [f"kernel library not registered: {type(error).__name__}: {error}"]
+    return implementation, count, []
+
+
+def _cache(registry: KernelTuningRegistry) -> tuple[CacheLoadReport | None, list[str]]:
+    try:
+        report = load_kernel_tuning_cache(registry=registry)
+    except Exception as error:  # noqa: BLE001 - e.g. an unreadable processor descriptor file
+        return None, [f"kernel tuning cache not loaded: {type(error).__name__}: {error}"]
+    problems = [] if report.status in _QUIET_CACHE else [
+        f"kernel tuning cache not loaded ({report.status}): {problem}"
+        for problem in report.problems]
+    problems += [f"kernel tuning cache entry not loaded: {problem}"
+                 for entry in report.invalid + report.duplicate for problem in entry.problems]
+    return report, problems
+
+
+def initialise(registry: KernelTuningRegistry) -> StartupReport:
+    implementation, count, problems = _library(registry)
+    cache, cache_problems = _cache(registry)
+    return StartupReport(implementation, count, tuple(problems + cache_problems), cache)
