@@ -218,3 +218,23 @@ def test_the_thread_matrix_doubles_up_to_the_cpus(cpus, expected):
     from kerneltune.cli import thread_matrix
 
     assert thread_matrix(cpus) == expected
+
+
+def test_the_command_line_saves_to_the_cache_that_later_processes_load(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "kernel_tuning.yaml"
+    env = {**os.environ, "KERNELTUNE_CACHE": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-m", "kerneltune", "calibrate", "--threads", "1", "--effort", "quick",
+         "--kernel", "Neg", "--element-type", "DOUBLE", "--save"],
+        capture_output=True, text=True, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "updated, 1 added" in done.stdout
+    probe = ("import kerneltune as k; r = k.startup_report().cache; "
+             "print(r.status, [e.key.kernel for e in r.loaded])")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True, env=env)
+    assert loaded.stdout.split()[0] == "loaded" and "'Neg'" in loaded.stdout

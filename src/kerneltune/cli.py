@@ -84,6 +84,14 @@ def _calibrate(args: argparse.Namespace) -> None:
                           f"{decision.value}")
         for skipped in report.skipped:
             print(f"  skipped {skipped.key}: {skipped.reason}")
+        if args.save:
+            from .cache import update_kernel_tuning_cache
+
+            saved = update_kernel_tuning_cache(report.successful_profiles)
+            print(f"  cache {saved.path}: {saved.status}, {len(saved.added)} added, "
+                  f"{len(saved.replaced)} replaced")
+            for problem in saved.problems:
+                print(f"  cache: {problem}")
     if args.report:
         text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
         _write_atomically(Path(args.report), text + "\n")
@@ -104,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
 
     calibrate = commands.add_parser(
         "calibrate", help="measure the kernels on this machine for each thread count and "
-                          "publish the winners for this process; --report keeps everything")
+                          "publish the winners for this process; --save keeps them in the "
+                          "user cache, --report keeps every measurement")
     calibrate.add_argument("--threads", type=int, action="append",
                            help="a thread count to calibrate for (repeat for several; default "
                                 "1, 2, 4, ... and the CPUs this process may use)")
@@ -127,6 +136,9 @@ def _parser() -> argparse.ArgumentParser:
                                                "searching (with --values)")
     calibrate.add_argument("--values", nargs="+", help="the values --parameter compares")
     calibrate.add_argument("--report", help="write every report (JSON) to this file")
+    calibrate.add_argument("--save", action="store_true",
+                           help="persist the calibrated values to the user calibration cache "
+                                "(KERNELTUNE_CACHE), where later processes load them")
     calibrate.set_defaults(run=_calibrate)
     return parser
 
