@@ -369,6 +369,13 @@ def test_a_crossover_within_one_grid_step_keeps_the_value_in_use():
     assert not decision.changed and "within one grid step" in decision.reason
 
 
+def test_a_crossover_one_grid_step_below_keeps_the_value_in_use():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 32768 else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert not decision.changed and "within one grid step" in decision.reason
+
+
 def test_serial_wins_above_the_value_in_use_raise_it():
     context = _context()
     _synthetic(context, lambda name, n: 1.0 if name == "serial" else 1.5 if n < 262144 else 0.5)
@@ -473,7 +480,7 @@ def test_measure_interleaves_runs_and_keeps_at_least_five_samples():
     assert all(len(m.samples) + len(m.rejected) >= 5 for m in measurements)
     assert all(len(m.samples) >= 5 for m in measurements)
     assert order[:4] == ["a", "a", "b", "b"]  # two warm-up calls each, then alternating
-    assert order[4:8] == ["a", "b", "a", "b"]
+    assert order[4:8] == ["a", "a", "b", "b"]  # each sample: one untimed call, then timed ones
 
 
 def test_outliers_are_rejected_and_recorded():

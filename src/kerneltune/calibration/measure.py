@@ -2,6 +2,9 @@
 
 Instances that are compared are sampled in turn (A, B, A, B, ...), so a
 frequency change or a noisy neighbour during the run hits all of them alike.
+Each sample starts with an untimed call: a serial instance's sample lets the
+OpenMP workers fall asleep, and waking them (an inter-processor interrupt, slow
+in a virtual machine) belongs to no steady stream of calls.
 A sample times enough back-to-back calls to last the effort's minimum sample
 time, so the timer's resolution and Python's call overhead do not dominate.
 Samples outside Tukey's fences (1.5 interquartile ranges beyond the quartiles)
@@ -111,6 +114,7 @@ def measure(
             deadline.check()
             for index, run in enumerate(runs):
                 calls = counts[index]
+                run()  # untimed: wakes the OpenMP pool the previous instance let sleep
                 start = time.perf_counter()
                 for _ in range(calls):
                     run()

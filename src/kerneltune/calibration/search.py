@@ -165,14 +165,15 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
                      reason: str, candidates: Sequence[Candidate]) -> Decision:
     """The decision for a crossover measured at ``size`` (None: none found, keep the value).
 
-    A value in use that switches within one grid step below the crossover is
-    as good as the grid can tell, so it is kept.
+    A value in use that switches within one grid step of the crossover (either
+    side) is as good as the grid can tell, so it is kept: a threshold moves
+    only when the measurements place it clearly elsewhere.
     """
     if size is None:
         return context.keep(problem.parameter, f"kept: {reason}", candidates)
-    smaller = [s for s in problem.sizes if s < size]
-    previous = smaller[-1] if smaller else 0
-    if previous < problem.baseline_size <= size:
+    previous = max((s for s in problem.sizes if s < size), default=0)
+    following = min((s for s in problem.sizes if s > size), default=size)
+    if previous < problem.baseline_size <= following:
         return context.keep(problem.parameter,
                             f"kept: the value in use switches within one grid step of the "
                             f"measured crossover; {reason}", candidates)

@@ -20,6 +20,7 @@ from ..calibration import (
     Case,
     Comparison,
     Crossover,
+    Decision,
     Setting,
     Tolerance,
     Workload,
@@ -80,8 +81,8 @@ class KernelCalibration:
 class ElementwiseCalibration(KernelCalibration):
     """Thread cap first (at large sizes), then each grain's serial/parallel crossover.
 
-    FLOAT16 settles its conversion grain before anything else, with the
-    computation kept serial on both sides so only the conversions differ.
+    FLOAT16's conversion grain follows its computation grains (see
+    :meth:`_all_parallel`).
     """
 
     kernel: ElementwiseKernel
@@ -137,49 +138,57 @@ class ElementwiseCalibration(KernelCalibration):
                     context.keep(name, reason)
             return
         cases, sizes = self.cases(context), self.sizes(context)
-        first = next(iter(cases.values()))
-        if CONVERSION_MINIMUM in parameters:
-            self._conversion(context, first, sizes)
-        self._maximum_threads(context, first, sizes)
+        self._maximum_threads(context, next(iter(cases.values())), sizes)
         reason = _serial_reason(context)
         if reason is not None:
-            for name in (PARALLEL_MINIMUM, BROADCAST_MINIMUM):
+            for name in (CONVERSION_MINIMUM, PARALLEL_MINIMUM, BROADCAST_MINIMUM):
                 if name in parameters:
                     context.keep(name, reason)
             return
         groups = [cases[name] for name in ("unary", "equal", "scalar") if name in cases]
-        self._grain(context, PARALLEL_MINIMUM, groups, sizes)
+        grains = [self._grain(context, PARALLEL_MINIMUM, groups, sizes)]
         if BROADCAST_MINIMUM in parameters:
-            self._grain(context, BROADCAST_MINIMUM, [cases["broadcast"]], sizes)
+            grains.append(self._grain(context, BROADCAST_MINIMUM, [cases["broadcast"]], sizes))
+        if CONVERSION_MINIMUM in parameters:
+            self._conversion(context, grains)
 
-    def _conversion(self, context: CalibrationContext, case: Case, sizes: list[int]) -> None:
-        serial_compute = {PARALLEL_MINIMUM: NEVER, BROADCAST_MINIMUM: NEVER}
-        serial_compute = {k: v for k, v in serial_compute.items() if k in context.schema.parameters}
-        below = self.run_of(context.configure({**serial_compute, CONVERSION_MINIMUM: NEVER}), 2)
-        above = self.run_of(context.configure({**serial_compute, CONVERSION_MINIMUM: 1}), 2)
-        decide_crossover(context, Crossover(
-            CONVERSION_MINIMUM, case, sizes, ("serial conversions", below),
-            ("parallel conversions", above), _grain_of,
-            2 * int(context.values[CONVERSION_MINIMUM])))
+    def _all_parallel(self, context: CalibrationContext) -> dict[str, int]:
+        """FLOAT16 converts in the same mode as it computes when a search runs it in parallel.
+
+        A call that widens on two threads, computes on one and narrows on two
+        can lose to both pure modes (the workers fall asleep and wake per
+        phase), so crossovers are measured between the pure modes.
+        """
+        return {CONVERSION_MINIMUM: 1} if CONVERSION_MINIMUM in context.schema.parameters else {}
+
+    def _conversion(self, context: CalibrationContext, grains: list[Decision]) -> None:
+        grain = min(int(d.value) for d in grains)
+        if all(not d.changed for d in grains):
+            context.keep(CONVERSION_MINIMUM, "kept: the computation's grains were kept")
+            return
+        context.decide(CONVERSION_MINIMUM, grain,
+                       f"the smallest computation grain, {grain}: conversions go parallel "
+                       f"with the computation, whose crossovers were measured with both")
 
     def _maximum_threads(self, context: CalibrationContext, case: Case, sizes: list[int]) -> None:
         counts = sorted({1, context.threads} | {2**i for i in range(1, context.threads.bit_length())
                                                  if 2**i < context.threads})
-        runs = {count: self.run_of(context.configure({PARALLEL_MINIMUM: 1,
-                                                      MAXIMUM_THREADS: count}), context.threads)
-                for count in counts}
+        runs = {count: self.run_of(context.configure({
+            PARALLEL_MINIMUM: 1, MAXIMUM_THREADS: count, **self._all_parallel(context)}),
+            context.threads) for count in counts}
         search_threads(context, MAXIMUM_THREADS, case, sizes, runs,
                        int(context.values[MAXIMUM_THREADS]))
 
     def _grain(self, context: CalibrationContext, parameter: str, groups: Sequence[Case],
-               sizes: list[int]) -> None:
+               sizes: list[int]) -> Decision:
         """One grain from every case group that uses it: the largest of their crossovers.
 
         A grain serves all its groups, so it switches where the last of them pays off.
         """
         serial = self.kernel.prepare(self.element_type, context.configure(),
                                      context.threads).run_serial
-        parallel = self.run_of(context.configure({parameter: 1}), 2)
+        parallel = self.run_of(context.configure({parameter: 1, **self._all_parallel(context)}),
+                               2)
         problems = [Crossover(parameter, case, sizes, ("serial", serial), ("parallel", parallel),
                               _grain_of, 2 * int(context.values[parameter])) for case in groups]
         crossovers, reasons, candidates = [], [], []
@@ -189,7 +198,7 @@ class ElementwiseCalibration(KernelCalibration):
             reasons.append(f"{problem.case.name}: {reason}")
             candidates += measured
         size = None if None in crossovers else max(crossovers)
-        record_crossover(context, problems[0], size, "; ".join(reasons), candidates)
+        return record_crossover(context, problems[0], size, "; ".join(reasons), candidates)
 
     def workload(self, context: CalibrationContext) -> Workload:
         """Every case group at sizes four times apart, from 4096 elements to the largest."""
@@ -379,11 +388,12 @@ class GemmCalibration(KernelCalibration):
                              lambda s: width)
         sizes = geometric_grid(1 << 12, min(1 << 20, context.options.level.largest_elements),
                                context.options.level.steps_per_octave, width)
-        serial = {**compiled, FMAS_PER_UNIT: NEVER}
+        # pure modes on both sides, as for the elementwise kernels (see _all_parallel there)
+        serial = {**compiled, FMAS_PER_UNIT: NEVER, CONVERSION_MINIMUM: NEVER}
+        parallel = {**compiled, FMAS_PER_UNIT: 1, CONVERSION_MINIMUM: 1}
         decide_crossover(context, Crossover(
-            CONVERSION_MINIMUM, case, sizes,
-            ("serial conversions", self._runner(context, {**serial, CONVERSION_MINIMUM: NEVER}, 2)),
-            ("parallel conversions", self._runner(context, {**serial, CONVERSION_MINIMUM: 1}, 2)),
+            CONVERSION_MINIMUM, case, sizes, ("serial", self._runner(context, serial, 2)),
+            ("parallel", self._runner(context, parallel, 2)),
             _grain_of, 2 * int(context.values[CONVERSION_MINIMUM])))
 
     def workload(self, context: CalibrationContext) -> Workload:
