@@ -81,8 +81,8 @@ class KernelCalibration:
 class ElementwiseCalibration(KernelCalibration):
     """Thread cap first (at large sizes), then each grain's serial/parallel crossover.
 
-    FLOAT16's conversion grain follows its computation grains (see
-    :meth:`_all_parallel`).
+    FLOAT16's conversion grain follows its computation grain (see
+    :meth:`_pure_modes`).
     """
 
     kernel: ElementwiseKernel
@@ -146,49 +146,52 @@ class ElementwiseCalibration(KernelCalibration):
                     context.keep(name, reason)
             return
         groups = [cases[name] for name in ("unary", "equal", "scalar") if name in cases]
-        grains = [self._grain(context, PARALLEL_MINIMUM, groups, sizes)]
-        if BROADCAST_MINIMUM in parameters:
-            grains.append(self._grain(context, BROADCAST_MINIMUM, [cases["broadcast"]], sizes))
+        grain = self._grain(context, PARALLEL_MINIMUM, groups, sizes, self._pure_modes(context))
         if CONVERSION_MINIMUM in parameters:
-            self._conversion(context, grains)
+            self._conversion(context, grain)
+        if BROADCAST_MINIMUM in parameters:
+            self._grain(context, BROADCAST_MINIMUM, [cases["broadcast"]], sizes, ({}, {}))
 
-    def _all_parallel(self, context: CalibrationContext) -> dict[str, int]:
-        """FLOAT16 converts in the same mode as it computes when a search runs it in parallel.
+    def _pure_modes(self, context: CalibrationContext) -> tuple[dict, dict]:
+        """FLOAT16's conversions switch with its computation while its first grain is measured.
 
         A call that widens on two threads, computes on one and narrows on two
         can lose to both pure modes (the workers fall asleep and wake per
-        phase), so crossovers are measured between the pure modes.
+        phase), so the first crossover is measured between the pure modes and
+        the conversion grain follows it; later searches keep it fixed.
         """
-        return {CONVERSION_MINIMUM: 1} if CONVERSION_MINIMUM in context.schema.parameters else {}
+        if CONVERSION_MINIMUM not in context.schema.parameters:
+            return {}, {}
+        return {CONVERSION_MINIMUM: NEVER}, {CONVERSION_MINIMUM: 1}
 
-    def _conversion(self, context: CalibrationContext, grains: list[Decision]) -> None:
-        grain = min(int(d.value) for d in grains)
-        if all(not d.changed for d in grains):
-            context.keep(CONVERSION_MINIMUM, "kept: the computation's grains were kept")
+    def _conversion(self, context: CalibrationContext, grain: Decision) -> None:
+        if not grain.changed:
+            context.keep(CONVERSION_MINIMUM, "kept: parallel.minimum_elements was kept")
             return
-        context.decide(CONVERSION_MINIMUM, grain,
-                       f"the smallest computation grain, {grain}: conversions go parallel "
-                       f"with the computation, whose crossovers were measured with both")
+        context.decide(CONVERSION_MINIMUM, grain.value,
+                       "follows parallel.minimum_elements, measured with the conversions "
+                       "switching to parallel with the computation")
 
     def _maximum_threads(self, context: CalibrationContext, case: Case, sizes: list[int]) -> None:
         counts = sorted({1, context.threads} | {2**i for i in range(1, context.threads.bit_length())
                                                  if 2**i < context.threads})
         runs = {count: self.run_of(context.configure({
-            PARALLEL_MINIMUM: 1, MAXIMUM_THREADS: count, **self._all_parallel(context)}),
+            PARALLEL_MINIMUM: 1, MAXIMUM_THREADS: count, **self._pure_modes(context)[1]}),
             context.threads) for count in counts}
         search_threads(context, MAXIMUM_THREADS, case, sizes, runs,
                        int(context.values[MAXIMUM_THREADS]))
 
     def _grain(self, context: CalibrationContext, parameter: str, groups: Sequence[Case],
-               sizes: list[int]) -> Decision:
+               sizes: list[int], modes: tuple[dict, dict]) -> Decision:
         """One grain from every case group that uses it: the largest of their crossovers.
 
-        A grain serves all its groups, so it switches where the last of them pays off.
+        A grain serves all its groups, so it switches where the last of them
+        pays off. ``modes`` holds what else the serial and the parallel
+        instance set (see :meth:`_pure_modes`).
         """
-        serial = self.kernel.prepare(self.element_type, context.configure(),
-                                     context.threads).run_serial
-        parallel = self.run_of(context.configure({parameter: 1, **self._all_parallel(context)}),
-                               2)
+        serial_values, parallel_values = modes
+        serial = self.run_of(context.configure({parameter: NEVER, **serial_values}), 2)
+        parallel = self.run_of(context.configure({parameter: 1, **parallel_values}), 2)
         problems = [Crossover(parameter, case, sizes, ("serial", serial), ("parallel", parallel),
                               _grain_of, 2 * int(context.values[parameter])) for case in groups]
         crossovers, reasons, candidates = [], [], []
@@ -388,7 +391,7 @@ class GemmCalibration(KernelCalibration):
                              lambda s: width)
         sizes = geometric_grid(1 << 12, min(1 << 20, context.options.level.largest_elements),
                                context.options.level.steps_per_octave, width)
-        # pure modes on both sides, as for the elementwise kernels (see _all_parallel there)
+        # pure modes on both sides, as for the elementwise kernels (see _pure_modes there)
         serial = {**compiled, FMAS_PER_UNIT: NEVER, CONVERSION_MINIMUM: NEVER}
         parallel = {**compiled, FMAS_PER_UNIT: 1, CONVERSION_MINIMUM: 1}
         decide_crossover(context, Crossover(
