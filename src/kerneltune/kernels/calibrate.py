@@ -330,10 +330,7 @@ class GemmCalibration(KernelCalibration):
             lambda s: min(s, tile_k) * min(s, tile_n),
             max(1, math.isqrt(int(context.values[PACK_B])))))
         self._skinny(context, compiled)
-        decide_crossover(context, Crossover(
-            BLAS, square, squares, ("compiled", self._runner(context, compiled)),
-            ("BLAS", self._runner(context, {BLAS: 0})), lambda s: s ** 3,
-            max(1, round(int(context.values[BLAS]) ** (1 / 3))), self._tolerance()))
+        self._blas(context, square, squares, compiled)
         self._parallel(context, square, squares, compiled)
         context.keep(MINIMUM_TASKS, "kept: parallel.fmas_per_work_unit decides when a product "
                                     "is worth threads; the task count is not searched")
@@ -367,6 +364,38 @@ class GemmCalibration(KernelCalibration):
             ("blocked", self._runner(context, {**compiled, SKINNY: 0})),
             lambda m: min(m - 1, tile_m),  # skinny winning to the end: every row count fits
             int(context.values[SKINNY]) + 1))
+
+    def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
+              compiled: dict) -> None:
+        """The BLAS crossover, in multiply-adds, where BLAS wins on square and skinny products.
+
+        One threshold serves every shape, and the compiled skinny path holds out
+        against BLAS far longer than the blocked one, so the threshold is the
+        larger of the two families' crossovers.
+        """
+        baseline = int(context.values[BLAS])
+        rows = max(1, int(context.values[SKINNY]) // 2)
+        skinny = self._product(f"{rows} x N x N", context, lambda s: rows, int, int)
+        wide = geometric_grid(64, 4096, context.options.level.steps_per_octave)
+        problems = [
+            Crossover(BLAS, square, squares, ("compiled", self._runner(context, compiled)),
+                      ("BLAS", self._runner(context, {BLAS: 0})), lambda s: s ** 3,
+                      max(1, round(baseline ** (1 / 3))), self._tolerance()),
+            Crossover(BLAS, skinny, wide, ("compiled", self._runner(context, compiled)),
+                      ("BLAS", self._runner(context, {BLAS: 0})), lambda s: rows * s * s,
+                      max(1, math.isqrt(baseline // rows)), self._tolerance()),
+        ]
+        found, reasons, candidates = [], [], []
+        for problem in problems:
+            size, reason, measured = search_crossover(context, problem)
+            found.append((problem, size))
+            reasons.append(reason)
+            candidates += measured
+        if any(size is None for _, size in found):
+            context.keep(BLAS, "kept: " + "; ".join(reasons), candidates)
+            return
+        problem, size = max(found, key=lambda item: item[0].value_of(item[1]))
+        record_crossover(context, problem, size, "; ".join(reasons), candidates)
 
     def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
                   compiled: dict) -> None:
