@@ -184,6 +184,7 @@ def test_every_kernel_has_a_workload_for_comparisons():
 
 
 def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
+    import os
     import subprocess
     import sys
 
@@ -197,6 +198,9 @@ def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
     (batch,) = json.loads(report.read_text())
     assert [c["key"]["kernel"] for c in batch["calibrated"]] == ["Relu"]
     assert not list(tmp_path.glob("*.tmp"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert report.stat().st_mode & 0o777 == 0o666 & ~umask  # a normal file, not a 0600 temporary
 
 
 def test_the_command_line_names_a_bad_option(tmp_path):

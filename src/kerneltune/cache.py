@@ -44,7 +44,6 @@ import functools
 import gc
 import json
 import os
-import secrets
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ import yaml
 
 from .cpu import CpuExecutionDescriptor, current_execution
 from .errors import CpuDescriptorError, Problem, TuningValidationError
+from .files import write_atomically
 from .registry import KernelTuningProfile, KernelTuningRegistry, TuningSnapshot, default_registry
 from .schema import KernelTuningKey, TuningValue
 from .selection import KernelSelection
@@ -832,42 +832,12 @@ def _remove_temporaries(target: Path) -> int:
 
 
 def _write(target: Path, text: str) -> Problem | None:
-    """Replace ``target`` by ``text`` atomically and durably, or say why not.
-
-    The temporary is opened with mode 0o666 so the process umask applies as to
-    any new file (a ``mkstemp`` file would stay 0600), and it is a sibling so
-    ``os.replace`` stays within one filesystem. Whatever fails, the temporary
-    is removed and the previous file is intact.
-    """
-    temporary: Path | None = target.with_name(f"{target.name}.{secrets.token_hex(8)}.tmp")
+    """Replace ``target`` by ``text`` (see :mod:`kerneltune.files`), or say why not."""
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
-                     0o666)
-        with os.fdopen(fd, "wb") as stream:
-            stream.write(text.encode("utf-8"))
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, target)
-        temporary = None
-        _sync_directory(target.parent)
+        write_atomically(target, text)
     except OSError as error:
         return Problem("", f"could not write the cache: {error}", file=str(target))
-    finally:
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
     return None
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make the rename durable; directories cannot be opened for syncing on Windows."""
-    if not hasattr(os, "O_DIRECTORY"):
-        return
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _lock(target: Path, timeout: float) -> filelock.FileLock:

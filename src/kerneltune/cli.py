@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import yaml
 from . import __version__
 from .cpu import FILE_FORMAT, SCHEMA_VERSION, current_execution, detect_cpu_descriptor
 from .errors import KernelTuningError
+from .files import write_atomically
 
 
 def _cpu(args: argparse.Namespace) -> None:
@@ -43,19 +42,6 @@ def _value(text: str) -> object:
     """A parameter value from the command line: 4096, 1.5, true and row as YAML reads them."""
     value = yaml.safe_load(text)
     return value if isinstance(value, bool | int | float | str) else text
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling, so no half-written file remains."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.",
-                                         suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def _calibrate(args: argparse.Namespace) -> None:
@@ -94,7 +80,7 @@ def _calibrate(args: argparse.Namespace) -> None:
                 print(f"  cache: {problem}")
     if args.report:
         text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
-        _write_atomically(Path(args.report), text + "\n")
+        write_atomically(Path(args.report), text + "\n")
         print(f"report written to {args.report}")
 
 
@@ -147,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         args.run(args)
-    except KernelTuningError as error:
+    except (KernelTuningError, OSError) as error:
         print(f"kerneltune {args.command}: {error}", file=sys.stderr)
         return 2
     return 0
