@@ -341,9 +341,17 @@ def test_the_crossover_is_the_first_of_two_consecutive_wins():
     measured = _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 16384 else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
     assert decision.value == 8192 and decision.changed
-    assert 65536 in measured and 4096 not in measured  # searched around, not everywhere
+    assert 65536 in measured and 2048 not in measured  # searched around, not everywhere
     assert context.values["parallel.minimum_elements"] == 8192
     assert all(len(c.measurements) == 2 for c in decision.candidates)
+
+
+def test_a_walk_steps_over_one_size_that_does_not_confirm():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 8192 or n == 32768
+               else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.value == 4096
 
 
 def test_a_lone_win_is_noise():

@@ -89,10 +89,11 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
 
     The search starts at the grid size nearest to where the value in use
     switches and moves only on evidence: down while ``above`` keeps winning
-    there (the crossover is then the smallest of two or more consecutive wins),
+    there (the crossover is then the smallest size of two consecutive wins),
     up while ``below`` keeps winning (from two consecutive wins on; the
-    crossover is the first size where ``below`` stops winning, or beyond the
-    grid). Overlapping measurements at the start keep the value in use. Each
+    crossover follows the last two consecutive wins of ``below``, or lies
+    beyond the grid). A walk steps over one size that does not confirm.
+    Overlapping measurements at the start keep the value in use. Each
     win is measured twice (independently) at normal and thorough effort, so
     one burst of noise cannot move a threshold.
     """
@@ -134,15 +135,15 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     where = f"{problem.case.name} (margin {margin:.0%})"
     try:
         if start + 1 < len(sizes) and outcome(start) == ABOVE and outcome(start + 1) == ABOVE:
-            found = start
-            while found > 0 and outcome(found - 1) == ABOVE:
-                found -= 1
+            lowest = _walk(outcome, ABOVE, start, -1, len(sizes))
+            found = min(i for i in range(lowest, start + 1)
+                        if outcome(i) == ABOVE and outcome(i + 1) == ABOVE)
             return sizes[found], (f"{above_name} beats {below_name} on {where} from size "
                                   f"{sizes[found]} on"), candidates
         if start + 1 < len(sizes) and outcome(start) == BELOW and outcome(start + 1) == BELOW:
-            found = start + 1
-            while found < len(sizes) and outcome(found) == BELOW:
-                found += 1
+            highest = _walk(outcome, BELOW, start + 1, 1, len(sizes))
+            found = 1 + max(i for i in range(start + 1, highest + 1)
+                            if outcome(i) == BELOW and outcome(i - 1) == BELOW)
             if found == len(sizes):
                 return 2 * sizes[-1], (f"{below_name} beats {above_name} on {where} up to the "
                                        f"largest size, {sizes[-1]}"), candidates
@@ -153,6 +154,24 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
         return None, f"{exhausted} time budget exhausted during the search", candidates
     return None, (f"no clear winner on {where} at two consecutive sizes from {sizes[start]}, "
                   f"where the value in use switches"), candidates
+
+
+def _walk(outcome: Callable[[int], str], side: str, index: int, step: int, count: int) -> int:
+    """The farthest index reached from ``index`` while ``side`` keeps winning.
+
+    One size that does not confirm the win is stepped over when the next one
+    does: the advantage of one side grows steadily with size, so a lone gap
+    is noise and should not end the walk.
+    """
+    reached = index
+    while 0 <= reached + step < count:
+        if outcome(reached + step) == side:
+            reached += step
+        elif 0 <= reached + 2 * step < count and outcome(reached + 2 * step) == side:
+            reached += 2 * step
+        else:
+            break
+    return reached
 
 
 def decide_crossover(context: CalibrationContext, problem: Crossover) -> Decision:
