@@ -33,9 +33,7 @@ from kerneltune.cache import (
 )
 from kerneltune.cpu import current_execution
 from kerneltune.errors import TuningValidationError
-from kerneltune.kernels import register_library
-from kerneltune.kernels.base import LIBRARY
-from kerneltune.kernels.variants import selected_variant
+from kerneltune.kernels import library, register_library
 from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
 from kerneltune.runtime import RuntimeSession
 from kerneltune.schema import KernelTuningKey
@@ -474,7 +472,7 @@ def test_import_with_a_corrupt_cache_succeeds(tmp_path):
 
 
 def library_key(kernel="Abs") -> KernelTuningKey:
-    return KernelTuningKey(LIBRARY, kernel, selected_variant(), "FLOAT")
+    return library()[kernel].tuning_key("FLOAT")
 
 
 def test_import_loads_the_default_cache(tmp_path):

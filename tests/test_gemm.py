@@ -233,6 +233,16 @@ def test_blas_minimum_fmas_switches_between_blocked_and_blas():
     check_plan({"algorithm.blas_minimum_fmas": fmas}, shape, "blas", transA=1, transB=1)
 
 
+def test_skinny_products_have_their_own_blas_threshold():
+    shape = (4, 300, 400)
+    fmas = 4 * 300 * 400
+    check_plan({"algorithm.blas_minimum_fmas": 0}, shape, "skinny")
+    check_plan({"algorithm.skinny_blas_minimum_fmas": fmas}, shape, "blas")
+    check_plan({"algorithm.skinny_blas_minimum_fmas": fmas + 1}, shape, "skinny")
+    check_plan({"algorithm.skinny_blas_minimum_fmas": 0, "algorithm.skinny_m_limit": 3}, shape,
+               "blocked_packed")  # not skinny: the blocked path, packed for this B
+
+
 def test_skinny_m_limit_switches_the_skinny_path():
     check_plan({"algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
     check_plan({"algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")

@@ -180,6 +180,27 @@ def decide_crossover(context: CalibrationContext, problem: Crossover) -> Decisio
     return record_crossover(context, problem, size, reason, candidates)
 
 
+def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Crossover]
+                            ) -> Decision:
+    """One parameter that serves several cases switches where the last of them pays off.
+
+    Each problem is searched on its own; the decision takes the largest of
+    their crossovers (compared as parameter values, so cases on different size
+    scales compare), and keeps the value in use unless every case found one.
+    """
+    found, reasons, candidates = [], [], []
+    for problem in problems:
+        size, reason, measured = search_crossover(context, problem)
+        found.append((problem, size))
+        reasons.append(f"{problem.case.name}: {reason}")
+        candidates += measured
+    reason = "; ".join(reasons)
+    if any(size is None for _, size in found):
+        return record_crossover(context, problems[0], None, reason, candidates)
+    problem, size = max(found, key=lambda item: item[0].value_of(item[1]))
+    return record_crossover(context, problem, size, reason, candidates)
+
+
 def record_crossover(context: CalibrationContext, problem: Crossover, size: int | None,
                      reason: str, candidates: Sequence[Candidate]) -> Decision:
     """The decision for a crossover measured at ``size`` (None: none found, keep the value).

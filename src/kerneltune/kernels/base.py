@@ -23,7 +23,8 @@ from ..schema import KernelTuningKey, KernelTuningSchema, element_type_name, ele
 
 LIBRARY = "kerneltune_cpu"
 #: Bumped when a parameter changes meaning, so cached values of the old meaning go stale.
-TUNING_ABI = 1
+#: 2: algorithm.blas_minimum_fmas no longer applies to skinny products.
+TUNING_ABI = 2
 
 #: numpy dtypes of the ONNX element types the library computes on.
 NUMPY_DTYPES: Mapping[int, np.dtype] = {

@@ -26,10 +26,9 @@ from ..calibration import (
     Workload,
     compare_settings,
     decide_crossover,
+    decide_shared_crossover,
     geometric_grid,
-    record_crossover,
     register_kernel_calibration_function,
-    search_crossover,
     search_threads,
 )
 from .base import CHUNK_ALIGNMENT, NUMPY_DTYPES, Kernel
@@ -192,16 +191,9 @@ class ElementwiseCalibration(KernelCalibration):
         serial_values, parallel_values = modes
         serial = self.run_of(context.configure({parameter: NEVER, **serial_values}), 2)
         parallel = self.run_of(context.configure({parameter: 1, **parallel_values}), 2)
-        problems = [Crossover(parameter, case, sizes, ("serial", serial), ("parallel", parallel),
-                              _grain_of, 2 * int(context.values[parameter])) for case in groups]
-        crossovers, reasons, candidates = [], [], []
-        for problem in problems:
-            size, reason, measured = search_crossover(context, problem)
-            crossovers.append(size)
-            reasons.append(f"{problem.case.name}: {reason}")
-            candidates += measured
-        size = None if None in crossovers else max(crossovers)
-        return record_crossover(context, problems[0], size, "; ".join(reasons), candidates)
+        return decide_shared_crossover(context, [
+            Crossover(parameter, case, sizes, ("serial", serial), ("parallel", parallel),
+                      _grain_of, 2 * int(context.values[parameter])) for case in groups])
 
     def workload(self, context: CalibrationContext) -> Workload:
         """Every case group at sizes four times apart, from 4096 elements to the largest."""
@@ -217,6 +209,7 @@ TILE_M, TILE_N, TILE_K = "algorithm.tile_m", "algorithm.tile_n", "algorithm.tile
 PACK_B = "algorithm.pack_b_minimum_elements"
 SKINNY = "algorithm.skinny_m_limit"
 BLAS = "algorithm.blas_minimum_fmas"
+SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
 FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
 #: depth and width of the skinny-M family
@@ -316,7 +309,7 @@ class GemmCalibration(KernelCalibration):
         return self._runner_for(context.configure(values), threads or context.threads)
 
     def __call__(self, context: CalibrationContext) -> None:
-        compiled = {BLAS: NEVER}
+        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER}
         self._tiles(context, compiled)
         square = self._square(context)
         steps = context.options.level.steps_per_octave
@@ -367,35 +360,22 @@ class GemmCalibration(KernelCalibration):
 
     def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
               compiled: dict) -> None:
-        """The BLAS crossover, in multiply-adds, where BLAS wins on square and skinny products.
-
-        One threshold serves every shape, and the compiled skinny path holds out
-        against BLAS far longer than the blocked one, so the threshold is the
-        larger of the two families' crossovers.
-        """
-        baseline = int(context.values[BLAS])
-        rows = max(1, int(context.values[SKINNY]) // 2)
-        skinny = self._product(f"{rows} x N x N", context, lambda s: rows, int, int)
-        wide = geometric_grid(64, 4096, context.options.level.steps_per_octave)
-        problems = [
-            Crossover(BLAS, square, squares, ("compiled", self._runner(context, compiled)),
-                      ("BLAS", self._runner(context, {BLAS: 0})), lambda s: s ** 3,
-                      max(1, round(baseline ** (1 / 3))), self._tolerance()),
-            Crossover(BLAS, skinny, wide, ("compiled", self._runner(context, compiled)),
-                      ("BLAS", self._runner(context, {BLAS: 0})), lambda s: rows * s * s,
-                      max(1, math.isqrt(baseline // rows)), self._tolerance()),
-        ]
-        found, reasons, candidates = [], [], []
-        for problem in problems:
-            size, reason, measured = search_crossover(context, problem)
-            found.append((problem, size))
-            reasons.append(reason)
-            candidates += measured
-        if any(size is None for _, size in found):
-            context.keep(BLAS, "kept: " + "; ".join(reasons), candidates)
+        """The BLAS crossovers, in multiply-adds: square products, then skinny ones."""
+        on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0}))
+        decide_crossover(context, Crossover(
+            BLAS, square, squares, ("compiled", self._runner(context, compiled)), on_blas,
+            lambda s: s ** 3, max(1, round(int(context.values[BLAS]) ** (1 / 3))),
+            self._tolerance()))
+        limit = int(context.values[SKINNY])
+        if limit == 0:
+            context.keep(SKINNY_BLAS, "kept: algorithm.skinny_m_limit is 0, no product is skinny")
             return
-        problem, size = max(found, key=lambda item: item[0].value_of(item[1]))
-        record_crossover(context, problem, size, "; ".join(reasons), candidates)
+        rows = max(1, limit // 2)
+        skinny = self._product(f"{rows} x N x N", context, lambda s: rows, int, int)
+        decide_crossover(context, Crossover(
+            SKINNY_BLAS, skinny, geometric_grid(64, 4096, context.options.level.steps_per_octave),
+            ("skinny", self._runner(context, compiled)), on_blas, lambda s: rows * s * s,
+            max(1, math.isqrt(int(context.values[SKINNY_BLAS]) // rows)), self._tolerance()))
 
     def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
                   compiled: dict) -> None:
