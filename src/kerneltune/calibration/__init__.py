@@ -25,6 +25,7 @@ from .report import CalibrationBatchReport, CalibrationReport, Candidate, Decisi
 from .search import (
     Case,
     Comparison,
+    ComparisonResult,
     Crossover,
     Setting,
     compare_settings,
@@ -47,6 +48,7 @@ __all__ = [
     "Candidate",
     "Case",
     "Comparison",
+    "ComparisonResult",
     "Crossover",
     "Decision",
     "Effort",

@@ -104,10 +104,9 @@ def _compare(context: CalibrationContext, fn: CalibrationFunction) -> None:
     configs = [context.configure({parameter: value}) for value in values]
     settings = [Setting(f"{parameter}={value}", {parameter: value}, workload.make_run(config))
                 for value, config in zip(values, configs, strict=True)]
-    comparison = Comparison(workload.cases, settings, workload.tolerance)
-    chosen, table, reason = compare_settings(context, comparison)
-    context.comparison.extend(table)
-    context.decide(parameter, chosen.values[parameter], reason, comparison.candidates)
+    result = compare_settings(context, Comparison(workload.cases, settings, workload.tolerance))
+    context.comparison.extend(result.table)
+    context.decide(parameter, result.chosen.values[parameter], result.reason, result.candidates)
 
 
 def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSnapshot,

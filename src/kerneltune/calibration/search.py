@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -236,17 +236,23 @@ class Comparison:
     cases: Sequence[tuple[Case, int]]
     settings: Sequence[Setting]
     tolerance: Tolerance | None = None
-    #: the comparison may stop after the settings measured so far (budget) and keep the baseline
-    candidates: list[Candidate] = field(default_factory=list)
 
 
-def compare_settings(context: CalibrationContext, comparison: Comparison
-                     ) -> tuple[Setting, list[dict[str, object]], str]:
+@dataclass(frozen=True)
+class ComparisonResult:
+    """The setting chosen, why, seconds and speedup per setting, and what was measured."""
+
+    chosen: Setting
+    reason: str
+    table: tuple[Mapping[str, object], ...] = ()
+    candidates: tuple[Candidate, ...] = ()
+
+
+def compare_settings(context: CalibrationContext, comparison: Comparison) -> ComparisonResult:
     """Time every setting on every case; the fastest wins if it beats the baseline clearly.
 
-    Returns the chosen setting, a table (seconds over all cases and speedup over
-    the baseline per setting) and the reason. A setting must beat the baseline
-    by the minimum margin on the sum of medians and be no slower on any case.
+    A setting must beat the baseline by the minimum margin on the sum of
+    medians and be no slower on any case; otherwise the baseline stays.
     """
     settings = comparison.settings
     runs = {s.label: s.run for s in settings}
@@ -263,29 +269,31 @@ def compare_settings(context: CalibrationContext, comparison: Comparison
                 totals[label] += measurement.median
     except BudgetExhausted as exhausted:
         context.stop(str(exhausted))
-        comparison.candidates.extend(per_case)
-        return settings[0], [], f"kept: {exhausted} time budget exhausted during the comparison"
-    comparison.candidates.extend(per_case)
+        return ComparisonResult(settings[0], f"kept: {exhausted} time budget exhausted during "
+                                             f"the comparison", (), tuple(per_case))
     if not per_case:
-        return settings[0], [], (f"kept: memory budget of {context.options.memory_budget} "
-                                 f"bytes leaves no case to compare")
+        return ComparisonResult(settings[0], f"kept: memory budget of "
+                                             f"{context.options.memory_budget} bytes leaves no "
+                                             f"case to compare")
     baseline = settings[0].label
-    table = [{"label": s.label, "values": dict(s.values), "seconds": totals[s.label],
-              "speedup": totals[baseline] / totals[s.label] if totals[s.label] else 0.0}
-             for s in settings]
+    table = tuple({"label": s.label, "values": dict(s.values), "seconds": totals[s.label],
+                   "speedup": totals[baseline] / totals[s.label] if totals[s.label] else 0.0}
+                  for s in settings)
     margin = context.options.minimum_margin
     best = min(settings, key=lambda s: totals[s.label])
-    if best.label == baseline:
-        return best, table, f"kept: the value in use was fastest over {len(per_case)} cases"
     clear = totals[best.label] * (1 + margin) <= totals[baseline]
     slower = [c.case + f" at {c.point}" for c in per_case
               if c.measurements[best.label].median > c.measurements[baseline].median * (1 + margin)]
-    if not clear or slower:
+    if best.label == baseline:
+        chosen, reason = best, f"kept: the value in use was fastest over {len(per_case)} cases"
+    elif not clear or slower:
         why = (f"it beats the value in use by less than {margin:.0%}" if not clear else
                f"it is slower than the value in use on {', '.join(slower)}")
-        return settings[0], table, f"kept: {best.label} was fastest but {why}"
-    return best, table, (f"{best.label} is {totals[baseline] / totals[best.label]:.2f}x the "
-                         f"value in use over {len(per_case)} cases")
+        chosen, reason = settings[0], f"kept: {best.label} was fastest but {why}"
+    else:
+        chosen, reason = best, (f"{best.label} is {totals[baseline] / totals[best.label]:.2f}x "
+                                f"the value in use over {len(per_case)} cases")
+    return ComparisonResult(chosen, reason, table, tuple(per_case))
 
 
 def search_threads(context: CalibrationContext, parameter: str, case: Case,

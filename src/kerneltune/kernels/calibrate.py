@@ -340,12 +340,11 @@ class GemmCalibration(KernelCalibration):
         settings = [Setting(f"tiles {m}x{n}x{k}", {TILE_M: m, TILE_N: n, TILE_K: k},
                             self._runner(context, {**compiled, TILE_M: m, TILE_N: n, TILE_K: k}))
                     for m, n, k in candidates]
-        comparison = Comparison(self.families(context), settings)
-        chosen, table, reason = compare_settings(context, comparison)
-        context.comparison.extend(table)
+        result = compare_settings(context, Comparison(self.families(context), settings))
+        context.comparison.extend(result.table)
         for parameter in (TILE_M, TILE_N, TILE_K):
-            context.decide(parameter, chosen.values[parameter], reason,
-                           comparison.candidates if parameter == TILE_M else ())
+            context.decide(parameter, result.chosen.values[parameter], result.reason,
+                           result.candidates if parameter == TILE_M else ())
 
     def _skinny(self, context: CalibrationContext, compiled: dict) -> None:
         tile_m = int(context.values[TILE_M])
