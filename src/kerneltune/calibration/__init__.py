@@ -35,6 +35,7 @@ from .search import (
     record_crossover,
     search_crossover,
     search_threads,
+    verify_decisions,
 )
 from .tensors import randn_tensor
 
@@ -71,4 +72,5 @@ __all__ = [
     "register_kernel_calibration_function",
     "search_crossover",
     "search_threads",
+    "verify_decisions",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -294,6 +295,49 @@ def compare_settings(context: CalibrationContext, comparison: Comparison) -> Com
         chosen, reason = best, (f"{best.label} is {totals[baseline] / totals[best.label]:.2f}x "
                                 f"the value in use over {len(per_case)} cases")
     return ComparisonResult(chosen, reason, table, tuple(per_case))
+
+
+def verify_decisions(context: CalibrationContext, parameters: Sequence[str],
+                     points: Sequence[tuple[Case, int]], make_run: Callable[[Any], Run],
+                     tolerance: Tolerance | None = None) -> bool:
+    """Measure decided values against the previous ones where they differ; revert on a loss.
+
+    A search compares configured stand-ins (forced serial, forced parallel);
+    this compares the configurations themselves where they differ, once the
+    search is over. If the previous values beat the decided ones by the margin
+    at a point (twice at normal and thorough effort), every parameter of
+    ``parameters`` goes back to its previous value. Returns whether the
+    decided values stand.
+    """
+    changed = [p for p in parameters if context.values[p] != context.baseline[p]]
+    if not changed or not points:
+        return True
+    previous = {p: context.baseline[p] for p in changed}
+    runs = {"decided": make_run(context.configure()),
+            "previous": make_run(context.configure(previous))}
+    margin = context.options.minimum_margin
+    rounds = 2 if context.options.level.confirm else 1
+    measured: list[Candidate] = []
+    try:
+        for case, size in points:
+            losses = 0
+            for _ in range(rounds):
+                candidate = _outcome(context, case, size, case.inputs(size), runs, tolerance)
+                m = candidate.measurements
+                lost = m["previous"].beats(m["decided"], margin)
+                losses += lost
+                measured.append(_with_outcome(candidate, "previous wins" if lost else "kept"))
+                if not lost:
+                    break
+            if losses == rounds:
+                for parameter in changed:
+                    context.decide(parameter, previous[parameter],
+                                   f"reverted: the previous values beat the decided ones by "
+                                   f"{margin:.0%} on {case.name} at size {size}", measured)
+                return False
+    except BudgetExhausted as exhausted:
+        context.stop(str(exhausted))
+    return True
 
 
 def search_threads(context: CalibrationContext, parameter: str, case: Case,

@@ -30,6 +30,7 @@ from ..calibration import (
     geometric_grid,
     register_kernel_calibration_function,
     search_threads,
+    verify_decisions,
 )
 from .base import CHUNK_ALIGNMENT, NUMPY_DTYPES, Kernel
 from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel
@@ -146,10 +147,28 @@ class ElementwiseCalibration(KernelCalibration):
             return
         groups = [cases[name] for name in ("unary", "equal", "scalar") if name in cases]
         grain = self._grain(context, PARALLEL_MINIMUM, groups, sizes, self._pure_modes(context))
+        followers = []
         if CONVERSION_MINIMUM in parameters:
             self._conversion(context, grain)
+            followers.append(CONVERSION_MINIMUM)
+        self._verify(context, [PARALLEL_MINIMUM, *followers], groups, sizes)
         if BROADCAST_MINIMUM in parameters:
             self._grain(context, BROADCAST_MINIMUM, [cases["broadcast"]], sizes, ({}, {}))
+            self._verify(context, [BROADCAST_MINIMUM], [cases["broadcast"]], sizes)
+
+    def _verify(self, context: CalibrationContext, parameters: list[str], groups: Sequence[Case],
+                sizes: list[int]) -> None:
+        """The decided grain against the previous one, at sizes where they run differently.
+
+        Calls of ``n`` elements run on two threads from twice the grain on, so
+        the two grains disagree between twice the smaller and twice the larger;
+        the first, middle and last grid sizes there are measured.
+        """
+        before, now = (int(v[parameters[0]]) for v in (context.baseline, context.values))
+        inside = [s for s in sizes if 2 * min(before, now) <= s < 2 * max(before, now)]
+        picks = sorted({inside[0], inside[len(inside) // 2], inside[-1]}) if inside else []
+        verify_decisions(context, parameters, [(case, size) for size in picks for case in groups],
+                         lambda config: self.run_of(config, context.threads))
 
     def _pure_modes(self, context: CalibrationContext) -> tuple[dict, dict]:
         """FLOAT16's conversions switch with its computation while its first grain is measured.
