@@ -388,12 +388,19 @@ class GemmCalibration(KernelCalibration):
         if limit == 0:
             context.keep(SKINNY_BLAS, "kept: algorithm.skinny_m_limit is 0, no product is skinny")
             return
-        rows = max(1, limit // 2)
-        skinny = self._product(f"{rows} x N x N", context, lambda s: rows, int, int)
-        decide_crossover(context, Crossover(
-            SKINNY_BLAS, skinny, geometric_grid(64, 4096, context.options.level.steps_per_octave),
-            ("skinny", self._runner(context, compiled)), on_blas, lambda s: rows * s * s,
-            max(1, math.isqrt(int(context.values[SKINNY_BLAS]) // rows)), self._tolerance()))
+        # one threshold in multiply-adds serves few rows and many: BLAS takes over where it
+        # beats the skinny path for both (from 2 rows: BLAS runs 1 row as a matrix-vector
+        # product, with its own, faster kernels, which say nothing of 2 or 3 rows)
+        wide = geometric_grid(64, 4096, context.options.level.steps_per_octave)
+        skinny = self._runner(context, compiled)
+        decide_shared_crossover(context, [
+            Crossover(SKINNY_BLAS, self._product(f"{rows} x N x N", context,
+                                                 lambda s, rows=rows: rows, int, int),
+                      wide, ("skinny", skinny), on_blas,
+                      lambda s, rows=rows: rows * s * s,
+                      max(1, math.isqrt(int(context.values[SKINNY_BLAS]) // rows)),
+                      self._tolerance())
+            for rows in sorted({min(2, limit), max(1, limit // 2)})])
 
     def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
                   compiled: dict) -> None:
