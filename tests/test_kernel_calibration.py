@@ -219,9 +219,9 @@ def test_the_command_line_names_a_bad_option(tmp_path):
 @pytest.mark.parametrize(("cpus", "expected"), [
     (1, [1]), (2, [1, 2]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8])])
 def test_the_thread_matrix_doubles_up_to_the_cpus(cpus, expected):
-    from kerneltune.cli import thread_matrix
+    from kerneltune.calibration import thread_counts
 
-    assert thread_matrix(cpus) == expected
+    assert thread_counts(cpus) == expected
 
 
 def test_the_command_line_saves_to_the_cache_that_later_processes_load(tmp_path):

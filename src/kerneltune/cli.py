@@ -32,12 +32,6 @@ def _cpu(args: argparse.Namespace) -> None:
         print(yaml.safe_dump(document, sort_keys=False), end="")
 
 
-def thread_matrix(cpus: int) -> list[int]:
-    """1, 2, 4, ... below ``cpus``, and ``cpus`` itself: the thread counts a farm calibrates."""
-    counts = [1 << i for i in range(cpus.bit_length()) if 1 << i < cpus]
-    return [*counts, cpus]
-
-
 def _value(text: str) -> object:
     """A parameter value from the command line: 4096, 1.5, true and row as YAML reads them."""
     value = yaml.safe_load(text)
@@ -45,9 +39,9 @@ def _value(text: str) -> object:
 
 
 def _calibrate(args: argparse.Namespace) -> None:
-    from .calibration import CalibrationOptions, calibrate_registered_kernels
+    from .calibration import CalibrationOptions, calibrate_registered_kernels, thread_counts
 
-    threads = args.threads or thread_matrix(len(current_execution().affinity))
+    threads = args.threads or thread_counts(len(current_execution().affinity))
     reports = []
     for count in threads:
         options = CalibrationOptions(

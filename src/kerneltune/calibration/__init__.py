@@ -20,7 +20,7 @@ from .batch import (
 )
 from .context import CalibrationContext, Tolerance
 from .measure import Measurement
-from .options import EFFORTS, CalibrationOptions, Effort
+from .options import EFFORTS, CalibrationOptions, Effort, thread_counts
 from .report import CalibrationBatchReport, CalibrationReport, Candidate, Decision, KeyOutcome
 from .search import (
     Case,
@@ -72,5 +72,6 @@ __all__ = [
     "register_kernel_calibration_function",
     "search_crossover",
     "search_threads",
+    "thread_counts",
     "verify_decisions",
 ]

@@ -132,3 +132,12 @@ class CalibrationOptions:
             "repetitions": self.samples, "seed": self.seed, "parameter": self.parameter,
             "values": list(self.values),
         }
+
+
+def thread_counts(threads: int) -> list[int]:
+    """1, 2, 4, ... below ``threads``, and ``threads`` itself.
+
+    The thread counts a farm machine calibrates for, and those a thread cap
+    is chosen among: doubling covers the range in few steps.
+    """
+    return [*(1 << i for i in range(threads.bit_length()) if 1 << i < threads), threads]

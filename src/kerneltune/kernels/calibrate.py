@@ -30,6 +30,7 @@ from ..calibration import (
     geometric_grid,
     register_kernel_calibration_function,
     search_threads,
+    thread_counts,
     verify_decisions,
 )
 from .base import CHUNK_ALIGNMENT, NUMPY_DTYPES, Kernel
@@ -191,11 +192,9 @@ class ElementwiseCalibration(KernelCalibration):
                        "switching to parallel with the computation")
 
     def _maximum_threads(self, context: CalibrationContext, case: Case, sizes: list[int]) -> None:
-        counts = sorted({1, context.threads} | {2**i for i in range(1, context.threads.bit_length())
-                                                 if 2**i < context.threads})
         runs = {count: self.run_of(context.configure({
             PARALLEL_MINIMUM: 1, MAXIMUM_THREADS: count, **self._pure_modes(context)[1]}),
-            context.threads) for count in counts}
+            context.threads) for count in thread_counts(context.threads)}
         search_threads(context, MAXIMUM_THREADS, case, sizes, runs,
                        int(context.values[MAXIMUM_THREADS]))
 
