@@ -106,9 +106,12 @@ def _sqrt(x, out):
 
 
 def _sigmoid(x, out):
-    # Two statements: pythran vectorises each, not the fused expression.
-    out[:] = np.exp(-x)
-    out[:] = 1 / (1 + out)
+    # Two statements, each vectorised (the fused expression is not), through a
+    # scratch block: an expression that reads the array it writes is evaluated
+    # element by element.
+    e = np.empty_like(x)
+    e[:] = np.exp(-x)
+    out[:] = 1 / (1 + e)
 
 
 def _tanh(x, out):
