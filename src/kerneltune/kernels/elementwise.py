@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..schema import element_type_number, tunable
-from . import broadcast, half
+from . import broadcast, half, outputs
 from .base import (
     NUMPY_DTYPES,
     Kernel,
@@ -75,6 +75,7 @@ class PreparedUnary(PreparedKernel):
         self._function, self._dtype, self.out_dtype = function, dtype, out_dtype
         self._grain = config.minimum_elements
         self.thread_limit = min(config.maximum_threads, threads)
+        self._recycled_from = outputs.recycled_from(out_dtype)
 
     def _threads(self, elements: int) -> int:
         return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
@@ -92,7 +93,10 @@ class PreparedUnary(PreparedKernel):
 
     def _call(self, x, threads: int | None) -> np.ndarray:
         x = operand(x, self._dtype, "input")
-        out = np.empty(x.shape, self.out_dtype)
+        if x.size < self._recycled_from:
+            out = np.empty(x.shape, self.out_dtype)
+        else:
+            out = outputs.empty(x.shape, self.out_dtype)
         if x.size:
             self._function(x.reshape(-1), out.reshape(-1),
                            self._threads(x.size) if threads is None else threads)
@@ -108,6 +112,7 @@ class PreparedBinary(PreparedKernel):
         self._grain = config.minimum_elements
         self._broadcast_grain = getattr(config, "broadcast_minimum_elements", self._grain)
         self.thread_limit = min(config.maximum_threads, threads)
+        self._recycled_from = outputs.recycled_from(out_dtype)
 
     def _threads(self, layout: broadcast.Layout) -> int:
         grain = self._broadcast_grain if layout.form == broadcast.BROADCAST else self._grain
@@ -130,7 +135,10 @@ class PreparedBinary(PreparedKernel):
         a = operand(a, self._dtype, "A")
         b = operand(b, self._dtype, "B")
         layout = broadcast.layout(a.shape, b.shape)
-        out = np.empty(layout.shape, self.out_dtype)
+        if layout.size < self._recycled_from:
+            out = np.empty(layout.shape, self.out_dtype)
+        else:
+            out = outputs.empty(layout.shape, self.out_dtype)
         if layout.size:
             self._function(a.reshape(-1), b.reshape(-1), out.reshape(-1), layout.a_offsets,
                            layout.b_offsets, layout.inner, layout.a_step, layout.b_step,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import element_type_number, tunable
-from . import half
+from . import half, outputs
 from .base import NUMPY_DTYPES, Kernel, Plan, PreparedKernel, operand
 from .gemm_pythran import KU, MR, NR
 from .variants import load_module
@@ -439,7 +439,7 @@ class PreparedMatMul(PreparedKernel):
             return np.asarray(np.matmul(a, b))  # two vectors give a numpy scalar
         a2 = a.reshape(1, k) if a.ndim == 1 else a
         b2 = b.reshape(k, 1) if b.ndim == 1 else b
-        out = np.empty(batch + (m, n), self.dtype)
+        out = outputs.empty(batch + (m, n), self.dtype)
         if out.size:
             if not k:
                 out[...] = 0

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import outputs
 from .variants import load_module
 
 
 def to_float32(x: np.ndarray, threads: int) -> np.ndarray:
     """A float32 copy of a contiguous float16 array, converted on ``threads`` threads."""
-    out = np.empty(x.shape, np.float32)
+    out = outputs.empty(x.shape, np.float32)
     if x.size:
         load_module("convert").widen_half(x.reshape(-1).view(np.uint16), out.reshape(-1), threads)
     return out
@@ -22,7 +23,7 @@ def to_float32(x: np.ndarray, threads: int) -> np.ndarray:
 
 def to_float16(x: np.ndarray, threads: int) -> np.ndarray:
     """A float16 copy of a contiguous float32 array, rounded to nearest even like numpy."""
-    out = np.empty(x.shape, np.float16)
+    out = outputs.empty(x.shape, np.float16)
     if x.size:
         load_module("convert").narrow_float(x.reshape(-1), out.reshape(-1).view(np.uint16),
                                             threads)

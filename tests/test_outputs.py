@@ -1,0 +1,107 @@
+"""Recycled output blocks: reused only after every view of an output is gone."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from kerneltune.kernels import library, outputs
+
+LARGE = outputs.RECYCLE_MINIMUM_BYTES // 4 + 1000  # float32 elements of a recycled output
+
+
+def address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool():
+    previous = outputs.set_idle_limit(0)
+    outputs.set_idle_limit(previous)
+    yield
+    outputs.set_idle_limit(0)
+    outputs.set_idle_limit(previous)
+
+
+def test_a_released_block_serves_the_next_output_of_that_size():
+    first = outputs.empty((LARGE,), np.float32)
+    where = address(first)
+    del first
+    assert outputs.idle_bytes() >= LARGE * 4
+    second = outputs.empty((LARGE // 2, 2), np.float32)
+    assert address(second) == where
+    assert second.shape == (LARGE // 2, 2) and second.dtype == np.float32
+    assert second.flags.c_contiguous and second.flags.writeable
+    assert where % outputs.ALIGNMENT == 0
+
+
+def test_a_view_keeps_the_block_from_being_handed_out_again():
+    first = outputs.empty((LARGE,), np.float32)
+    first[:] = 7
+    view = first[::2]
+    del first
+    second = outputs.empty((LARGE,), np.float32)
+    second[:] = 0
+    assert not np.shares_memory(second, view)
+    assert (view == 7).all()
+    where = address(view)
+    del view
+    third = outputs.empty((LARGE,), np.float32)
+    assert address(third) == where
+
+
+def test_small_outputs_are_plain_numpy_arrays():
+    small = outputs.empty((1000,), np.float64)
+    assert small.flags.owndata
+
+
+def test_without_an_idle_limit_nothing_waits_for_reuse():
+    outputs.set_idle_limit(0)
+    first = outputs.empty((LARGE,), np.float32)
+    del first
+    assert outputs.idle_bytes() == 0
+
+
+def test_lowering_the_limit_frees_waiting_blocks():
+    first = outputs.empty((LARGE,), np.float32)
+    second = outputs.empty((LARGE,), np.float32)
+    del first, second
+    assert outputs.idle_bytes() >= 2 * LARGE * 4
+    outputs.set_idle_limit(LARGE * 4 + outputs.BLOCK_GRANULE)
+    assert outputs.idle_bytes() <= LARGE * 4 + outputs.BLOCK_GRANULE
+
+
+def test_a_negative_limit_is_refused():
+    with pytest.raises(ValueError, match="at least 0"):
+        outputs.set_idle_limit(-1)
+
+
+def test_kernel_outputs_from_recycled_blocks_are_correct_and_distinct():
+    abs_ = library()["Abs"].prepare("FLOAT", threads=2)
+    x = np.linspace(-1, 1, LARGE, dtype=np.float32)
+    kept = abs_.run(x)
+    for _ in range(3):
+        again = abs_.run(-x)
+        assert not np.shares_memory(again, kept)
+        np.testing.assert_array_equal(again, np.abs(x))
+    np.testing.assert_array_equal(kept, np.abs(x))
+
+
+def test_threads_never_hold_the_same_block():
+    failures = []
+
+    def work(value: int) -> None:
+        for _ in range(20):
+            out = outputs.empty((LARGE,), np.float32)
+            out[:] = value
+            if not (out[:: 4096] == value).all():
+                failures.append(value)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
