@@ -26,15 +26,15 @@ class Effort:
     seconds_per_key: float
     #: largest elementwise case tried, in elements
     largest_elements: int
-    #: measure every win of a search twice, independently
-    confirm: bool
+    #: a win counts when it holds in this many independent measurements
+    rounds: int
 
 
 EFFORTS: Mapping[str, Effort] = types.MappingProxyType({
     effort.name: effort for effort in (
-        Effort("quick", 5, 1, 0.0002, 5.0, 1 << 22, False),
-        Effort("normal", 7, 2, 0.0004, 15.0, 1 << 23, True),
-        Effort("thorough", 11, 4, 0.001, 60.0, 1 << 24, True),
+        Effort("quick", 5, 1, 0.0002, 5.0, 1 << 22, 1),
+        Effort("normal", 7, 2, 0.0004, 15.0, 1 << 23, 2),
+        Effort("thorough", 11, 4, 0.001, 60.0, 1 << 24, 2),
     )
 })
 

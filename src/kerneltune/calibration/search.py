@@ -127,8 +127,10 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     def outcome(index: int) -> str:
         if index not in outcomes:
             first = measured(index)
-            if first != OVERLAP and context.options.level.confirm and measured(index) != first:
-                first = OVERLAP
+            for _ in range(1, context.options.level.rounds):
+                if first == OVERLAP or measured(index) != first:
+                    first = OVERLAP
+                    break
             outcomes[index] = first
         return outcomes[index]
 
@@ -316,7 +318,7 @@ def verify_decisions(context: CalibrationContext, parameters: Sequence[str],
     runs = {"decided": make_run(context.configure()),
             "previous": make_run(context.configure(previous))}
     margin = context.options.minimum_margin
-    rounds = 2 if context.options.level.confirm else 1
+    rounds = context.options.level.rounds
     measured: list[Candidate] = []
     try:
         for case, size in points:
@@ -355,7 +357,7 @@ def search_threads(context: CalibrationContext, parameter: str, case: Case,
         return context.keep(parameter, f"kept: memory budget of {context.options.memory_budget} "
                                        f"bytes leaves fewer than two large sizes")
     candidates = []
-    rounds = 2 if context.options.level.confirm else 1
+    rounds = context.options.level.rounds
     try:
         for _ in range(rounds):
             for size in sizes:

@@ -16,15 +16,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..dtypes import NUMPY_DTYPES
 from ..schema import element_type_name, element_type_number
 
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
-_DTYPES = {
-    element_type_number(name): np.dtype(name)
-    for name in ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
-                 "uint16", "uint32", "uint64", "bool")
-}
 _FLOATS = {np.dtype("float16"), np.dtype("float32"), np.dtype("float64")}
 #: the sum of four uniforms on [0, 1) has mean 2 and variance 4/12
 _SCALE = math.sqrt(3.0)
@@ -42,10 +38,10 @@ def randn_tensor(
     NUMA-placed memory, say); by default a fresh C-contiguous array.
     """
     number = element_type_number(element_type)
-    if number not in _DTYPES:
+    if number not in NUMPY_DTYPES:
         raise ValueError(f"randn_tensor has no {element_type_name(number)} tensors; element "
-                         f"types: {', '.join(element_type_name(t) for t in _DTYPES)}")
-    dtype = _DTYPES[number]
+                         f"types: {', '.join(element_type_name(t) for t in NUMPY_DTYPES)}")
+    dtype = NUMPY_DTYPES[number]
     shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
     if any(not isinstance(d, int | np.integer) or isinstance(d, bool) or d < 0 for d in shape):
         raise ValueError(f"shape must be non-negative integers, got {shape!r}")

@@ -26,12 +26,6 @@ LIBRARY = "kerneltune_cpu"
 #: 2: algorithm.blas_minimum_fmas no longer applies to skinny products.
 TUNING_ABI = 2
 
-#: numpy dtypes of the ONNX element types the library computes on.
-NUMPY_DTYPES: Mapping[int, np.dtype] = {
-    element_type_number(name): np.dtype(name)
-    for name in ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
-                 "uint16", "uint32", "uint64", "bool")
-}
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from ..calibration import (
     thread_counts,
     verify_decisions,
 )
-from .base import CHUNK_ALIGNMENT, NUMPY_DTYPES, Kernel
+from ..dtypes import NUMPY_DTYPES
+from .base import CHUNK_ALIGNMENT, Kernel
 from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel
 from .gemm import KU, MR, NR, Gemm, MatMul
 

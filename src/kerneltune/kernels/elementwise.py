@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import NUMPY_DTYPES
 from ..schema import element_type_number, tunable
 from . import broadcast, half, outputs
 from .base import (
-    NUMPY_DTYPES,
     Kernel,
     Plan,
     PreparedKernel,

@@ -39,9 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dtypes import NUMPY_DTYPES
 from ..schema import element_type_number, tunable
 from . import half, outputs
-from .base import NUMPY_DTYPES, Kernel, Plan, PreparedKernel, operand
+from .base import Kernel, Plan, PreparedKernel, operand
 from .gemm_pythran import KU, MR, NR
 from .variants import load_module
 

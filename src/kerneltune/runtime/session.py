@@ -17,9 +17,10 @@ import numpy as np
 import onnx
 
 from ..cpu import current_execution
+from ..dtypes import NUMPY_DTYPES
 from ..errors import KernelTuningError, UnknownKernelError
 from ..kernels import library
-from ..kernels.base import NUMPY_DTYPES, thread_budget
+from ..kernels.base import thread_budget
 from ..registry import Resolution, TuningSnapshot, default_registry
 from ..schema import KernelTuningKey
 from ..selectors import Tier
