@@ -285,6 +285,23 @@ def test_compiled_kernels_report_the_threads_that_ran():
     assert unary.abs_(x[:0].copy(), np.empty(0, np.float32), 2) == 1
 
 
+@pytest.mark.parametrize(("rows", "threads", "ran"), [(5, 4, 3), (6, 4, 3), (7, 4, 4), (3, 8, 3)])
+def test_broadcast_rows_run_in_contiguous_runs_that_plans_mirror(rows, threads, ran):
+    from kerneltune.kernels import broadcast
+    from kerneltune.kernels.variants import load_module
+
+    a = np.arange(rows, dtype=np.float32).reshape(rows, 1)
+    b = np.arange(100, dtype=np.float32)
+    layout = broadcast.layout(a.shape, b.shape)
+    out = np.empty(layout.shape, np.float32)
+    assert load_module("binary").add(a.reshape(-1), b, out.reshape(-1), layout.a_offsets,
+                                     layout.b_offsets, layout.inner, layout.a_step,
+                                     layout.b_step, threads) == ran
+    np.testing.assert_array_equal(out, a + b)
+    config = LIBRARY["Add"].configure("FLOAT", {"parallel.broadcast_minimum_elements": 1})
+    assert LIBRARY["Add"].prepare("FLOAT", config, threads=threads).plan(a, b).threads == ran
+
+
 def test_inputs_are_normalised_or_rejected():
     add = LIBRARY["Add"].prepare("FLOAT", threads=2)
     a = np.arange(12, dtype=np.float32).reshape(3, 4)

@@ -53,16 +53,16 @@ def parallel_threads(elements: int, grain: int, maximum_threads: int, threads: i
 CHUNK_ALIGNMENT = 64
 
 
-def chunked_threads(elements: int, threads: int) -> int:
+def chunked_threads(elements: int, threads: int, alignment: int = CHUNK_ALIGNMENT) -> int:
     """Threads the compiled loops really run for ``threads`` requested over ``elements``.
 
-    They cut ``elements`` into chunks of ``ceil(elements / threads)`` rounded
-    up to :data:`CHUNK_ALIGNMENT`, one thread per chunk.
+    They cut ``elements`` (or rows, with ``alignment`` 1) into chunks of
+    ``ceil(elements / threads)`` rounded up to ``alignment``, one thread per chunk.
     """
     if elements <= 0:
         return 1
     threads = max(1, min(threads, elements))
-    chunk = _ceil_div(_ceil_div(elements, threads), CHUNK_ALIGNMENT) * CHUNK_ALIGNMENT
+    chunk = _ceil_div(_ceil_div(elements, threads), alignment) * alignment
     return _ceil_div(elements, chunk)
 
 

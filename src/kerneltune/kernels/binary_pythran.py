@@ -12,7 +12,7 @@ advancing by its step (1) or staying on one element (0) along the row.
   last dimension is the row and the others are enumerated in the offsets.
 
 One row is split into ``nthreads`` contiguous chunks starting on multiples of
-64 elements; several rows are shared out whole (``kernels.base`` mirrors the
+64 elements; several rows are shared out whole, in ``nthreads`` contiguous runs (``kernels.base`` mirrors the
 thread count for plans). The return value is the number of threads that ran (1: serial).
 Elements are computed independently, so serial and parallel results are
 identical bit for bit.
@@ -150,29 +150,38 @@ ALIGN = 64
 # pythran export bitwise_xor(uint64[:], uint64[:], uint64[:], int64[:], int64[:], int, int, int, int)
 
 
-def _segment(a, b, out, ao, bo, oo, start, stop, a_step, b_step, op):
-    """``out[oo+start:oo+stop]`` from one row; slices keep the indices provably in range."""
-    n = stop - start
-    o = out[oo + start:oo + stop]
+def _span(a, b, out, ao, bo, oo, start, stop, a_step, b_step, op):
+    """``out[oo + i]`` for ``start <= i < stop`` of one row, indexing the whole arrays.
+
+    No views: every view of an array shared by the threads would touch its
+    reference count, an atomic in OpenMP builds, which made many short rows
+    slower on two threads than on one. ``max(0, offset)`` lets pythran prove
+    the indices non-negative, so the loops stay vectorised.
+    """
+    ao = max(0, ao)
+    bo = max(0, bo)
+    oo = max(0, oo)
+    start = max(0, start)
     if a_step and b_step:
-        x = a[ao + start:ao + stop]
-        y = b[bo + start:bo + stop]
-        for i in range(n):
-            o[i] = op(x[i], y[i])
+        for i in range(start, stop):
+            out[oo + i] = op(a[ao + i], b[bo + i])
     elif a_step:
-        x = a[ao + start:ao + stop]
         yv = b[bo]
-        for i in range(n):
-            o[i] = op(x[i], yv)
+        for i in range(start, stop):
+            out[oo + i] = op(a[ao + i], yv)
     elif b_step:
         xv = a[ao]
-        y = b[bo + start:bo + stop]
-        for i in range(n):
-            o[i] = op(xv, y[i])
+        for i in range(start, stop):
+            out[oo + i] = op(xv, b[bo + i])
     else:
         v = op(a[ao], b[bo])
-        for i in range(n):
-            o[i] = v
+        for i in range(start, stop):
+            out[oo + i] = v
+
+
+def _rows(a, b, out, a_offsets, b_offsets, first, last, inner, a_step, b_step, op):
+    for r in range(first, last):
+        _span(a, b, out, a_offsets[r], b_offsets[r], r * inner, 0, inner, a_step, b_step, op)
 
 
 def _run(a, b, out, a_offsets, b_offsets, inner, a_step, b_step, nthreads, op):
@@ -187,15 +196,16 @@ def _run(a, b, out, a_offsets, b_offsets, inner, a_step, b_step, nthreads, op):
         bo = b_offsets[0]
         # omp parallel for num_threads(nthreads) schedule(static)
         for c in range(nthreads):
-            start = c * chunk
-            stop = min(inner, start + chunk)
-            _segment(a, b, out, ao, bo, 0, start, stop, a_step, b_step, op)
+            _span(a, b, out, ao, bo, 0, c * chunk, min(inner, c * chunk + chunk), a_step,
+                  b_step, op)
     else:
         nthreads = max(1, min(nthreads, rows))
+        per = (rows + nthreads - 1) // nthreads
+        nthreads = (rows + per - 1) // per
         # omp parallel for num_threads(nthreads) schedule(static)
-        for r in range(rows):
-            _segment(a, b, out, a_offsets[r], b_offsets[r], r * inner, 0, inner, a_step,
-                     b_step, op)
+        for c in range(nthreads):
+            _rows(a, b, out, a_offsets, b_offsets, c * per, min(rows, c * per + per), inner,
+                  a_step, b_step, op)
     return nthreads
 
 

@@ -122,7 +122,10 @@ class PreparedBinary(PreparedKernel):
         layout = broadcast.layout(np.shape(a), np.shape(b))
         threads = self._threads(layout)
         rows = len(layout.a_offsets)
-        threads = min(threads, rows) if rows > 1 else chunked_threads(layout.inner, threads)
+        if rows > 1:
+            threads = chunked_threads(rows, threads, alignment=1)
+        else:
+            threads = chunked_threads(layout.inner, threads)
         return Plan("parallel" if threads > 1 else "serial", threads, layout.size, layout.form)
 
     def run(self, a, b) -> np.ndarray:
