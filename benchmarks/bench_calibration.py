@@ -58,10 +58,14 @@ SAMPLE = [(kernel, element_type)
           for element_type in ("FLOAT", "DOUBLE", "FLOAT16", "INT32")]
 GEMM_SHAPES = {"square 48": (48, 48, 48), "square 96": (96, 96, 96),
                "square 181": (181, 181, 181), "square 362": (362, 362, 362),
-               "skinny 3": (3, 512, 512), "skinny 12": (12, 512, 512)}
-THRESHOLDS = (PARALLEL_MINIMUM, BROADCAST_MINIMUM, CONVERSION_MINIMUM,
-              "algorithm.pack_b_minimum_elements", "algorithm.blas_minimum_fmas",
-              "parallel.fmas_per_work_unit", "algorithm.skinny_m_limit")
+               "skinny 3": (3, 512, 512), "skinny 12": (12, 512, 512),
+               "one row": (1, 1218, 1218)}
+#: thresholds, with the power of the searched size they grow by (one grid step of a size is
+#: step ** power of a multiply-add count, for instance)
+THRESHOLDS = {PARALLEL_MINIMUM: 1, BROADCAST_MINIMUM: 1, CONVERSION_MINIMUM: 1,
+              "algorithm.pack_b_minimum_elements": 2, "algorithm.blas_minimum_fmas": 3,
+              "algorithm.skinny_blas_minimum_fmas": 2, "algorithm.vector_blas_minimum_fmas": 2,
+              "parallel.fmas_per_work_unit": 3, "algorithm.skinny_m_limit": 1}
 
 
 def full_calibration(effort: str, directory: Path, name: str) -> list[dict]:
@@ -195,7 +199,8 @@ def differing_threshold(first, second, step: float) -> list[str]:
         if value == other:
             continue
         low, high = min(value, other), max(value, other)
-        if name in THRESHOLDS and low > 0 and high < NEVER and high / low <= step * 1.01:
+        if (name in THRESHOLDS and low > 0 and high < NEVER
+                and high / low <= step ** THRESHOLDS[name] * 1.01):
             continue
         far.append(f"{name}: {value} vs {other}")
     return far

@@ -243,6 +243,20 @@ def test_skinny_products_have_their_own_blas_threshold():
                "blocked_packed")  # not skinny: the blocked path, packed for this B
 
 
+def test_one_row_products_have_their_own_blas_threshold():
+    shape = (1, 300, 400)
+    fmas = 300 * 400
+    check_plan({"algorithm.vector_blas_minimum_fmas": fmas}, shape, "blas")
+    check_plan({"algorithm.vector_blas_minimum_fmas": fmas + 1}, shape, "skinny")
+    check_plan({"algorithm.vector_blas_minimum_fmas": fmas + 1, "algorithm.blas_minimum_fmas": 0,
+                "algorithm.skinny_blas_minimum_fmas": 0}, shape, "skinny")
+    check_plan({"algorithm.vector_blas_minimum_fmas": fmas + 1, "algorithm.skinny_m_limit": 0},
+               shape, "blocked_packed")
+    check_plan({"algorithm.vector_blas_minimum_fmas": fmas, "algorithm.skinny_m_limit": 0},
+               shape, "blas")
+    check_plan({"algorithm.vector_blas_minimum_fmas": 0}, (2, 300, 400), "skinny")
+
+
 def test_skinny_m_limit_switches_the_skinny_path():
     check_plan({"algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
     check_plan({"algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")

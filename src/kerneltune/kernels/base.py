@@ -24,7 +24,8 @@ from ..schema import KernelTuningKey, KernelTuningSchema, element_type_name, ele
 LIBRARY = "kerneltune_cpu"
 #: Bumped when a parameter changes meaning, so cached values of the old meaning go stale.
 #: 2: algorithm.blas_minimum_fmas no longer applies to skinny products.
-TUNING_ABI = 2
+#: 3: nor algorithm.skinny_blas_minimum_fmas to one-row products.
+TUNING_ABI = 3
 
 
 

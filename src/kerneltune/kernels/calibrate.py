@@ -229,6 +229,7 @@ PACK_B = "algorithm.pack_b_minimum_elements"
 SKINNY = "algorithm.skinny_m_limit"
 BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
+VECTOR_BLAS = "algorithm.vector_blas_minimum_fmas"
 FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
 #: depth and width of the skinny-M family
@@ -328,7 +329,7 @@ class GemmCalibration(KernelCalibration):
         return self._runner_for(context.configure(values), threads or context.threads)
 
     def __call__(self, context: CalibrationContext) -> None:
-        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER}
+        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER}
         self._tiles(context, compiled)
         square = self._square(context)
         steps = context.options.level.steps_per_octave
@@ -378,20 +379,25 @@ class GemmCalibration(KernelCalibration):
 
     def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
               compiled: dict) -> None:
-        """The BLAS crossovers, in multiply-adds: square products, then skinny ones."""
-        on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0}))
+        """The BLAS crossovers, in multiply-adds: square, one-row and skinny products."""
+        on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0, VECTOR_BLAS: 0}))
+        compiled_run = ("compiled", self._runner(context, compiled))
         decide_crossover(context, Crossover(
-            BLAS, square, squares, ("compiled", self._runner(context, compiled)), on_blas,
+            BLAS, square, squares, compiled_run, on_blas,
             lambda s: s ** 3, max(1, round(int(context.values[BLAS]) ** (1 / 3))),
             self._tolerance()))
+        wide = geometric_grid(64, 4096, context.options.level.steps_per_octave)
+        decide_crossover(context, Crossover(
+            VECTOR_BLAS, self._product("1 x N x N", context, lambda s: 1, int, int), wide,
+            compiled_run, on_blas, lambda s: s * s,
+            max(1, math.isqrt(int(context.values[VECTOR_BLAS]))), self._tolerance()))
         limit = int(context.values[SKINNY])
-        if limit == 0:
-            context.keep(SKINNY_BLAS, "kept: algorithm.skinny_m_limit is 0, no product is skinny")
+        if limit < 2:
+            context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_m_limit is {limit}, no product of "
+                                      f"2 rows or more is skinny")
             return
         # one threshold in multiply-adds serves few rows and many: BLAS takes over where it
-        # beats the skinny path for both (from 2 rows: BLAS runs 1 row as a matrix-vector
-        # product, with its own, faster kernels, which say nothing of 2 or 3 rows)
-        wide = geometric_grid(64, 4096, context.options.level.steps_per_octave)
+        # beats the skinny path for both (from 2 rows: one row has its own threshold)
         skinny = self._runner(context, compiled)
         decide_shared_crossover(context, [
             Crossover(SKINNY_BLAS, self._product(f"{rows} x N x N", context,
@@ -400,7 +406,7 @@ class GemmCalibration(KernelCalibration):
                       lambda s, rows=rows: rows * s * s,
                       max(1, math.isqrt(int(context.values[SKINNY_BLAS]) // rows)),
                       self._tolerance())
-            for rows in sorted({min(2, limit), max(1, limit // 2)})])
+            for rows in sorted({2, max(2, limit // 2)})])
 
     def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
                   compiled: dict) -> None:

@@ -10,7 +10,9 @@ Three algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_p
 - ``blas``: ``numpy.matmul`` (the BLAS numpy is linked with) from
   ``algorithm.blas_minimum_fmas`` multiply-adds (``M * N * K``) on, and for skinny
   products from ``algorithm.skinny_blas_minimum_fmas`` on (the skinny path holds out
-  against BLAS far longer than the blocked one, so one threshold cannot serve both).
+  against BLAS far longer than the blocked one, so one threshold cannot serve both), and
+  for one-row products from ``algorithm.vector_blas_minimum_fmas`` on (BLAS runs those as
+  matrix-vector products, with kernels of their own).
 
 Those are the algorithm decisions. The parallel decision is separate: the compiled paths
 cut the output into tasks (``tile_m x tile_n`` tiles; column strips of ``tile_n`` for
@@ -82,6 +84,10 @@ class GemmConfig:
         "algorithm.skinny_blas_minimum_fmas", 2_097_152, minimum=0,
         doc="M * N * K from which a skinny product (M <= algorithm.skinny_m_limit) is "
             "computed by numpy.matmul (BLAS) instead of the skinny path")
+    vector_blas_minimum_fmas: int = tunable(
+        "algorithm.vector_blas_minimum_fmas", 65_536, minimum=0,
+        doc="M * N * K from which a one-row product is computed by numpy.matmul (BLAS), "
+            "which runs it as a matrix-vector product")
     fmas_per_work_unit: int = tunable(
         "parallel.fmas_per_work_unit", 524_288, minimum=1,
         doc="multiply-adds (M * N * K) each thread must have at least: a product runs on at "
@@ -188,6 +194,7 @@ class PreparedGemm(PreparedKernel):
         self._skinny_limit = config.skinny_m_limit
         self._blas_minimum = config.blas_minimum_fmas
         self._skinny_blas_minimum = config.skinny_blas_minimum_fmas
+        self._vector_blas_minimum = config.vector_blas_minimum_fmas
         self._fmas_per_unit = config.fmas_per_work_unit
         self._minimum_tasks = config.minimum_tasks
         self._form = ("T" if trans_a else "N") + ("T" if trans_b else "N")
@@ -248,7 +255,8 @@ class PreparedGemm(PreparedKernel):
         """
         fmas = m * n * k
         skinny = m <= self._skinny_limit
-        if fmas >= (self._skinny_blas_minimum if skinny else self._blas_minimum):
+        if fmas >= (self._vector_blas_minimum if m == 1 else
+                    self._skinny_blas_minimum if skinny else self._blas_minimum):
             return BLAS, 0
         if skinny:
             return SKINNY, self._grid_threads(-(-n // self._tile_n), fmas)
@@ -337,7 +345,7 @@ def _fast_run(p: PreparedGemm):
     skinny, blocked, no_bias = p._skinny, p._blocked, p._no_bias
     tile_m, tile_n, tile_k = p._tile_m, p._tile_n, p._tile_k
     skinny_limit, blas_minimum, minimum_tasks = p._skinny_limit, p._blas_minimum, p._minimum_tasks
-    skinny_blas_minimum = p._skinny_blas_minimum
+    skinny_blas_minimum, vector_blas_minimum = p._skinny_blas_minimum, p._vector_blas_minimum
     pack_minimum, grid_threads = p._pack_minimum, p._grid_threads
 
     def run(a, b, c=None):
@@ -354,7 +362,8 @@ def _fast_run(p: PreparedGemm):
             p._dimensions(a_shape, b_shape)  # raises
         bias = no_bias if c is None else p._bias(c, m, n)
         fmas = m * n * k
-        if fmas >= (skinny_blas_minimum if m <= skinny_limit else blas_minimum):
+        if fmas >= (vector_blas_minimum if m == 1 else
+                    skinny_blas_minimum if m <= skinny_limit else blas_minimum):
             return p._blas(a, b, bias)
         out = empty((m, n), dtype)
         if not fmas:
