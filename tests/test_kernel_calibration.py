@@ -195,11 +195,16 @@ def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "kerneltune", "calibrate", "--threads", "1", "--effort", "quick",
          "--kernel", "Relu", "--element-type", "FLOAT", "--report", str(report)],
-        capture_output=True, text=True, check=False)
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "OMP_WAIT_POLICY": "active", "KERNELTUNE_CACHE": "off"})
     assert done.returncode == 0, done.stderr
     assert "threads 1: 1 keys calibrated" in done.stdout
     (batch,) = json.loads(report.read_text())
     assert [c["key"]["kernel"] for c in batch["calibrated"]] == ["Relu"]
+    # what else shaped the timings: the OpenMP wait policy, the thread pools loaded
+    environment = batch["calibrated"][0]["environment"]
+    assert environment["variables"]["OMP_WAIT_POLICY"] == "active"
+    assert "openmp" in {pool["user_api"] for pool in environment["thread_pools"]}
     assert not list(tmp_path.glob("*.tmp"))
     umask = os.umask(0)
     os.umask(umask)

@@ -11,6 +11,7 @@ Calibration never writes the cache; pass ``successful_profiles`` to
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import types
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from ..cpu import CpuExecutionDescriptor, current_execution
 from ..errors import CalibrationError, Problem, TuningValidationError
@@ -89,6 +90,25 @@ def _execution(options: CalibrationOptions) -> CpuExecutionDescriptor:
     return execution
 
 
+#: Environment variables that change what a measurement sees: the OpenMP threads' wait
+#: policy and placement, the BLAS library's threads and kernels, a forced ISA variant.
+ENVIRONMENT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES",
+                         "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
+                         "MKL_NUM_THREADS", "KERNELTUNE_ISA")
+_POOL_FIELDS = ("user_api", "internal_api", "version", "architecture", "threading_layer",
+                "num_threads")
+
+
+def _environment() -> dict[str, object]:
+    """The variables set and the thread pools loaded (a BLAS crossover is one with that BLAS)."""
+    return {
+        "variables": {name: os.environ[name] for name in ENVIRONMENT_VARIABLES
+                      if name in os.environ},
+        "thread_pools": [{field: pool.get(field) for field in _POOL_FIELDS}
+                         for pool in threadpool_info()],
+    }
+
+
 def _versions(key: KernelTuningKey) -> dict[str, object]:
     from .. import __version__
 
@@ -111,7 +131,8 @@ def _compare(context: CalibrationContext, fn: CalibrationFunction) -> None:
 
 def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSnapshot,
                execution: CpuExecutionDescriptor, options: CalibrationOptions,
-               total: Deadline | None, inputs: dict) -> CalibrationReport:
+               total: Deadline | None, inputs: dict,
+               environment: Mapping[str, object]) -> CalibrationReport:
     start = time.perf_counter()
     deadline = Deadline(start + options.seconds_per_key, "per-key")
     if total is not None and total.at < deadline.at:
@@ -131,7 +152,8 @@ def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSn
         key=key, execution=execution, options=types.MappingProxyType(options.to_dict()),
         baseline=context.baseline, values=context.values, decisions=tuple(context.decisions),
         seconds=time.perf_counter() - start, versions=_versions(key),
-        stopped_early=context.stopped_early, comparison=tuple(context.comparison))
+        stopped_early=context.stopped_early, comparison=tuple(context.comparison),
+        environment=environment)
 
 
 def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot: TuningSnapshot,
@@ -176,6 +198,7 @@ def calibrate_kernel_thresholds(
     # keys of one element type run together and share their inputs, dropped at the next type
     inputs: dict[tuple, object] = {}
     with threadpool_limits(limits=execution.effective_threads, user_api="blas"):
+        environment = types.MappingProxyType(_environment())
         for key in sorted(keys, key=lambda k: k.element_type):
             if inputs and next(iter(inputs))[0] != key.element_type:
                 inputs.clear()
@@ -188,7 +211,8 @@ def calibrate_kernel_thresholds(
             if total is not None and total.remaining <= 0:
                 skipped.append(KeyOutcome(key, "total time budget exhausted before this key"))
                 continue
-            report = _calibrate(key, fn, snapshot, execution, options, total, inputs)
+            report = _calibrate(key, fn, snapshot, execution, options, total, inputs,
+                                environment)
             if report.stopped_early:
                 skipped.append(KeyOutcome(key, f"not published: {report.stopped_early}",
                                           report))

@@ -71,6 +71,8 @@ class CalibrationReport:
     stopped_early: str | None = None
     #: explicit comparison: value -> seconds of the workload and speedup over the baseline
     comparison: tuple[Mapping[str, object], ...] = field(default=())
+    #: what else shaped the timings: environment variables and the thread pools loaded
+    environment: Mapping[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -78,6 +80,7 @@ class CalibrationReport:
             "execution": self.execution.to_dict(),
             "options": dict(self.options),
             "versions": dict(self.versions),
+            "environment": dict(self.environment),
             "baseline": dict(self.baseline),
             "values": dict(self.values),
             "decisions": [d.to_dict() for d in self.decisions],
