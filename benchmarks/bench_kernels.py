@@ -112,7 +112,9 @@ def gemm(rounds: int) -> list[str]:
         print(f"{f'{m} x {k} x {n}':16} {times['numpy'] * 1e6:>10.1f} "
               f"{times['numpy'] / times['serial']:>9.2f} {ratio:>8.2f} "
               f"{prepared.plan(a, b).path:>10}")
-        target = 0.9 if m * n * k >= 256**3 else 1.0
+        # the targets name sizes: 256 and above within 10% of numpy (1x1024x1024 included,
+        # as a 1024 product), 8 and 64 no slower
+        target = 0.9 if max(m, k, n) >= 256 else 1.0
         if ratio < target:
             misses.append(f"Gemm {m}x{k}x{n}: {ratio:.2f}x numpy (target {target}x)")
     return misses
