@@ -257,6 +257,18 @@ def test_one_row_products_have_their_own_blas_threshold():
     check_plan({"algorithm.vector_blas_minimum_fmas": 0}, (2, 300, 400), "skinny")
 
 
+@pytest.mark.parametrize(("threshold", "calls"), [(300 * 400, 1), (300 * 400 + 1, 0)])
+def test_a_run_takes_the_path_its_plan_names(threshold, calls):
+    prepared = prepare({"algorithm.vector_blas_minimum_fmas": threshold}, threads=2)
+    a, b, _ = operands(1, 300, 400, 0, 0, "row")
+    taken = []
+    blas = prepared._blas
+    prepared._blas = lambda *args: taken.append(args) or blas(*args)
+    prepared.run(a, b)
+    assert len(taken) == calls
+    assert (prepared.plan(a, b).path == "blas") == bool(calls)
+
+
 def test_skinny_m_limit_switches_the_skinny_path():
     check_plan({"algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
     check_plan({"algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")

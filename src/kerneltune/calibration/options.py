@@ -29,6 +29,11 @@ class Effort:
     #: a win counts when it holds in this many independent measurements
     rounds: int
 
+    def __post_init__(self):
+        if self.rounds < 1 or self.repetitions < 1 or self.steps_per_octave < 1:
+            raise ValueError(f"effort {self.name!r}: rounds, repetitions and steps_per_octave "
+                             f"must be at least 1")
+
 
 EFFORTS: Mapping[str, Effort] = types.MappingProxyType({
     effort.name: effort for effort in (

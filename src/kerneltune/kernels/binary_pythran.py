@@ -12,7 +12,8 @@ advancing by its step (1) or staying on one element (0) along the row.
   last dimension is the row and the others are enumerated in the offsets.
 
 One row is split into ``nthreads`` contiguous chunks starting on multiples of
-64 elements; several rows are shared out whole, in ``nthreads`` contiguous runs (``kernels.base`` mirrors the
+64 elements; several rows are shared out whole, in contiguous runs of
+``ceil(rows / nthreads)`` rows, one per thread (``kernels.base`` mirrors the
 thread count for plans). The return value is the number of threads that ran (1: serial).
 Elements are computed independently, so serial and parallel results are
 identical bit for bit.

@@ -82,8 +82,9 @@ class GemmConfig:
             "where the compiled x86_64_v4 kernel and OpenBLAS on two cores break even")
     skinny_blas_minimum_fmas: int = tunable(
         "algorithm.skinny_blas_minimum_fmas", 2_097_152, minimum=0,
-        doc="M * N * K from which a skinny product (M <= algorithm.skinny_m_limit) is "
-            "computed by numpy.matmul (BLAS) instead of the skinny path")
+        doc="M * N * K from which a skinny product of 2 rows or more "
+            "(M <= algorithm.skinny_m_limit) is computed by numpy.matmul (BLAS) instead of "
+            "the skinny path")
     vector_blas_minimum_fmas: int = tunable(
         "algorithm.vector_blas_minimum_fmas", 65_536, minimum=0,
         doc="M * N * K from which a one-row product is computed by numpy.matmul (BLAS), "

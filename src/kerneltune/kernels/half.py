@@ -12,10 +12,12 @@ import numpy as np
 from . import outputs
 from .variants import load_module
 
+_FLOAT32, _FLOAT16 = np.dtype(np.float32), np.dtype(np.float16)
+
 
 def to_float32(x: np.ndarray, threads: int) -> np.ndarray:
     """A float32 copy of a contiguous float16 array, converted on ``threads`` threads."""
-    out = outputs.empty(x.shape, np.float32)
+    out = outputs.empty(x.shape, _FLOAT32)
     if x.size:
         load_module("convert").widen_half(x.reshape(-1).view(np.uint16), out.reshape(-1), threads)
     return out
@@ -23,7 +25,7 @@ def to_float32(x: np.ndarray, threads: int) -> np.ndarray:
 
 def to_float16(x: np.ndarray, threads: int) -> np.ndarray:
     """A float16 copy of a contiguous float32 array, rounded to nearest even like numpy."""
-    out = outputs.empty(x.shape, np.float16)
+    out = outputs.empty(x.shape, _FLOAT16)
     if x.size:
         load_module("convert").narrow_float(x.reshape(-1), out.reshape(-1).view(np.uint16),
                                             threads)

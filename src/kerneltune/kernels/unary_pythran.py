@@ -54,7 +54,12 @@ BLOCK = 2048
 ALIGN = 64
 
 
-def _run(x, out, nthreads, block_op):
+def _run(x, out, nthreads, block_op, scratch):
+    """``block_op(x block, out block, scratch block)`` over the blocks of each thread's chunk.
+
+    ``scratch`` is the length of a thread's own scratch block (0 for operators
+    without intermediate values), allocated once per chunk, not per block.
+    """
     n = x.shape[0]
     if n == 0:
         return 1
@@ -67,33 +72,34 @@ def _run(x, out, nthreads, block_op):
     for c in range(nthreads):
         start = c * chunk
         stop = min(n, start + chunk)
+        t = np.empty(scratch, x.dtype)
         for b in range(start, stop, BLOCK):
             e = min(stop, b + BLOCK)
-            block_op(x[b:e], out[b:e])
+            block_op(x[b:e], out[b:e], t[:e - b])
     return nthreads
 
 
-def _abs(x, out):
+def _abs(x, out, t):
     for i in range(x.shape[0]):
         out[i] = abs(x[i])
 
 
-def _neg(x, out):
+def _neg(x, out, t):
     for i in range(x.shape[0]):
         out[i] = -x[i]
 
 
-def _relu(x, out):
+def _relu(x, out, t):
     for i in range(x.shape[0]):
         # NaN stays NaN, as in numpy's maximum(x, 0) and ONNX's reference.
         out[i] = x[i] if (x[i] > 0 or x[i] != x[i]) else 0
 
 
-def _exp(x, out):
+def _exp(x, out, t):
     out[:] = np.exp(x)
 
 
-def _log(x, out):
+def _log(x, out, t):
     out[:] = np.log(x)
     for i in range(x.shape[0]):
         # xsimd's float64 log is wrong for subnormal inputs; libm's is not.
@@ -101,59 +107,58 @@ def _log(x, out):
             out[i] = np.log(x[i])
 
 
-def _sqrt(x, out):
+def _sqrt(x, out, t):
     out[:] = np.sqrt(x)
 
 
-def _sigmoid(x, out):
-    # Two statements, each vectorised (the fused expression is not), through a
+def _sigmoid(x, out, t):
+    # Two statements, each vectorised (the fused expression is not), through the
     # scratch block: an expression that reads the array it writes is evaluated
     # element by element.
-    e = np.empty_like(x)
-    e[:] = np.exp(-x)
-    out[:] = 1 / (1 + e)
+    t[:] = np.exp(-x)
+    out[:] = 1 / (1 + t)
 
 
-def _tanh(x, out):
+def _tanh(x, out, t):
     out[:] = np.tanh(x)
 
 
-def _not(x, out):
+def _not(x, out, t):
     for i in range(x.shape[0]):
         out[i] = not x[i]
 
 
 def abs_(x, out, nthreads):
-    return _run(x, out, nthreads, _abs)
+    return _run(x, out, nthreads, _abs, 0)
 
 
 def neg(x, out, nthreads):
-    return _run(x, out, nthreads, _neg)
+    return _run(x, out, nthreads, _neg, 0)
 
 
 def relu(x, out, nthreads):
-    return _run(x, out, nthreads, _relu)
+    return _run(x, out, nthreads, _relu, 0)
 
 
 def exp(x, out, nthreads):
-    return _run(x, out, nthreads, _exp)
+    return _run(x, out, nthreads, _exp, 0)
 
 
 def log(x, out, nthreads):
-    return _run(x, out, nthreads, _log)
+    return _run(x, out, nthreads, _log, 0)
 
 
 def sqrt(x, out, nthreads):
-    return _run(x, out, nthreads, _sqrt)
+    return _run(x, out, nthreads, _sqrt, 0)
 
 
 def sigmoid(x, out, nthreads):
-    return _run(x, out, nthreads, _sigmoid)
+    return _run(x, out, nthreads, _sigmoid, BLOCK)
 
 
 def tanh(x, out, nthreads):
-    return _run(x, out, nthreads, _tanh)
+    return _run(x, out, nthreads, _tanh, 0)
 
 
 def not_(x, out, nthreads):
-    return _run(x, out, nthreads, _not)
+    return _run(x, out, nthreads, _not, 0)
