@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -38,10 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from kerneltune import KernelTuningKey
-from kerneltune.calibration import CalibrationOptions
+from kerneltune.calibration import CalibrationOptions, randn_tensor
 from kerneltune.calibration.measure import Deadline, measure
 from kerneltune.cpu import current_execution
-from kerneltune.kernels import library
+from kerneltune.kernels import catalog, library
 from kerneltune.kernels.calibrate import (
     BROADCAST_MINIMUM,
     CONVERSION_MINIMUM,
@@ -66,6 +67,31 @@ THRESHOLDS = {PARALLEL_MINIMUM: 1, BROADCAST_MINIMUM: 1, CONVERSION_MINIMUM: 1,
               "algorithm.pack_b_minimum_elements": 2, "algorithm.blas_minimum_fmas": 3,
               "algorithm.skinny_blas_minimum_fmas": 2, "algorithm.vector_blas_minimum_fmas": 2,
               "parallel.fmas_per_work_unit": 3, "algorithm.skinny_m_limit": 1}
+
+
+#: fixed calls whose 2-thread speedup tells how the machine itself moves (kernel, type, size)
+PROBES = (("Abs", "INT8", 65536), ("Add", "FLOAT", 32768), ("Abs", "DOUBLE", 16384))
+
+
+def machine_probe(rounds: int) -> list[float]:
+    """Serial time / 2-thread time of each probe, measured as calibration measures.
+
+    Taken before, between and after the two calibrations: when these move, the
+    crossovers move with them, and no search can repeat what the machine does not.
+    """
+    kernels = library()
+    speedups = []
+    for name, element_type, size in PROBES:
+        kernel = kernels[name]
+        number = element_type_number(element_type)
+        prepared = kernel.prepare(number, kernel.configure(number, {PARALLEL_MINIMUM: 1}), 2)
+        x = randn_tensor(element_type, (size,), 0)
+        inputs = (x,) if name in catalog.UNARY else (x, x)
+        serial, parallel = measure([functools.partial(prepared.run_serial, *inputs),
+                                    functools.partial(prepared.run, *inputs)], rounds, 0.0004,
+                                   Deadline(math.inf, "none"))
+        speedups.append(serial.median / parallel.median)
+    return speedups
 
 
 def full_calibration(effort: str, directory: Path, name: str) -> list[dict]:
@@ -215,8 +241,11 @@ def main() -> int:
 
     print(f"# calibration cost ({args.effort} effort, every calibratable key)")
     with tempfile.TemporaryDirectory() as directory:
+        probes = [machine_probe(args.rounds)]
         first = full_calibration(args.effort, Path(directory), "first")
+        probes.append(machine_probe(args.rounds))
         second = full_calibration(args.effort, Path(directory), "second")
+        probes.append(machine_probe(args.rounds))
     total = sum(batch["seconds"] for batch in first)
     for batch in first:
         changed = sum(1 for r in batch["calibrated"] for d in r["decisions"] if d["changed"])
@@ -253,6 +282,12 @@ def main() -> int:
     print("\n# Gemm and MatMul on held-out shapes, 2 threads: default time / calibrated time")
     for key, shape, ratio in gemm_gain(values_of, args.rounds):
         print(f"{key:<14} {shape:<11} {ratio:5.3f}")
+
+    print("\n# the machine: serial time / 2-thread time of fixed calls, before, between and "
+          "after the two calibrations")
+    for index, (name, element_type, size) in enumerate(PROBES):
+        print(f"{name} {element_type} {size:>8}: "
+              f"{'  '.join(f'{run[index]:5.2f}' for run in probes)}")
 
     print("\n# repeatability: a second calibration in another process")
     step = 2 ** (1 / CalibrationOptions(effort=args.effort).level.steps_per_octave)
