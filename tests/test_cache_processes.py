@@ -1,7 +1,11 @@
 """The cache under real processes: writers killed mid-update, many writers at once.
 
-Writers are forked from the test process so they start in milliseconds with
-the package already imported; each builds nothing but a small registry.
+Writers are forked by multiprocessing's fork server, which has imported this
+module: they start in milliseconds with the package already imported, and
+from a process that runs nothing else. A fork of the test process itself
+copies the state of its other threads (the kernels' OpenMP pool, the BLAS
+threads, the test runner's) half-way, and a few of those children hung or
+crashed before their first write.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ from kerneltune.cache import (
 from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
 
 pytestmark = pytest.mark.skipif(
-    "fork" not in multiprocessing.get_all_start_methods() or not hasattr(signal, "SIGKILL"),
-    reason="forked writers and SIGKILL")
+    "forkserver" not in multiprocessing.get_all_start_methods()
+    or not hasattr(signal, "SIGKILL"), reason="a fork server and SIGKILL")
 
-FORK = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
+FORK = None
+if "forkserver" in multiprocessing.get_all_start_methods():
+    FORK = multiprocessing.get_context("forkserver")
+    FORK.set_forkserver_preload([__name__])
 
 
 def keys(prefix: str, count: int) -> list:
@@ -48,9 +55,10 @@ def entry_for(key, n: int) -> KernelTuningProfile:
 SEQUENCE = keys("Step", 400)
 
 
-def append_forever(path: str) -> None:
+def append_forever(path: str, ready) -> None:
     """Add entry n to a cache of n entries, again and again, until killed."""
     registry = registry_of(SEQUENCE)
+    ready.set()
     while True:
         n = len(inspect_kernel_tuning_cache(path).entries)
         if n == len(SEQUENCE):  # a fast machine got to the end: wait for the kill
@@ -64,9 +72,11 @@ def test_killed_writers_leave_the_previous_or_the_next_complete_file(tmp_path):
     rng = random.Random(20240601)
     seen = 0
     for _ in range(40):
-        writer = FORK.Process(target=append_forever, args=(str(path),))
+        ready = FORK.Event()
+        writer = FORK.Process(target=append_forever, args=(str(path), ready))
         writer.start()
-        time.sleep(rng.uniform(0.002, 0.06))
+        assert ready.wait(60), "a writer did not start"
+        time.sleep(rng.uniform(0.002, 0.06))  # the kill lands anywhere in its updates
         os.kill(writer.pid, signal.SIGKILL)
         writer.join()
         assert writer.exitcode == -signal.SIGKILL
