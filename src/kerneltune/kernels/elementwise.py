@@ -171,7 +171,7 @@ class PreparedHalf(PreparedKernel):
     def _convert(self, inputs, serial: bool):
         widened = []
         for index, value in enumerate(inputs):
-            x = operand(value, np.dtype(np.float16), f"input {index}")
+            x = operand(value, half.FLOAT16_DTYPE, f"input {index}")
             widened.append(half.to_float32(x, self._conversion_threads(x.size, serial)))
         return widened
 

@@ -51,8 +51,6 @@ from .variants import load_module
 FLOAT = element_type_number("FLOAT")
 DOUBLE = element_type_number("DOUBLE")
 FLOAT16 = element_type_number("FLOAT16")
-_FLOAT16_DTYPE = np.dtype(np.float16)
-_FLOAT32_DTYPE = np.dtype(np.float32)
 
 #: paths of :attr:`Plan.path`
 BLAS, SKINNY, BLOCKED, BLOCKED_PACKED = "blas", "skinny", "blocked", "blocked_packed"
@@ -491,7 +489,7 @@ class PreparedHalfGemm(PreparedKernel):
         self.conversion_minimum = conversion_minimum
 
     def _widen(self, value, name: str, serial: bool) -> np.ndarray:
-        x = operand(value, _FLOAT16_DTYPE, name)
+        x = operand(value, half.FLOAT16_DTYPE, name)
         threads = self.threads if not serial and x.size >= self.conversion_minimum else 1
         return half.to_float32(x, threads)
 

@@ -12,12 +12,13 @@ import numpy as np
 from . import outputs
 from .variants import load_module
 
-_FLOAT32, _FLOAT16 = np.dtype(np.float32), np.dtype(np.float16)
+#: the dtypes on both sides of the conversions, for callers' dtype checks too
+FLOAT32_DTYPE, FLOAT16_DTYPE = np.dtype(np.float32), np.dtype(np.float16)
 
 
 def to_float32(x: np.ndarray, threads: int) -> np.ndarray:
     """A float32 copy of a contiguous float16 array, converted on ``threads`` threads."""
-    out = outputs.empty(x.shape, _FLOAT32)
+    out = outputs.empty(x.shape, FLOAT32_DTYPE)
     if x.size:
         load_module("convert").widen_half(x.reshape(-1).view(np.uint16), out.reshape(-1), threads)
     return out
@@ -25,7 +26,7 @@ def to_float32(x: np.ndarray, threads: int) -> np.ndarray:
 
 def to_float16(x: np.ndarray, threads: int) -> np.ndarray:
     """A float16 copy of a contiguous float32 array, rounded to nearest even like numpy."""
-    out = outputs.empty(x.shape, _FLOAT16)
+    out = outputs.empty(x.shape, FLOAT16_DTYPE)
     if x.size:
         load_module("convert").narrow_float(x.reshape(-1), out.reshape(-1).view(np.uint16),
                                             threads)
