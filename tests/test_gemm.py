@@ -180,17 +180,37 @@ def test_inputs_are_normalised_and_results_fresh():
 @pytest.mark.parametrize("m,k,n", [(1, 3, 5), (8, 16, 64), (9, 17, 65), (33, 48, 200),
                                    (64, 100, 300)])
 @pytest.mark.parametrize("trans_b", [0, 1])
-def test_serial_and_parallel_runs_give_identical_bits(path, m, k, n, trans_b):
-    """Below, at and above the tile sizes (8 x 64 x 16), with one to many tasks."""
-    a, b, c = operands(m, k, n, 0, trans_b, "column")
+@pytest.mark.parametrize("alpha,bias", [(1.5, "column"), (1.0, None)], ids=["general", "plain"])
+def test_serial_and_parallel_runs_give_identical_bits(path, m, k, n, trans_b, alpha, bias):
+    """Below, at and above the tile sizes (8 x 64 x 16), with one to many tasks.
+
+    ``run_serial`` always takes the general compiled entry; ``run`` takes the plain one
+    (fewer arguments, its own output) for A @ B, which must not change a bit.
+    """
+    a, b, c = operands(m, k, n, 0, trans_b, bias)
     outputs = []
     for threads in (1, 2, 3, 7):
-        prepared = prepare(PATHS[path], threads=threads, alpha=1.5, transB=trans_b)
+        prepared = prepare(PATHS[path], threads=threads, alpha=alpha, transB=trans_b)
         plan = prepared.plan(a, b, c)
         assert plan.path == ("blocked_packed" if path == "blocked" and trans_b else path)
         outputs += [prepared.run(a, b, c), prepared.run_serial(a, b, c)]
     assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
-    assert_close(outputs[0], reference(a, b, c, 1.5, 1.0, 0, trans_b), k)
+    assert_close(outputs[0], reference(a, b, c, alpha, 1.0, 0, trans_b), k)
+
+
+@pytest.mark.parametrize("values", [SKINNY, BLOCKED], ids=["skinny", "blocked"])
+def test_plain_products_return_arrays_the_caller_owns(values):
+    """The plain entries make their output in compiled code: it must outlive everything else."""
+    a, b, _ = operands(6, 5, 70)
+    prepared = prepare(values)
+    first, second = prepared.run(a, b), prepared.run(a, b)
+    expected = reference(a, b)
+    assert not np.shares_memory(first, second)
+    assert first.flags.c_contiguous and first.flags.writeable
+    del prepared, a, b
+    first += 1
+    assert_close(first - 1, expected, 5)
+    assert_close(second, expected, 5)
 
 
 def test_parallel_runs_use_the_task_grid():
@@ -365,6 +385,8 @@ def test_bad_shapes_are_clear_errors():
         prepare(transA=1).run(matrix((2, 3)), matrix((3, 5)))
     with pytest.raises(ValueError, match=r"must be 2-D.*\(2, 3, 4\)"):
         prepared.run(matrix((2, 3, 4)), matrix((4, 5)))
+    with pytest.raises(ValueError, match=r"must be 2-D.*B of shape \(3,\)"):
+        prepared.run(matrix((2, 3)), matrix((3,)))
     with pytest.raises(ValueError, match=r"must be 2-D"):
         prepared.plan(matrix((3,)), matrix((3, 5)))
     for c_shape in ((3,), (2, 4), (5, 2, 5), (3, 1)):

@@ -184,6 +184,7 @@ class PreparedGemm(PreparedKernel):
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
         self._blocked, self._skinny = module.blocked, module.skinny
+        self._blocked_plain, self._skinny_plain = module.blocked_plain, module.skinny_plain
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
@@ -338,10 +339,17 @@ class PreparedGemm(PreparedKernel):
 
 
 def _fast_run(p: PreparedGemm):
-    """:meth:`PreparedGemm.run` as a closure: every threshold in a cell, checks inlined."""
+    """:meth:`PreparedGemm.run` as a closure: every threshold in a cell, checks inlined.
+
+    Shapes are unpacked directly (a ValueError there means an operand is not 2-D, and the
+    full check says so). A plain product (alpha 1, no bias, nothing transposed) goes to the
+    compiled ``_plain`` forms, which take fewer arguments and make the output themselves.
+    """
     dtype, ndarray, empty = p.dtype, np.ndarray, np.empty
     trans_a, trans_b, alpha, beta = p.trans_a, p.trans_b, p._alpha, p._beta
     skinny, blocked, no_bias = p._skinny, p._blocked, p._no_bias
+    skinny_plain, blocked_plain = p._skinny_plain, p._blocked_plain
+    plain = not (trans_a or trans_b or p._scale)
     tile_m, tile_n, tile_k = p._tile_m, p._tile_n, p._tile_k
     skinny_limit, blas_minimum, minimum_tasks = p._skinny_limit, p._blas_minimum, p._minimum_tasks
     skinny_blas_minimum, vector_blas_minimum = p._skinny_blas_minimum, p._vector_blas_minimum
@@ -352,39 +360,52 @@ def _fast_run(p: PreparedGemm):
             a = operand(a, dtype, "A")
         if type(b) is not ndarray or b.dtype is not dtype:
             b = operand(b, dtype, "B")
-        a_shape, b_shape = a.shape, b.shape
-        if len(a_shape) != 2 or len(b_shape) != 2:
-            p._dimensions(a_shape, b_shape)  # raises
-        m, k = a_shape[::-1] if trans_a else a_shape
-        kb, n = b_shape[::-1] if trans_b else b_shape
+        try:
+            if trans_a:
+                k, m = a.shape
+            else:
+                m, k = a.shape
+            if trans_b:
+                n, kb = b.shape
+            else:
+                kb, n = b.shape
+        except ValueError:
+            p._dimensions(a.shape, b.shape)  # raises: an operand is not 2-D
         if k != kb:
-            p._dimensions(a_shape, b_shape)  # raises
+            p._dimensions(a.shape, b.shape)  # raises
         bias = no_bias if c is None else p._bias(c, m, n)
         fmas = m * n * k
         if fmas >= (vector_blas_minimum if m == 1 else
                     skinny_blas_minimum if m <= skinny_limit else blas_minimum):
             return p._blas(a, b, bias)
-        out = empty((m, n), dtype)
         if not fmas:
+            out = empty((m, n), dtype)
             p._no_products(out, bias)
             return out
         try:
             if m <= skinny_limit:
                 tasks = -(-n // tile_n)
-                skinny(a, b, bias, out, alpha, beta, trans_a, trans_b, tile_n,
-                       1 if tasks < minimum_tasks else grid_threads(tasks, fmas))
-            else:
-                tasks = -(-m // tile_m) * -(-n // tile_n)
-                blocked(a, b, bias, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
-                        trans_b or min(k, tile_k) * min(n, tile_n) >= pack_minimum,
-                        1 if tasks < minimum_tasks else grid_threads(tasks, fmas))
+                threads = 1 if tasks < minimum_tasks else grid_threads(tasks, fmas)
+                if plain and bias is no_bias:
+                    return skinny_plain(a, b, tile_n, threads)
+                out = empty((m, n), dtype)
+                skinny(a, b, bias, out, alpha, beta, trans_a, trans_b, tile_n, threads)
+                return out
+            tasks = -(-m // tile_m) * -(-n // tile_n)
+            threads = 1 if tasks < minimum_tasks else grid_threads(tasks, fmas)
+            pack = trans_b or min(k, tile_k) * min(n, tile_n) >= pack_minimum
+            if plain and bias is no_bias:
+                return blocked_plain(a, b, tile_m, tile_n, tile_k, pack, threads)
+            out = empty((m, n), dtype)
+            blocked(a, b, bias, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
+                    pack, threads)
+            return out
         except TypeError:
             # The compiled kernels take C-contiguous arrays only: checking that on every call
             # costs more than this retry on the rare other layout.
             if a.flags.c_contiguous and b.flags.c_contiguous:
                 raise
             return run(np.ascontiguousarray(a), np.ascontiguousarray(b), c)
-        return out
 
     return run
 

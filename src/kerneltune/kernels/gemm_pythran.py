@@ -9,6 +9,14 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
     skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
 
+    blocked_plain(a, b, tile_m, tile_n, tile_k, pack, nthreads) -> T[:,:]
+    skinny_plain(a, b, tile_n, nthreads) -> T[:,:]
+
+The ``_plain`` forms compute ``A @ B`` (alpha 1, no bias, nothing transposed) into a new
+array that they return. A small product costs mostly its call: an output made here costs
+0.2 us less than one that numpy makes and the call converts, and each argument fewer
+saves about 0.02 us (an 8 x 8 x 8 product takes 0.2 us in all).
+
 ``a`` is ``(M, K)`` (``(K, M)`` when ``trans_a``), ``b`` is ``(K, N)`` (``(N, K)`` when
 ``trans_b``) and ``out`` is ``(M, N)``, written entirely (its previous content is never read).
 ``c`` is the bias: ``(0, 0)`` for none, else ``(1 or M, 1 or N)``, broadcast over ``out``.
@@ -60,6 +68,10 @@ import numpy as np
 # pythran export blocked(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, bool, int)
 # pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
 # pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
+# pythran export blocked_plain(float32[:,:] order(C), float32[:,:] order(C), int, int, int, bool, int)
+# pythran export blocked_plain(float64[:,:] order(C), float64[:,:] order(C), int, int, int, bool, int)
+# pythran export skinny_plain(float32[:,:] order(C), float32[:,:] order(C), int, int)
+# pythran export skinny_plain(float64[:,:] order(C), float64[:,:] order(C), int, int)
 
 #: rows of the micro-kernel; tile_m must be a multiple
 MR = 4
@@ -365,3 +377,18 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
         for t in range(tasks):
             _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
     return nthreads
+
+
+
+def blocked_plain(a, b, tile_m, tile_n, tile_k, pack, nthreads):
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    blocked(a, b, np.empty((0, 0), a.dtype), out, a.dtype.type(1), a.dtype.type(0), False,
+            False, tile_m, tile_n, tile_k, pack, nthreads)
+    return out
+
+
+def skinny_plain(a, b, tile_n, nthreads):
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    skinny(a, b, np.empty((0, 0), a.dtype), out, a.dtype.type(1), a.dtype.type(0), False,
+           False, tile_n, nthreads)
+    return out
