@@ -338,12 +338,14 @@ SIZES = [1024 * 2**i for i in range(10)]  # 1024 .. 524288
 
 
 def test_the_crossover_is_the_first_of_two_consecutive_wins():
+    """Parallel wins from 16384 on: the value stops one step short, at 32768 // 2."""
     context = _context()
     measured = _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 16384 else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert decision.value == 8192 and decision.changed
+    assert decision.value == 16384 and decision.changed
+    assert "from size 16384 on" in decision.reason and "short of it (32768)" in decision.reason
     assert 65536 in measured and 2048 not in measured  # searched around, not everywhere
-    assert context.values["parallel.minimum_elements"] == 8192
+    assert context.values["parallel.minimum_elements"] == 16384
     assert all(len(c.measurements) == 2 for c in decision.candidates)
 
 
@@ -352,7 +354,7 @@ def test_a_walk_steps_over_one_size_that_does_not_confirm():
     _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 8192 or n == 32768
                else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert decision.value == 4096
+    assert "from size 8192 on" in decision.reason and decision.value == 8192
 
 
 def test_a_lone_win_is_noise():
@@ -385,18 +387,33 @@ def test_a_crossover_one_grid_step_below_keeps_the_value_in_use():
     assert not decision.changed and "within one grid step" in decision.reason
 
 
+@pytest.mark.parametrize("baseline_size", [65536, 50000])
+def test_crossovers_one_step_apart_give_values_at_most_one_step_apart(baseline_size):
+    """Two runs whose measurements differ by one grid size must not land two steps apart."""
+    values = []
+    for crossover in [*SIZES[1:], 2 * SIZES[-1]]:
+        context = _context()
+        _synthetic(context, lambda name, n, at=crossover: (
+            1.0 if name == "serial" else 0.5 if n >= at else 1.5))
+        values.append(decide_crossover(context, _crossover_problem(context, SIZES,
+                                                                   baseline_size)).value)
+    assert values == sorted(values)
+    assert all(b <= 2 * a for a, b in zip(values, values[1:], strict=False))
+    assert len(set(values)) > 5  # they do move
+
+
 def test_serial_wins_above_the_value_in_use_raise_it():
     context = _context()
     _synthetic(context, lambda name, n: 1.0 if name == "serial" else 1.5 if n < 262144 else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert decision.value == 131072 and "serial beats parallel" in decision.reason
+    assert decision.value == 65536 and "serial beats parallel" in decision.reason
 
 
 def test_serial_winning_everywhere_moves_the_crossover_beyond_the_grid():
     context = _context()
     _synthetic(context, lambda name, n: 1.0 if name == "serial" else 1.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert decision.value == SIZES[-1] and "up to the largest size" in decision.reason
+    assert decision.value == SIZES[-1] // 2 and "up to the largest size" in decision.reason
 
 
 def test_parallel_merely_not_winning_keeps_the_value_in_use():

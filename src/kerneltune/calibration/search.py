@@ -208,9 +208,13 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
                      reason: str, candidates: Sequence[Candidate]) -> Decision:
     """The decision for a crossover measured at ``size`` (None: none found, keep the value).
 
-    A value in use that switches within one grid step of the crossover (either
-    side) is as good as the grid can tell, so it is kept: a threshold moves
-    only when the measurements place it clearly elsewhere.
+    One grid step is within what the measurements can tell apart, so a value in
+    use that switches within one step of the crossover (either side) is kept,
+    and a crossover farther away moves the value to one step short of it,
+    toward the value in use. Stopping short keeps the decision continuous:
+    crossovers measured one step apart (the noise of two runs) give values at
+    most one step apart, where keeping the whole step around the value in use
+    and moving to the crossover beyond it would put two steps between them.
     """
     if size is None:
         return context.keep(problem.parameter, f"kept: {reason}", candidates)
@@ -220,7 +224,10 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
         return context.keep(problem.parameter,
                             f"kept: the value in use switches within one grid step of the "
                             f"measured crossover; {reason}", candidates)
-    return context.decide(problem.parameter, problem.value_of(size), reason, candidates)
+    short = following if size < problem.baseline_size else previous
+    return context.decide(problem.parameter, problem.value_of(short),
+                          f"{reason}; set one grid step short of it ({short}), toward the value "
+                          f"in use", candidates)
 
 
 @dataclass(frozen=True)
