@@ -159,19 +159,30 @@ def test_float16_conversions_follow_their_own_threshold():
     assert results[0].tobytes() == results[1].tobytes()
 
 
-def test_inputs_are_normalised_and_results_fresh():
-    a, b, c = operands(10, 12, 14, bias="full")
+class Subclass(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("bias", ["full", None])
+def test_inputs_are_normalised_and_results_fresh(bias):
+    """What the compiled entry would refuse or mis-read takes the checked run, same bits."""
+    a, b, c = operands(10, 12, 14, bias=bias)
     prepared = prepare(BLOCKED)
     expected = prepared.run(a, b, c)
     strided = np.zeros((10, 24), np.float32)
     strided[:, ::2] = a
     fortran = np.asfortranarray(b)
     swapped = a.astype(a.dtype.newbyteorder())
-    for args in ((strided[:, ::2], b, c), (a, fortran, c), (swapped, b, c),
-                 (a, b.T.copy().T, np.asfortranarray(c))):
-        assert prepared.run(*args).tobytes() == expected.tobytes()
+    cases = [(strided[:, ::2], b, c), (a, fortran, c), (swapped, b, c), (a.view(Subclass), b, c)]
+    if c is not None:
+        cases += [(a, b.T.copy().T, np.asfortranarray(c)),
+                  (a, b, c.astype(c.dtype.newbyteorder()))]
+    for args in cases:
+        out = prepared.run(*args)
+        assert type(out) is np.ndarray and out.tobytes() == expected.tobytes()
     out = prepared.run(a, b, c)
-    assert out.flags.owndata and not np.shares_memory(out, c)
+    assert out.flags.writeable and not np.shares_memory(out, a)
+    assert c is None or not np.shares_memory(out, c)
 
 
 # -- serial and parallel runs ---------------------------------------------------------------

@@ -45,7 +45,29 @@ from ..dtypes import NUMPY_DTYPES
 from ..schema import element_type_number, tunable
 from . import half, outputs
 from .base import Kernel, Plan, PreparedKernel, operand
-from .gemm_pythran import KU, MR, NR
+from .gemm_pythran import (
+    BLAS_PATH,
+    BLOCKED_PATH,
+    KU,
+    MR,
+    NR,
+    PACKED_PATH,
+    SKINNY_PATH,
+    T_BLAS,
+    T_FIELDS,
+    T_FMAS_PER_UNIT,
+    T_MINIMUM_TASKS,
+    T_PACK_MINIMUM,
+    T_SKINNY_BLAS,
+    T_SKINNY_LIMIT,
+    T_THREADS,
+    T_TILE_K,
+    T_TILE_M,
+    T_TILE_N,
+    T_TRANS_A,
+    T_TRANS_B,
+    T_VECTOR_BLAS,
+)
 from .variants import load_module
 
 FLOAT = element_type_number("FLOAT")
@@ -54,6 +76,11 @@ FLOAT16 = element_type_number("FLOAT16")
 
 #: paths of :attr:`Plan.path`
 BLAS, SKINNY, BLOCKED, BLOCKED_PACKED = "blas", "skinny", "blocked", "blocked_packed"
+#: the path of each code the compiled ``decide`` returns
+PATH_NAMES = {BLAS_PATH: BLAS, SKINNY_PATH: SKINNY, BLOCKED_PATH: BLOCKED,
+              PACKED_PATH: BLOCKED_PACKED}
+#: thresholds go to the compiled code as int64; a larger one is never reached anyway
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -177,28 +204,35 @@ def _flag(value, name: str) -> bool:
 
 
 class PreparedGemm(PreparedKernel):
-    """One element type, config, thread budget and set of attributes, as plain attributes."""
+    """One element type, config, thread budget and set of attributes, as plain attributes.
+
+    The thresholds travel to the compiled code in one int64 array (``t`` of
+    :mod:`.gemm_pythran`), whose ``decide`` is the only place a path is chosen:
+    plans, runs and MatMul all ask it.
+    """
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
         self._blocked, self._skinny = module.blocked, module.skinny
-        self._blocked_plain, self._skinny_plain = module.blocked_plain, module.skinny_plain
+        self._gemm, self._decide_compiled = module.gemm, module.decide
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
         self._no_bias = np.zeros((0, 0), dtype)
-        self._tile_m, self._tile_n, self._tile_k = config.tile_m, config.tile_n, config.tile_k
-        self._pack_minimum = config.pack_b_minimum_elements
-        self._skinny_limit = config.skinny_m_limit
-        self._blas_minimum = config.blas_minimum_fmas
-        self._skinny_blas_minimum = config.skinny_blas_minimum_fmas
-        self._vector_blas_minimum = config.vector_blas_minimum_fmas
-        self._fmas_per_unit = config.fmas_per_work_unit
-        self._minimum_tasks = config.minimum_tasks
+        fields = {T_TRANS_A: trans_a, T_TRANS_B: trans_b, T_SKINNY_LIMIT: config.skinny_m_limit,
+                  T_VECTOR_BLAS: config.vector_blas_minimum_fmas,
+                  T_SKINNY_BLAS: config.skinny_blas_minimum_fmas, T_BLAS: config.blas_minimum_fmas,
+                  T_TILE_M: config.tile_m, T_TILE_N: config.tile_n, T_TILE_K: config.tile_k,
+                  T_PACK_MINIMUM: config.pack_b_minimum_elements,
+                  T_MINIMUM_TASKS: config.minimum_tasks,
+                  T_FMAS_PER_UNIT: config.fmas_per_work_unit, T_THREADS: threads}
+        self._thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)],
+                                    np.int64)
+        self._thresholds.flags.writeable = False
         self._form = ("T" if trans_a else "N") + ("T" if trans_b else "N")
-        self._run = self.run = _fast_run(self)
+        self._run = self.run = _fast_run(self, self._run_checked)
 
     # -- shapes -------------------------------------------------------------------------------
 
@@ -242,31 +276,14 @@ class PreparedGemm(PreparedKernel):
 
     # -- decisions ----------------------------------------------------------------------------
 
-    def _grid_threads(self, tasks: int, fmas: int) -> int:
-        if tasks < self._minimum_tasks:
-            return 1
-        threads = min(self.threads, tasks, fmas // self._fmas_per_unit)
-        return threads if threads > 1 else 1
-
-    def _decide(self, m: int, k: int, n: int) -> tuple[str, int]:
-        """The path and thread count ``run`` takes for one (M, K) x (K, N) product.
+    def _decide(self, m: int, k: int, n: int, serial: bool = False) -> tuple[str, int]:
+        """The path and thread count of one (M, K) x (K, N) product (``serial``: of
+        ``run_serial``, the blocked path on one thread).
 
         The BLAS path's threads are the BLAS library's business: 0 here.
         """
-        fmas = m * n * k
-        skinny = m <= self._skinny_limit
-        if fmas >= (self._vector_blas_minimum if m == 1 else
-                    self._skinny_blas_minimum if skinny else self._blas_minimum):
-            return BLAS, 0
-        if skinny:
-            return SKINNY, self._grid_threads(-(-n // self._tile_n), fmas)
-        tasks = -(-m // self._tile_m) * -(-n // self._tile_n)
-        return self._blocked_path(k, n), self._grid_threads(tasks, fmas)
-
-    def _blocked_path(self, k: int, n: int) -> str:
-        if self.trans_b or min(k, self._tile_k) * min(n, self._tile_n) >= self._pack_minimum:
-            return BLOCKED_PACKED
-        return BLOCKED
+        code, threads = self._decide_compiled(m, k, n, serial, self._thresholds)
+        return PATH_NAMES[code], threads
 
     def plan(self, a, b, c=None) -> Plan:
         m, k, n = self._dimensions(np.shape(a), np.shape(b))
@@ -279,13 +296,8 @@ class PreparedGemm(PreparedKernel):
 
         On the BLAS path, ``threads`` is the BLAS library's own thread count.
         """
-        if serial:
-            path, threads = self._blocked_path(k, n), 1
-        else:
-            path, threads = self._decide(m, k, n)
-            if path == BLAS:
-                threads = _blas_threads()
-        return Plan(path, threads, m * n, self._form)
+        path, threads = self._decide(m, k, n, serial)
+        return Plan(path, _blas_threads() if path == BLAS else threads, m * n, self._form)
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -293,34 +305,35 @@ class PreparedGemm(PreparedKernel):
         """``alpha * op(A) @ op(B) + beta * C`` in a fresh array, on the path of :meth:`plan`.
 
         Every instance replaces this method by the equivalent closure :func:`_fast_run`
-        builds over its thresholds: small products cost mostly the Python around the
-        compiled call, and closure cells are the cheapest lookups CPython has.
+        builds: small products cost mostly the Python around the compiled call.
         """
         return self._run(a, b, c)
 
     def run_serial(self, a, b, c=None) -> np.ndarray:
+        return self._run_checked(a, b, c, serial=True)
+
+    def _run_checked(self, a, b, c, serial: bool = False) -> np.ndarray:
+        """The run with every operand normalised or refused with a clear error."""
         a, b, m, k, n = self._matrices(a, b)
         bias = self._bias(c, m, n)
+        path, threads = self._decide(m, k, n, serial)
+        if path == BLAS:
+            return self._blas(a, b, bias)
         out = np.empty((m, n), self.dtype)
         if m * n * k:
-            self._run_blocked(a, b, bias, out, m, k, n, 1)
+            self._run_compiled(a, b, bias, out, path, threads)
         else:
             self._no_products(out, bias)
         return out
 
-    def _run_blocked(self, a, b, bias, out, m, k, n, threads) -> None:
-        pack = self._blocked_path(k, n) == BLOCKED_PACKED
-        self._blocked(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
-                      self._tile_m, self._tile_n, self._tile_k, pack, threads)
-
-    def _run_compiled(self, a, b, out, path: str, threads: int) -> None:
-        """One product without bias into ``out`` (C-contiguous), on a compiled path."""
+    def _run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
+        """One product into ``out`` (C-contiguous), on a compiled path."""
         if path == SKINNY:
-            self._skinny(a, b, self._no_bias, out, self._alpha, self._beta, self.trans_a,
-                         self.trans_b, self._tile_n, threads)
+            self._skinny(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
+                         self.config.tile_n, threads)
         else:
-            self._blocked(a, b, self._no_bias, out, self._alpha, self._beta, self.trans_a,
-                          self.trans_b, self._tile_m, self._tile_n, self._tile_k,
+            self._blocked(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
+                          self.config.tile_m, self.config.tile_n, self.config.tile_k,
                           path == BLOCKED_PACKED, threads)
 
     def _no_products(self, out: np.ndarray, bias: np.ndarray) -> None:
@@ -338,74 +351,28 @@ class PreparedGemm(PreparedKernel):
         return out
 
 
-def _fast_run(p: PreparedGemm):
-    """:meth:`PreparedGemm.run` as a closure: every threshold in a cell, checks inlined.
+def _fast_run(p: PreparedGemm, checked):
+    """:meth:`PreparedGemm.run` as a closure: one compiled call for the common case.
 
-    Shapes are unpacked directly (a ValueError there means an operand is not 2-D, and the
-    full check says so). A plain product (alpha 1, no bias, nothing transposed) goes to the
-    compiled ``_plain`` forms, which take fewer arguments and make the output themselves.
+    Arrays of the element type (C 2-D and used, or absent) go straight to the compiled
+    ``gemm``, which refuses other layouts with a TypeError and leaves the BLAS path and
+    empty or mismatched products to Python with an empty result; everything else takes
+    ``checked(a, b, c)``, whose errors name the operand.
     """
-    dtype, ndarray, empty = p.dtype, np.ndarray, np.empty
-    trans_a, trans_b, alpha, beta = p.trans_a, p.trans_b, p._alpha, p._beta
-    skinny, blocked, no_bias = p._skinny, p._blocked, p._no_bias
-    skinny_plain, blocked_plain = p._skinny_plain, p._blocked_plain
-    plain = not (trans_a or trans_b or p._scale)
-    tile_m, tile_n, tile_k = p._tile_m, p._tile_n, p._tile_k
-    skinny_limit, blas_minimum, minimum_tasks = p._skinny_limit, p._blas_minimum, p._minimum_tasks
-    skinny_blas_minimum, vector_blas_minimum = p._skinny_blas_minimum, p._vector_blas_minimum
-    pack_minimum, grid_threads = p._pack_minimum, p._grid_threads
+    dtype, compiled = p.dtype, p._gemm
+    no_bias, alpha, beta, thresholds = p._no_bias, p._alpha, p._beta, p._thresholds
+    use_bias = p._use_bias
 
     def run(a, b, c=None):
-        if type(a) is not ndarray or a.dtype is not dtype:
-            a = operand(a, dtype, "A")
-        if type(b) is not ndarray or b.dtype is not dtype:
-            b = operand(b, dtype, "B")
         try:
-            if trans_a:
-                k, m = a.shape
-            else:
-                m, k = a.shape
-            if trans_b:
-                n, kb = b.shape
-            else:
-                kb, n = b.shape
-        except ValueError:
-            p._dimensions(a.shape, b.shape)  # raises: an operand is not 2-D
-        if k != kb:
-            p._dimensions(a.shape, b.shape)  # raises
-        bias = no_bias if c is None else p._bias(c, m, n)
-        fmas = m * n * k
-        if fmas >= (vector_blas_minimum if m == 1 else
-                    skinny_blas_minimum if m <= skinny_limit else blas_minimum):
-            return p._blas(a, b, bias)
-        if not fmas:
-            out = empty((m, n), dtype)
-            p._no_products(out, bias)
-            return out
-        try:
-            if m <= skinny_limit:
-                tasks = -(-n // tile_n)
-                threads = 1 if tasks < minimum_tasks else grid_threads(tasks, fmas)
-                if plain and bias is no_bias:
-                    return skinny_plain(a, b, tile_n, threads)
-                out = empty((m, n), dtype)
-                skinny(a, b, bias, out, alpha, beta, trans_a, trans_b, tile_n, threads)
-                return out
-            tasks = -(-m // tile_m) * -(-n // tile_n)
-            threads = 1 if tasks < minimum_tasks else grid_threads(tasks, fmas)
-            pack = trans_b or min(k, tile_k) * min(n, tile_n) >= pack_minimum
-            if plain and bias is no_bias:
-                return blocked_plain(a, b, tile_m, tile_n, tile_k, pack, threads)
-            out = empty((m, n), dtype)
-            blocked(a, b, bias, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
-                    pack, threads)
-            return out
-        except TypeError:
-            # The compiled kernels take C-contiguous arrays only: checking that on every call
-            # costs more than this retry on the rare other layout.
-            if a.flags.c_contiguous and b.flags.c_contiguous:
-                raise
-            return run(np.ascontiguousarray(a), np.ascontiguousarray(b), c)
+            if a.dtype is dtype and b.dtype is dtype and (
+                    c is None or use_bias and c.dtype is dtype):
+                out = compiled(a, b, no_bias if c is None else c, alpha, beta, thresholds)
+                if out.size:
+                    return out
+        except (AttributeError, TypeError):
+            pass  # not arrays, or not ones the compiled code takes: the checked run says which
+        return checked(a, b, c)
 
     return run
 
@@ -417,6 +384,8 @@ class PreparedMatMul(PreparedKernel):
         self.gemm = gemm
         self.key, self.config, self.threads = gemm.key, gemm.config, gemm.threads
         self.dtype = gemm.dtype
+        # two matrices are a Gemm product: the same compiled entry, with MatMul's checks
+        self._fast = _fast_run(gemm, lambda a, b, c: self._call(a, b, serial=False))
 
     def _layout(self, a_shape: tuple, b_shape: tuple):
         """The batch shape and (M, K, N) of numpy.matmul on operands of these shapes."""
@@ -448,7 +417,7 @@ class PreparedMatMul(PreparedKernel):
         return Plan(step.path, step.threads, count * m * n, f"batch {count}" if batch else "NN")
 
     def run(self, a, b) -> np.ndarray:
-        return self._call(a, b, serial=False)
+        return self._fast(a, b)
 
     def run_serial(self, a, b) -> np.ndarray:
         return self._call(a, b, serial=True)
@@ -461,10 +430,7 @@ class PreparedMatMul(PreparedKernel):
         # C-contiguous): more tasks, one call. Each element is the same sum either way.
         rows = int(np.prod(batch, dtype=np.int64)) * m if batch and b.ndim <= 2 else m
         gemm = self.gemm
-        if serial:
-            path, threads = gemm._blocked_path(k, n), 1
-        else:
-            path, threads = gemm._decide(rows, k, n)
+        path, threads = gemm._decide(rows, k, n, serial)
         if path == BLAS:
             return np.asarray(np.matmul(a, b))  # two vectors give a numpy scalar
         a2 = a.reshape(1, k) if a.ndim == 1 else a
@@ -474,12 +440,13 @@ class PreparedMatMul(PreparedKernel):
             if not k:
                 out[...] = 0
             elif rows != m or not batch:
-                gemm._run_compiled(a2.reshape(rows, k), b2, out.reshape(rows, n), path, threads)
+                gemm._run_compiled(a2.reshape(rows, k), b2, gemm._no_bias, out.reshape(rows, n),
+                                   path, threads)
             else:
                 for index in np.ndindex(batch):
                     gemm._run_compiled(a2[_batch_index(index, a2.shape)],
-                                       b2[_batch_index(index, b2.shape)], out[index], path,
-                                       threads)
+                                       b2[_batch_index(index, b2.shape)], gemm._no_bias,
+                                       out[index], path, threads)
         if a.ndim == 1:
             out = out[..., 0, :]
         if b.ndim == 1:

@@ -9,13 +9,18 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
     skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
 
-    blocked_plain(a, b, tile_m, tile_n, tile_k, pack, nthreads) -> T[:,:]
-    skinny_plain(a, b, tile_n, nthreads) -> T[:,:]
+    decide(m: int, k: int, n: int, serial: bool, t: int64[:]) -> (int, int)
+    gemm(a: T[:,:], b: T[:,:], c: T[:,:], alpha: T, beta: T, t: int64[:]) -> T[:,:]
 
-The ``_plain`` forms compute ``A @ B`` (alpha 1, no bias, nothing transposed) into a new
-array that they return. A small product costs mostly its call: an output made here costs
-0.2 us less than one that numpy makes and the call converts, and each argument fewer
-saves about 0.02 us (an 8 x 8 x 8 product takes 0.2 us in all).
+``t`` holds the transposition flags, the thresholds and the thread budget of a prepared
+kernel (the ``T_*`` indices below). ``decide`` names the path of one product (a ``*_PATH``
+code) and its thread count, 0 on the BLAS path (the BLAS library's threads), and with
+``serial`` the blocked path on one thread. ``gemm`` is the whole call of a small product in
+one crossing from Python: it decides, makes the output, computes and returns it; where
+Python must act instead (the BLAS path, an empty product, mismatched shapes) it returns a
+``(0, 0)`` array. A small product costs mostly its call: an output made here costs 0.2 us
+less than one that numpy makes and the call converts, each argument costs about 0.02 us,
+and the same decision in Python 0.2 us (an 8 x 8 x 8 product takes 0.2 us in all).
 
 ``a`` is ``(M, K)`` (``(K, M)`` when ``trans_a``), ``b`` is ``(K, N)`` (``(N, K)`` when
 ``trans_b``) and ``out`` is ``(M, N)``, written entirely (its previous content is never read).
@@ -68,10 +73,9 @@ import numpy as np
 # pythran export blocked(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, bool, int)
 # pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
 # pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
-# pythran export blocked_plain(float32[:,:] order(C), float32[:,:] order(C), int, int, int, bool, int)
-# pythran export blocked_plain(float64[:,:] order(C), float64[:,:] order(C), int, int, int, bool, int)
-# pythran export skinny_plain(float32[:,:] order(C), float32[:,:] order(C), int, int)
-# pythran export skinny_plain(float64[:,:] order(C), float64[:,:] order(C), int, int)
+# pythran export gemm(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
+# pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
+# pythran export decide(int, int, int, bool, int64[:])
 
 #: rows of the micro-kernel; tile_m must be a multiple
 MR = 4
@@ -81,6 +85,27 @@ NR = 64
 KU = 4
 #: columns of B the skinny path reads per row of B (a 1 KiB run of float32)
 SW = 256
+
+#: indices of ``t``: transpositions (0 or 1), thresholds, tiles and the thread budget
+T_TRANS_A = 0
+T_TRANS_B = 1
+T_SKINNY_LIMIT = 2
+T_VECTOR_BLAS = 3
+T_SKINNY_BLAS = 4
+T_BLAS = 5
+T_TILE_M = 6
+T_TILE_N = 7
+T_TILE_K = 8
+T_PACK_MINIMUM = 9
+T_MINIMUM_TASKS = 10
+T_FMAS_PER_UNIT = 11
+T_THREADS = 12
+T_FIELDS = 13
+#: paths that ``decide`` names
+BLAS_PATH = 0
+SKINNY_PATH = 1
+BLOCKED_PATH = 2
+PACKED_PATH = 3
 
 
 def _finish(acc, oc, c, i0, j0, alpha, beta):
@@ -380,15 +405,48 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
 
 
 
-def blocked_plain(a, b, tile_m, tile_n, tile_k, pack, nthreads):
-    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    blocked(a, b, np.empty((0, 0), a.dtype), out, a.dtype.type(1), a.dtype.type(0), False,
-            False, tile_m, tile_n, tile_k, pack, nthreads)
-    return out
+
+def _threads(tasks, fmas, t):
+    """Threads of a task grid: one below the minimum tasks, else as many as have work."""
+    if tasks < t[T_MINIMUM_TASKS]:
+        return 1
+    return max(1, min(t[T_THREADS], tasks, fmas // t[T_FMAS_PER_UNIT]))
 
 
-def skinny_plain(a, b, tile_n, nthreads):
-    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    skinny(a, b, np.empty((0, 0), a.dtype), out, a.dtype.type(1), a.dtype.type(0), False,
-           False, tile_n, nthreads)
+def decide(m, k, n, serial, t):
+    fmas = m * n * k
+    tile_n = t[T_TILE_N]
+    packed = t[T_TRANS_B] != 0 or min(k, t[T_TILE_K]) * min(n, tile_n) >= t[T_PACK_MINIMUM]
+    blocked_path = PACKED_PATH if packed else BLOCKED_PATH
+    if serial:
+        return blocked_path, 1
+    skinny_rows = m <= t[T_SKINNY_LIMIT]
+    if fmas >= (t[T_VECTOR_BLAS] if m == 1 else t[T_SKINNY_BLAS] if skinny_rows else t[T_BLAS]):
+        return BLAS_PATH, 0
+    if skinny_rows:
+        return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas, t)
+    tasks = (m + t[T_TILE_M] - 1) // t[T_TILE_M] * ((n + tile_n - 1) // tile_n)
+    return blocked_path, _threads(tasks, fmas, t)
+
+
+def gemm(a, b, c, alpha, beta, t):
+    trans_a = t[T_TRANS_A] != 0
+    trans_b = t[T_TRANS_B] != 0
+    m = a.shape[1] if trans_a else a.shape[0]
+    k = a.shape[0] if trans_a else a.shape[1]
+    kb = b.shape[1] if trans_b else b.shape[0]
+    n = b.shape[0] if trans_b else b.shape[1]
+    cm, cn = c.shape
+    bias = (cm == 0 and cn == 0) or ((cm == 1 or cm == m) and (cn == 1 or cn == n))
+    if k != kb or m * n * k == 0 or not bias:
+        return np.empty((0, 0), a.dtype)
+    path, threads = decide(m, k, n, False, t)
+    if path == BLAS_PATH:
+        return np.empty((0, 0), a.dtype)
+    out = np.empty((m, n), a.dtype)
+    if path == SKINNY_PATH:
+        skinny(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_N], threads)
+    else:
+        blocked(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_M], t[T_TILE_N],
+                t[T_TILE_K], path == PACKED_PATH, threads)
     return out
