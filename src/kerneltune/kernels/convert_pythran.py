@@ -83,6 +83,13 @@ def _widen_subnormals(src, dst):
             dst[i] = ((h & u(0x8000)) << 16) | (e << 23) | ((m << 13) & u(0x7FFFFF))
 
 
+def _widen_range(src, dst, lo, hi):
+    for b in range(lo, hi, BLOCK):
+        e = min(b + BLOCK, hi)
+        if _widen_block(src[b:e], dst[b:e]):
+            _widen_subnormals(src[b:e], dst[b:e])
+
+
 def widen_half(src, dst, nthreads):
     """FLOAT16 bit patterns ``src`` to float32 ``dst`` on ``nthreads`` chunks; chunks used."""
     n = src.shape[0]
@@ -90,14 +97,12 @@ def widen_half(src, dst, nthreads):
         raise ValueError("widen_half: src and dst differ in length")
     nthreads = min(max(nthreads, 1), max(n, 1))
     bits = dst.view(np.uint32)
-    # omp parallel for num_threads(nthreads) schedule(static)
-    for c in range(nthreads):
-        lo = c * n // nthreads
-        hi = (c + 1) * n // nthreads
-        for b in range(lo, hi, BLOCK):
-            e = min(b + BLOCK, hi)
-            if _widen_block(src[b:e], bits[b:e]):
-                _widen_subnormals(src[b:e], bits[b:e])
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(static)
+        for c in range(nthreads):
+            _widen_range(src, bits, c * n // nthreads, (c + 1) * n // nthreads)
+    else:
+        _widen_range(src, bits, 0, n)  # no OpenMP region for one thread (about 0.45 us)
     return nthreads
 
 
@@ -143,6 +148,13 @@ def _narrow_subnormals(src, dst):
             dst[i] = r | ((f >> 16) & w(0x8000))
 
 
+def _narrow_range(src, dst, lo, hi):
+    for b in range(lo, hi, BLOCK):
+        e = min(b + BLOCK, hi)
+        if _narrow_block(src[b:e], dst[b:e]):
+            _narrow_subnormals(src[b:e], dst[b:e])
+
+
 def narrow_float(src, dst, nthreads):
     """float32 ``src`` to FLOAT16 bit patterns ``dst`` on ``nthreads`` chunks; chunks used."""
     n = src.shape[0]
@@ -150,12 +162,10 @@ def narrow_float(src, dst, nthreads):
         raise ValueError("narrow_float: src and dst differ in length")
     nthreads = min(max(nthreads, 1), max(n, 1))
     bits = src.view(np.int32)
-    # omp parallel for num_threads(nthreads) schedule(static)
-    for c in range(nthreads):
-        lo = c * n // nthreads
-        hi = (c + 1) * n // nthreads
-        for b in range(lo, hi, BLOCK):
-            e = min(b + BLOCK, hi)
-            if _narrow_block(bits[b:e], dst[b:e]):
-                _narrow_subnormals(bits[b:e], dst[b:e])
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(static)
+        for c in range(nthreads):
+            _narrow_range(bits, dst, c * n // nthreads, (c + 1) * n // nthreads)
+    else:
+        _narrow_range(bits, dst, 0, n)  # no OpenMP region for one thread (about 0.45 us)
     return nthreads
