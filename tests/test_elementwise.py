@@ -309,8 +309,13 @@ def test_inputs_are_normalised_or_rejected():
     strided = np.arange(24, dtype=np.float32).reshape(3, 8)[:, ::2]
     readonly = a.copy()
     readonly.flags.writeable = False
-    for other in (swapped, strided, readonly, a.T.copy().T):
+    subclass = a.view(type("Sub", (np.ndarray,), {}))
+    for other in (swapped, strided, readonly, a.T.copy().T, subclass, a[::-1, ::-1]):
         np.testing.assert_array_equal(add.run(a, other), a + np.asarray(other, np.float32))
+        np.testing.assert_array_equal(add.run(other, a), np.asarray(other, np.float32) + a)
+    neg = LIBRARY["Neg"].prepare("FLOAT", threads=2)
+    for x in (swapped, strided, readonly, a.T.copy().T, subclass, a[::-1, ::-1], a[:, 1]):
+        np.testing.assert_array_equal(neg.run(x), -np.asarray(x, np.float32))
     np.testing.assert_array_equal(add.run(a, 2), a + 2)
     np.testing.assert_array_equal(add.run(2.5, a), a + 2.5)
     with pytest.raises(TypeError, match="expected element type float32, got float64"):

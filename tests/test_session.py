@@ -195,8 +195,8 @@ def test_sessions_keep_their_configuration_after_a_new_publication(add_tanh, reg
     after = RuntimeSession(add_tanh, threads=2, registry=registry)
     assert before.tuning_diagnostics[0]["values"][GRAIN] == 32768
     assert after.tuning_diagnostics[0]["values"][GRAIN] == 10_000_000
-    assert before._steps[0][0].__self__.plan(x["X"], x["Y"]).threads == 2
-    assert after._steps[0][0].__self__.plan(x["X"], x["Y"]).threads == 1
+    assert before._prepared[0].plan(x["X"], x["Y"]).threads == 2
+    assert after._prepared[0].plan(x["X"], x["Y"]).threads == 1
     np.testing.assert_array_equal(before.run(None, x)[0], after.run(None, x)[0])
 
 

@@ -32,10 +32,8 @@ class Layout:
     inner: int
     a_step: int
     b_step: int
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    #: elements of the output (a field, not a property: every call reads it)
+    size: int
 
 
 def broadcast_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -52,16 +50,17 @@ def layout(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> Layout:
     size = math.prod(shape)
     a_size, b_size = math.prod(a_shape), math.prod(b_shape)
     if a_shape == b_shape or size == 0 or (a_size == size and b_size == size):
-        return Layout(shape, EQUAL, _ONE_ROW, _ONE_ROW, size, 1, 1)
+        return Layout(shape, EQUAL, _ONE_ROW, _ONE_ROW, size, 1, 1, size)
     if a_size == 1 or b_size == 1:
         return Layout(shape, SCALAR, _ONE_ROW, _ONE_ROW, size, int(a_size != 1),
-                      int(b_size != 1))
+                      int(b_size != 1), size)
     dims = _merged_dims(shape, a_shape, b_shape)
     *outer, (inner, a_spans, b_spans) = dims
     sizes = [d[0] for d in dims]
     a_offsets = _row_offsets(outer, sizes, [d[1] for d in dims])
     b_offsets = _row_offsets(outer, sizes, [d[2] for d in dims])
-    return Layout(shape, BROADCAST, a_offsets, b_offsets, inner, int(a_spans), int(b_spans))
+    return Layout(shape, BROADCAST, a_offsets, b_offsets, inner, int(a_spans), int(b_spans),
+                  size)
 
 
 def _merged_dims(shape, a_shape, b_shape) -> list[tuple[int, bool, bool]]:

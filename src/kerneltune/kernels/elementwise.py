@@ -76,6 +76,7 @@ class PreparedUnary(PreparedKernel):
         self._grain = config.minimum_elements
         self.thread_limit = min(config.maximum_threads, threads)
         self._recycled_from = outputs.recycled_from(out_dtype)
+        self.run = _fast_unary(self)
 
     def _threads(self, elements: int) -> int:
         return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
@@ -86,6 +87,7 @@ class PreparedUnary(PreparedKernel):
         return Plan("parallel" if threads > 1 else "serial", threads, size, "unary")
 
     def run(self, x) -> np.ndarray:
+        """A fresh output; every instance replaces this by :func:`_fast_unary`'s closure."""
         return self._call(x, None)
 
     def run_serial(self, x) -> np.ndarray:
@@ -113,6 +115,7 @@ class PreparedBinary(PreparedKernel):
         self._broadcast_grain = getattr(config, "broadcast_minimum_elements", self._grain)
         self.thread_limit = min(config.maximum_threads, threads)
         self._recycled_from = outputs.recycled_from(out_dtype)
+        self.run = _fast_binary(self)
 
     def _threads(self, layout: broadcast.Layout) -> int:
         grain = self._broadcast_grain if layout.form == broadcast.BROADCAST else self._grain
@@ -129,6 +132,7 @@ class PreparedBinary(PreparedKernel):
         return Plan("parallel" if threads > 1 else "serial", threads, layout.size, layout.form)
 
     def run(self, a, b) -> np.ndarray:
+        """A fresh output; every instance replaces this by :func:`_fast_binary`'s closure."""
         return self._call(a, b, None)
 
     def run_serial(self, a, b) -> np.ndarray:
@@ -147,6 +151,60 @@ class PreparedBinary(PreparedKernel):
                            layout.b_offsets, layout.inner, layout.a_step, layout.b_step,
                            self._threads(layout) if threads is None else threads)
         return out
+
+
+def _fast_unary(p: PreparedUnary):
+    """``run`` for the common call: an array of the element type, an output not recycled.
+
+    Small calls cost mostly their Python: this one skips the operand
+    normalisation and the thread decision below twice the grain. ``reshape``
+    copies most non-contiguous arrays; one that stays a strided view is refused
+    by the compiled code, and it and anything else takes ``_call``.
+    """
+    function, dtype, out_dtype, ndarray, empty = (p._function, p._dtype, p.out_dtype,
+                                                  np.ndarray, np.empty)
+    recycled_from, serial_below, threads, call = (p._recycled_from, 2 * p._grain, p._threads,
+                                                   p._call)
+
+    def run(x):
+        if type(x) is ndarray and x.dtype is dtype:
+            n = x.size
+            if 0 < n < recycled_from:
+                out = empty(x.shape, out_dtype)
+                try:
+                    function(x.reshape(-1), out.reshape(-1), 1 if n < serial_below else threads(n))
+                except TypeError:  # a strided 1-D view, which the compiled code refuses
+                    return call(x, None)
+                return out
+        return call(x, None)
+
+    return run
+
+
+def _fast_binary(p: PreparedBinary):
+    """``run`` for the common call, as :func:`_fast_unary`, through the cached layout."""
+    function, dtype, out_dtype, ndarray, empty = (p._function, p._dtype, p.out_dtype,
+                                                  np.ndarray, np.empty)
+    recycled_from, threads, call, layout = (p._recycled_from, p._threads, p._call,
+                                            broadcast.layout)
+    serial_below = 2 * min(p._grain, p._broadcast_grain)
+
+    def run(a, b):
+        if type(a) is ndarray and type(b) is ndarray and a.dtype is dtype and b.dtype is dtype:
+            rows = layout(a.shape, b.shape)
+            n = rows.size
+            if 0 < n < recycled_from:
+                out = empty(rows.shape, out_dtype)
+                try:
+                    function(a.reshape(-1), b.reshape(-1), out.reshape(-1), rows.a_offsets,
+                             rows.b_offsets, rows.inner, rows.a_step, rows.b_step,
+                             1 if n < serial_below else threads(rows))
+                except TypeError:  # a strided 1-D view, which the compiled code refuses
+                    return call(a, b, None)
+                return out
+        return call(a, b, None)
+
+    return run
 
 
 class PreparedHalf(PreparedKernel):

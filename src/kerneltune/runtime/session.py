@@ -106,7 +106,7 @@ class RuntimeSession:
             if isinstance(symbol, str)
         )
         configs = {}
-        steps = []
+        steps, prepared_kernels = [], []
         for node in model.nodes:
             key = node.kernel.tuning_key(node.element_type)
             if key not in configs:
@@ -115,7 +115,9 @@ class RuntimeSession:
             prepared = node.kernel.prepare(node.element_type, configs[key], self.threads,
                                            **node.attributes)
             steps.append((prepared.run, tuple(slot(i) for i in node.inputs), slot(node.output)))
+            prepared_kernels.append(prepared)
         self._steps = tuple(steps)
+        self._prepared = tuple(prepared_kernels)  # per node, for plans
         self._prepared_configs = configs
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
