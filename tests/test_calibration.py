@@ -342,8 +342,9 @@ def test_the_crossover_is_the_first_of_two_consecutive_wins():
     context = _context()
     measured = _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 16384 else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert decision.value == 16384 and decision.changed
+    assert decision.value == 16384 and decision.changed and decision.measured == 8192
     assert "from size 16384 on" in decision.reason and "short of it (32768)" in decision.reason
+    assert decision.to_dict()["measured"] == 8192
     assert 65536 in measured and 2048 not in measured  # searched around, not everywhere
     assert context.values["parallel.minimum_elements"] == 16384
     assert all(len(c.measurements) == 2 for c in decision.candidates)
@@ -369,7 +370,7 @@ def test_overlapping_measurements_keep_the_value_in_use():
     context = _context()
     _synthetic(context, lambda name, n: 1.0 if name == "serial" else 0.97)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert decision.value == 32768 and not decision.changed
+    assert decision.value == 32768 and not decision.changed and decision.measured is None
     assert {c.outcome for c in decision.candidates} == {"overlap"}
 
 
@@ -385,6 +386,7 @@ def test_a_crossover_one_grid_step_below_keeps_the_value_in_use():
     _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 32768 else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
     assert not decision.changed and "within one grid step" in decision.reason
+    assert decision.measured == 16384  # what a derived parameter follows
 
 
 @pytest.mark.parametrize("baseline_size", [65536, 50000])

@@ -18,9 +18,12 @@ from kerneltune.calibration import (
     calibrate_registered_kernels,
     is_calibratable,
 )
+from kerneltune.calibration.context import CalibrationContext
+from kerneltune.calibration.measure import Deadline
+from kerneltune.calibration.report import Decision
 from kerneltune.cpu import current_execution
 from kerneltune.kernels import LIBRARY, library, register_library
-from kerneltune.kernels.calibrate import NR, tile_candidates
+from kerneltune.kernels.calibrate import NR, ElementwiseCalibration, tile_candidates
 from kerneltune.kernels.gemm import KU, MR
 from kerneltune.runtime import RuntimeSession
 from test_calibration import CPUS, needs_two_cpus
@@ -250,3 +253,22 @@ def test_the_command_line_saves_to_the_cache_that_later_processes_load(tmp_path)
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True, env=env)
     assert loaded.stdout.split()[0] == "loaded" and "'Neg'" in loaded.stdout
+
+
+GRAIN = "parallel.minimum_elements"
+
+
+@pytest.mark.parametrize(("grain", "conversion"), [
+    (Decision(GRAIN, 32768, 32768, "kept: within one grid step", measured=23168), 32768),
+    (Decision(GRAIN, 23168, 32768, "moved", measured=11584), 23168),
+    (Decision(GRAIN, 32768, 32768, "kept: no clear winner"), 65536),
+])
+def test_the_conversion_grain_follows_every_measured_computation_grain(grain, conversion):
+    """A kept grain was measured with the conversions switching too: they follow it."""
+    kernel = library()["Add"]
+    schema = kernel.schema("FLOAT16")
+    context = CalibrationContext(kernel.tuning_key("FLOAT16"), schema, current_execution(2),
+                                 CalibrationOptions(threads=2), schema.default_values(),
+                                 Deadline(float("inf"), "per-key"))
+    ElementwiseCalibration(kernel, kernel.element_types[0])._conversion(context, grain)
+    assert context.values["conversion.parallel_minimum_elements"] == conversion

@@ -118,19 +118,20 @@ class CalibrationContext:
                     f"a kernel that computes different results")
 
     def decide(self, parameter: str, value: TuningValue, reason: str,
-               candidates: Sequence[Candidate] = ()) -> Decision:
+               candidates: Sequence[Candidate] = (), measured: TuningValue | None = None
+               ) -> Decision:
         """Record the value chosen for ``parameter`` (validated with the values so far)."""
         self.configure({parameter: value})
         decision = Decision(parameter, value, self.baseline[parameter], reason,
-                            tuple(candidates))
+                            tuple(candidates), measured)
         self.decisions.append(decision)
         self._values[parameter] = value
         return decision
 
-    def keep(self, parameter: str, reason: str, candidates: Sequence[Candidate] = ()
-             ) -> Decision:
+    def keep(self, parameter: str, reason: str, candidates: Sequence[Candidate] = (),
+             measured: TuningValue | None = None) -> Decision:
         """Record that ``parameter`` keeps the value in use."""
-        return self.decide(parameter, self._values[parameter], reason, candidates)
+        return self.decide(parameter, self._values[parameter], reason, candidates, measured)
 
     def stop(self, budget: str) -> None:
         self.stopped_early = self.stopped_early or f"{budget} time budget exhausted"

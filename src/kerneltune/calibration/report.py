@@ -38,13 +38,19 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Decision:
-    """The value chosen for one parameter, the value in use before, and why."""
+    """The value chosen for one parameter, the value in use before, and why.
+
+    ``measured`` is the value the measurements placed before the rules that
+    keep a value in use within one grid step (None when they placed none):
+    what another parameter derived from this one follows.
+    """
 
     parameter: str
     value: TuningValue
     baseline: TuningValue
     reason: str
     candidates: tuple[Candidate, ...] = ()
+    measured: TuningValue | None = None
 
     @property
     def changed(self) -> bool:
@@ -52,7 +58,7 @@ class Decision:
 
     def to_dict(self) -> dict[str, object]:
         return {"parameter": self.parameter, "value": self.value, "baseline": self.baseline,
-                "changed": self.changed, "reason": self.reason,
+                "changed": self.changed, "measured": self.measured, "reason": self.reason,
                 "candidates": [c.to_dict() for c in self.candidates]}
 
 

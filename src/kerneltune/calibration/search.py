@@ -218,16 +218,17 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
     """
     if size is None:
         return context.keep(problem.parameter, f"kept: {reason}", candidates)
+    measured = problem.value_of(size)
     previous = max((s for s in problem.sizes if s < size), default=0)
     following = min((s for s in problem.sizes if s > size), default=size)
     if previous < problem.baseline_size <= following:
         return context.keep(problem.parameter,
                             f"kept: the value in use switches within one grid step of the "
-                            f"measured crossover; {reason}", candidates)
+                            f"measured crossover; {reason}", candidates, measured)
     short = following if size < problem.baseline_size else previous
     return context.decide(problem.parameter, problem.value_of(short),
                           f"{reason}; set one grid step short of it ({short}), toward the value "
-                          f"in use", candidates)
+                          f"in use", candidates, measured)
 
 
 @dataclass(frozen=True)

@@ -160,14 +160,15 @@ class ElementwiseCalibration(KernelCalibration):
 
     def _verify(self, context: CalibrationContext, parameters: list[str], groups: Sequence[Case],
                 sizes: list[int]) -> None:
-        """The decided grain against the previous one, at sizes where they run differently.
+        """The decided grains against the previous ones, at sizes where they run differently.
 
-        Calls of ``n`` elements run on two threads from twice the grain on, so
-        the two grains disagree between twice the smaller and twice the larger;
-        the first, middle and last grid sizes there are measured.
+        Calls of ``n`` elements run on two threads from twice a grain on, so
+        the two configurations disagree between twice the smallest and twice
+        the largest of the grains; the first, middle and last grid sizes there
+        are measured.
         """
-        before, now = (int(v[parameters[0]]) for v in (context.baseline, context.values))
-        inside = [s for s in sizes if 2 * min(before, now) <= s < 2 * max(before, now)]
+        grains = [int(v[p]) for p in parameters for v in (context.baseline, context.values)]
+        inside = [s for s in sizes if 2 * min(grains) <= s < 2 * max(grains)]
         picks = sorted({inside[0], inside[len(inside) // 2], inside[-1]}) if inside else []
         verify_decisions(context, parameters, [(case, size) for size in picks for case in groups],
                          lambda config: self.run_of(config, context.threads))
@@ -185,8 +186,15 @@ class ElementwiseCalibration(KernelCalibration):
         return {CONVERSION_MINIMUM: NEVER}, {CONVERSION_MINIMUM: 1}
 
     def _conversion(self, context: CalibrationContext, grain: Decision) -> None:
-        if not grain.changed:
-            context.keep(CONVERSION_MINIMUM, "kept: parallel.minimum_elements was kept")
+        """The conversion grain takes the computation grain's value whenever that was measured.
+
+        A kept grain counts too (the crossover fell within one grid step of it):
+        following only a moved grain would leave the conversions at their own
+        default beside a grain measured with them, and two runs a grid step
+        apart would differ by far more in the conversion grain.
+        """
+        if grain.measured is None:
+            context.keep(CONVERSION_MINIMUM, "kept: parallel.minimum_elements was not measured")
             return
         context.decide(CONVERSION_MINIMUM, grain.value,
                        "follows parallel.minimum_elements, measured with the conversions "
