@@ -404,8 +404,6 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     return nthreads
 
 
-
-
 def _threads(tasks, fmas, t):
     """Threads of a task grid: one below the minimum tasks, else as many as have work."""
     if tasks < t[T_MINIMUM_TASKS]:
