@@ -329,6 +329,7 @@ def test_parallel_thresholds_switch_threads():
     prepared = prepare(base, threads=2)
     a, b, _ = operands(*shape)
     assert prepared.plan_product(*shape, serial=True).threads == 1
+    assert prepared.plan_product(*map(np.int64, shape)) == prepared.plan_product(*shape)
     assert prepared.run(a, b).tobytes() == prepared.run_serial(a, b).tobytes()
 
 

@@ -282,7 +282,8 @@ class PreparedGemm(PreparedKernel):
 
         The BLAS path's threads are the BLAS library's business: 0 here.
         """
-        code, threads = self._decide_compiled(m, k, n, serial, self._thresholds)
+        code, threads = self._decide_compiled(int(m), int(k), int(n), bool(serial),
+                                              self._thresholds)
         return PATH_NAMES[code], threads
 
     def plan(self, a, b, c=None) -> Plan:
