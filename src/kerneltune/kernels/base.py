@@ -28,7 +28,6 @@ LIBRARY = "kerneltune_cpu"
 TUNING_ABI = 3
 
 
-
 @dataclass(frozen=True)
 class Plan:
     """How one call executes: the path a threshold chose and the threads it runs on."""

@@ -95,10 +95,7 @@ class PreparedUnary(PreparedKernel):
 
     def _call(self, x, threads: int | None) -> np.ndarray:
         x = operand(x, self._dtype, "input")
-        if x.size < self._recycled_from:
-            out = np.empty(x.shape, self.out_dtype)
-        else:
-            out = outputs.empty(x.shape, self.out_dtype)
+        out = outputs.empty(x.shape, self.out_dtype)
         if x.size:
             self._function(x.reshape(-1), out.reshape(-1),
                            self._threads(x.size) if threads is None else threads)
@@ -142,10 +139,7 @@ class PreparedBinary(PreparedKernel):
         a = operand(a, self._dtype, "A")
         b = operand(b, self._dtype, "B")
         layout = broadcast.layout(a.shape, b.shape)
-        if layout.size < self._recycled_from:
-            out = np.empty(layout.shape, self.out_dtype)
-        else:
-            out = outputs.empty(layout.shape, self.out_dtype)
+        out = outputs.empty(layout.shape, self.out_dtype)
         if layout.size:
             self._function(a.reshape(-1), b.reshape(-1), out.reshape(-1), layout.a_offsets,
                            layout.b_offsets, layout.inner, layout.a_step, layout.b_step,
