@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor, detect_cpu_descriptor
+from kerneltune.cpu import (
+    CpuDescriptor,
+    CpuExecutionDescriptor,
+    detect_cpu_descriptor,
+    get_cpu_descriptor,
+)
+from kerneltune.errors import KernelTuningError
+from kerneltune.kernels.variants import select_variant
 from kerneltune.schema import KernelTuningKey, tunable
 
 
@@ -71,3 +78,12 @@ def execution(threads: int = 2, **changes) -> CpuExecutionDescriptor:
 @pytest.fixture
 def key() -> KernelTuningKey:
     return toy_key()
+
+
+def host_can_run(variant: str) -> bool:
+    """Whether this processor runs ``variant`` (a wrong one dies with SIGILL)."""
+    try:
+        select_variant(get_cpu_descriptor(), available=[variant], forced=variant)
+    except KernelTuningError:
+        return False
+    return True

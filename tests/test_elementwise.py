@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from conftest import host_can_run
 from kerneltune.errors import TuningValidationError, UnknownKernelError
 from kerneltune.kernels import catalog, library
+from kerneltune.kernels.variants import installed_variants, load_module
 from kerneltune.schema import element_type_name, element_type_number
 
 LIBRARY = library()
@@ -156,6 +158,28 @@ def test_unary_against_numpy(name, element_type):
         np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.parametrize("variant", installed_variants())
+def test_float_tanh_is_within_one_ulp_everywhere(variant):
+    """A sweep of every float32 binade, both signs, each variant this host runs.
+
+    Float tanh is two rational approximations of kerneltune's own, so the sample
+    of the test above is not enough: this is dense where they meet (1.0) and
+    where tanh rounds to 1 (about 9.01), and reaches every exponent elsewhere.
+    """
+    if not host_can_run(variant):
+        pytest.skip(f"this host cannot run {variant}")
+    tanhf = load_module("unary", variant).tanhf
+    every_float = np.arange(0, 0x7F800001, 4099, dtype=np.int64)
+    near_the_seams = np.concatenate([np.arange(bits - 50_000, bits + 50_000) for bits in (
+        np.float32(1.0).view(np.int32), np.float32(9.01).view(np.int32))])
+    x = np.concatenate([every_float, near_the_seams]).astype(np.int32).view(np.float32)
+    x = np.concatenate([x, -x, [np.inf, -np.inf, np.nan]]).astype(np.float32)
+    out = np.empty_like(x)
+    assert tanhf(x, out, 2) == 2
+    assert ulps(out, np.tanh(x.astype(np.float64)).astype(np.float32)) <= 1
+    assert np.array_equal(np.signbit(out[x == 0]), np.signbit(x[x == 0]))
+
+
 @pytest.mark.parametrize(("name", "element_type"), list(cases(catalog.BINARY)))
 @pytest.mark.parametrize("form", ["equal", "scalar_right", "scalar_left", "row", "column",
                                   "outer", "three_d"])
@@ -273,7 +297,6 @@ def test_a_different_threshold_changes_the_path():
 
 
 def test_compiled_kernels_report_the_threads_that_ran():
-    from kerneltune.kernels.variants import load_module
 
     unary = load_module("unary")
     x = np.ones(1000, np.float32)
@@ -288,8 +311,6 @@ def test_compiled_kernels_report_the_threads_that_ran():
 @pytest.mark.parametrize(("rows", "threads", "ran"), [(5, 4, 3), (6, 4, 3), (7, 4, 4), (3, 8, 3)])
 def test_broadcast_rows_run_in_contiguous_runs_that_plans_mirror(rows, threads, ran):
     from kerneltune.kernels import broadcast
-    from kerneltune.kernels.variants import load_module
-
     a = np.arange(rows, dtype=np.float32).reshape(rows, 1)
     b = np.arange(100, dtype=np.float32)
     layout = broadcast.layout(a.shape, b.shape)

@@ -20,7 +20,7 @@ import archspec.cpu
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, detect
+from conftest import FIXTURES, detect, host_can_run
 from kerneltune.cpu import CpuDescriptor, detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import KernelTuningError, UnknownKernelError
 from kerneltune.kernels.variants import (
@@ -51,14 +51,6 @@ BEST_VARIANT = {
     "intel_sapphire_rapids_8480": "x86_64_v4",
     "intel_skylake_sp_gold_6148": "x86_64_v4",
 }
-
-
-def host_can_run(variant: str) -> bool:
-    try:
-        select_variant(get_cpu_descriptor(), available=[variant], forced=variant)
-    except KernelTuningError:
-        return False
-    return True
 
 
 # --- selection from descriptors ---------------------------------------------------------------

@@ -23,7 +23,7 @@ UNARY = {
     "Log": {"log": FLOATS},
     "Sqrt": {"sqrt": FLOATS},
     "Sigmoid": {"sigmoid": FLOATS},
-    "Tanh": {"tanh": FLOATS},
+    "Tanh": {"tanhf": ("FLOAT",), "tanh": ("DOUBLE",)},
     "Not": {"not_": BOOL},
 }
 

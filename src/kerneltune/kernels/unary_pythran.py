@@ -46,8 +46,8 @@ import numpy as np
 # pythran export sqrt(float64[:], float64[:], int)
 # pythran export sigmoid(float32[:], float32[:], int)
 # pythran export sigmoid(float64[:], float64[:], int)
-# pythran export tanh(float32[:], float32[:], int)
 # pythran export tanh(float64[:], float64[:], int)
+# pythran export tanhf(float32[:], float32[:], int)
 # pythran export not_(bool[:], bool[:], int)
 
 BLOCK = 2048
@@ -131,6 +131,58 @@ def _tanh(x, out, t):
     out[:] = np.tanh(x)
 
 
+def _tanhf(x, out, t):
+    """tanh on float32 by two rational approximations that share one division.
+
+    xsimd's float tanh evaluates exp, a polynomial and a division for every lane
+    and selects; this costs a fifth less and is within 1 ulp of the correctly
+    rounded result for every float32 (the tests sweep them). On ``c = min(|x|,
+    9.1)`` (tanh rounds to 1 from about 9.01):
+
+    - ``c < 1``: ``tanh(c) = c - c**3 * h(c*c)``, ``h`` a (2, 1) rational;
+    - ``c >= 1``: ``tanh(c) = 1 - R(c - 1)``, ``R`` a (5, 6) rational.
+
+    Both are minimax fits (Lawson-weighted least squares on the linearised
+    error; relative error for ``h``, absolute for ``R``) with the coefficients
+    rounded to float32. Each result is an exact term plus a correction at most a
+    third of it, so the correction's rounding errors reach the result damped:
+    the float32 evaluation stays within 1 ulp, with or without FMA.
+
+    A plain loop, which the C++ compiler vectorises by computing both branches and
+    selecting. Pythran divides scalars in double; the float32 cast of the quotient
+    lets the compiler narrow that back to a float32 division, which gives the
+    same bits.
+    """
+    one = np.float32(1)
+    for i in range(x.shape[0]):
+        a = abs(x[i])
+        c = min(a, np.float32(9.1))  # NaN stays NaN
+        s = c * c
+        d = c - one
+        small_num = (np.float32(-5.729409895138815e-05) * s
+                     + np.float32(0.0017275670543313026)) * s + np.float32(0.3333333134651184)
+        small_den = np.float32(0.40518203377723694) * s + one
+        large_num = (((((np.float32(-1.20230015454581e-05) * d
+                         + np.float32(0.0004152235924266279)) * d
+                        + np.float32(-0.005843956023454666)) * d
+                       + np.float32(0.04209458455443382)) * d
+                      + np.float32(-0.15588605403900146)) * d
+                     + np.float32(0.23840582370758057))
+        large_den = ((((((np.float32(0.0034196607302874327) * d
+                          + np.float32(0.0167030431330204)) * d
+                         + np.float32(0.09010496735572815)) * d
+                        + np.float32(0.30856168270111084)) * d
+                       + np.float32(0.786406934261322)) * d
+                      + np.float32(1.1077191829681396)) * d
+                     + one)
+        large = a >= one
+        r = np.float32((large_num if large else small_num) / (large_den if large else small_den))
+        scale = -one if large else -(c * s)
+        base = one if large else c
+        # The sign goes on last: tanh is odd, and -0.0 stays -0.0.
+        out[i] = np.copysign(scale * r + base, x[i])
+
+
 def _not(x, out, t):
     for i in range(x.shape[0]):
         out[i] = not x[i]
@@ -166,6 +218,10 @@ def sigmoid(x, out, nthreads):
 
 def tanh(x, out, nthreads):
     return _run(x, out, nthreads, _tanh, 0)
+
+
+def tanhf(x, out, nthreads):
+    return _run(x, out, nthreads, _tanhf, 0)
 
 
 def not_(x, out, nthreads):
