@@ -8,8 +8,9 @@ compiled code only clamps it (``kernels.base.chunked_threads`` mirrors it).
 
 Chunks are processed in blocks small enough to stay in the L1 cache. The
 transcendental functions are array expressions over a block, so pythran
-vectorises them with xsimd (a scalar loop would call libm once per element);
-the integer-friendly ones are plain loops that the C++ compiler vectorises.
+vectorises them with xsimd (a scalar loop would call libm once per element),
+except float tanh, whose own approximation is a plain loop of arithmetic; the
+integer-friendly ones are plain loops too, which the C++ compiler vectorises.
 Serial and parallel runs compute every element with the same instructions,
 so their results are identical bit for bit.
 """
