@@ -297,7 +297,6 @@ def test_a_different_threshold_changes_the_path():
 
 
 def test_compiled_kernels_report_the_threads_that_ran():
-
     unary = load_module("unary")
     x = np.ones(1000, np.float32)
     assert unary.abs_(x, np.empty_like(x), 3) == 3
