@@ -209,6 +209,25 @@ def test_serial_and_parallel_runs_give_identical_bits(path, m, k, n, trans_b, al
     assert_close(outputs[0], reference(a, b, c, alpha, 1.0, 0, trans_b), k)
 
 
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_packed_panels_of_several_blocks_give_the_bits_of_b_in_place(trans_b):
+    """Panels three micro-kernel blocks wide, over several k-tiles and n-tiles, the last
+    n-tile ending inside a block: each block is packed on its own, and sums keep their order."""
+    tiles = {**PARALLEL, "algorithm.tile_n": 3 * NR, "algorithm.skinny_m_limit": 0}
+    m, k, n = 20, 50, 2 * 3 * NR + 37
+    a, b, _ = operands(m, k, n, 0, trans_b)
+    outputs = []
+    for pack in (0, 10**12):  # packed, and (B not transposed) read in place
+        for threads in (1, 3):
+            prepared = prepare({**tiles, "algorithm.pack_b_minimum_elements": pack},
+                               threads=threads, transB=trans_b)
+            assert prepared.plan(a, b).path == ("blocked" if pack and not trans_b
+                                               else "blocked_packed")
+            outputs.append(prepared.run(a, b))
+    assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
+    assert_close(outputs[0], reference(a, b, trans_b=trans_b), k)
+
+
 @pytest.mark.parametrize("values", [SKINNY, BLOCKED], ids=["skinny", "blocked"])
 def test_plain_products_return_arrays_the_caller_owns(values):
     """The plain entries make their output in compiled code: it must outlive everything else."""

@@ -3,8 +3,9 @@
 Three algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
 
 - ``blocked``: the compiled blocked kernel, B read in place; ``blocked_packed``: the same
-  with B first copied into contiguous ``tile_k x tile_n`` panels, chosen when one panel
-  holds at least ``algorithm.pack_b_minimum_elements`` elements, and always with transB;
+  with each ``tile_k x NR`` block of a ``tile_k x tile_n`` panel of B first copied into
+  contiguous memory, chosen when one panel holds at least
+  ``algorithm.pack_b_minimum_elements`` elements, and always with transB;
 - ``skinny``: the compiled kernel for at most ``algorithm.skinny_m_limit`` rows, which
   streams B once;
 - ``blas``: ``numpy.matmul`` (the BLAS numpy is linked with) from

@@ -32,9 +32,10 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   threads share (dynamic schedule). A task walks K in ``tile_k`` steps; each step multiplies
   the task's rows, ``MR`` at a time (packed into a small contiguous ``MR x tile_k`` block), by
   the ``tile_k x tile_n`` panel of B, ``NR`` columns at a time. B is read in place, or first
-  copied into contiguous panels (``pack``, by all threads, once per call) so that a panel is
-  one stream instead of ``tile_k`` rows strided by N; ``trans_b`` always packs, since the
-  micro-kernel needs rows of op(B).
+  packed (``pack``, by all threads, once per call): each ``tile_k x NR`` block of a panel
+  becomes contiguous, so the micro-kernel streams it instead of ``tile_k`` runs of ``NR``
+  strided by N (strided runs fill only some of L1's sets and evict each other); ``trans_b``
+  always packs, since the micro-kernel needs rows of op(B).
 - ``skinny``: for few rows, without B packing or k-tiles, so that B is streamed once. Tasks
   are column strips of ``tile_n``, read ``SW`` columns at a time (1 KiB runs of float32) over
   all of K. One or two rows keep one row of sums each (A transposed into a ``K x M`` copy);
@@ -200,9 +201,11 @@ def _chunk(ap, b, bk0, bn0, acc, kc, nw):
             acc[3, jj] += a3 * b0
 
 
-def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha, beta):
-    """out[i0:i0 + rows, n0:n0 + nc] (+)= ap[:rows, :kc] @ b[bk0:bk0 + kc, bn0:bn0 + nc].
+def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha, beta, block):
+    """out[i0:i0 + rows, n0:n0 + nc] (+)= ap[:rows, :kc] @ op(B) of k-tile and columns.
 
+    In place (``block`` 0), those columns of B are b[bk0:bk0 + kc, bn0:bn0 + nc]; packed,
+    their ``j``-th ``NR`` columns are the block b[bk0 + j * block:, :NR].
     ``load``: continue from the partial sums in ``out``; ``last``: apply alpha and C.
     """
     for j0 in range(0, nc, NR):
@@ -210,10 +213,12 @@ def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha
         acc[:] = 0
         if load:
             _load(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw])
+        bk = bk0 + j0 // NR * block
+        bn = bn0 if block else bn0 + j0
         if nw == NR:
-            _chunk(ap, b, bk0, bn0 + j0, acc, kc, NR)
+            _chunk(ap, b, bk, bn, acc, kc, NR)
         else:
-            _chunk(ap, b, bk0, bn0 + j0, acc, kc, nw)
+            _chunk(ap, b, bk, bn, acc, kc, nw)
         if last:
             _finish(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw], c, i0, n0 + j0, alpha, beta)
         else:
@@ -237,12 +242,20 @@ def _pack_a(a, trans_a, ap, i0, rows, k0, kc):
 
 
 def _pack_b(src, trans_b, bv):
-    """bv = src, or its transpose when ``trans_b``: a panel of op(B)."""
+    """bv = src, or its transpose when ``trans_b``: a panel of op(B).
+
+    The transpose goes eight columns of ``bv`` at a time, down all its rows: each row
+    of ``bv`` gets a run of eight from eight rows of ``src`` that stay in L1. A whole
+    column at a time stores one element per row of ``bv``; that packed 512 x 512
+    float64 panels 12x slower.
+    """
     kc, nc = bv.shape
     if trans_b:
-        for j in range(nc):
+        for j0 in range(0, nc, 8):
+            width = min(8, nc - j0)
             for k in range(kc):
-                bv[k, j] = src[j, k]
+                for j in range(width):
+                    bv[k, j0 + j] = src[j0 + j, k]
     else:
         for k in range(kc):
             for j in range(nc):
@@ -264,28 +277,41 @@ def _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, t
     for kt in range(nkt):
         k0 = kt * tile_k
         kc = min(tile_k, kk - k0)
-        # A packed panel of (kt, t % nnt) starts at row (kt * nnt + t % nnt) * kcap of bp.
-        bk0 = (kt * nnt + t % nnt) * kcap if pack else k0
+        # The packed panel of (kt, t % nnt): blocks of kcap rows from that panel's first.
+        bk0 = (kt * nnt + t % nnt) * _blocks(n, tile_n) * kcap if pack else k0
         bn0 = 0 if pack else n0
         for g in range(0, mc, MR):
             rows = min(MR, mc - g)
             _pack_a(a, trans_a, ap, i0 + g, rows, k0, kc)
             _group(ap, bp if pack else b, bk0, bn0, out, acc, c, i0 + g, rows, n0, kc, nc,
-                   kt > 0, kt == nkt - 1, alpha, beta)
+                   kt > 0, kt == nkt - 1, alpha, beta, kcap if pack else 0)
+
+
+def _blocks(n, tile_n):
+    """``NR``-wide blocks of one packed panel."""
+    return (min(tile_n, n) + NR - 1) // NR
 
 
 def _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k):
-    """Packs panel ``p`` (k-tile ``p // nnt``, n-tile ``p % nnt``) into its rows of ``bp``."""
+    """Packs panel ``p`` (k-tile ``p // nnt``, n-tile ``p % nnt``) into its blocks of ``bp``.
+
+    Block ``j`` of panel ``p`` (its columns ``j * NR`` onwards) takes the ``min(tile_k, K)``
+    rows of ``bp`` from ``(p * blocks + j) * min(tile_k, K)`` on.
+    """
     nnt = (n + tile_n - 1) // tile_n
     k0 = p // nnt * tile_k
     n0 = p % nnt * tile_n
     kc = min(tile_k, kk - k0)
     nc = min(tile_n, n - n0)
-    p0 = p * min(tile_k, kk)
-    if trans_b:
-        _pack_b(b[n0:n0 + nc, k0:k0 + kc], True, bp[p0:p0 + kc, 0:nc])
-    else:
-        _pack_b(b[k0:k0 + kc, n0:n0 + nc], False, bp[p0:p0 + kc, 0:nc])
+    kcap = min(tile_k, kk)
+    blocks = _blocks(n, tile_n)
+    for j0 in range(0, nc, NR):
+        nw = min(NR, nc - j0)
+        p0 = (p * blocks + j0 // NR) * kcap
+        if trans_b:
+            _pack_b(b[n0 + j0:n0 + j0 + nw, k0:k0 + kc], True, bp[p0:p0 + kc, 0:nw])
+        else:
+            _pack_b(b[k0:k0 + kc, n0 + j0:n0 + j0 + nw], False, bp[p0:p0 + kc, 0:nw])
 
 
 def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k, pack,
@@ -297,8 +323,10 @@ def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
     panels = (kk + tile_k - 1) // tile_k * nnt if pack else 0
     tasks = (m + tile_m - 1) // tile_m * nnt
     nthreads = max(1, min(nthreads, tasks))
-    # The packed panels, one after the other: panel p holds rows p * min(tile_k, K) onwards.
-    bp = np.empty((panels * min(tile_k, kk), min(tile_n, n)), out.dtype)
+    # The packed blocks, one after the other (see _pack_panel). Its width is not written as
+    # the constant NR: pythran then types bp with a constant dimension, and the compiled
+    # ``bp if pack else b`` of _task crashes.
+    bp = np.empty((panels * _blocks(n, tile_n) * min(tile_k, kk), min(NR, tile_n)), out.dtype)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for p in range(panels):
