@@ -326,6 +326,17 @@ def test_skinny_m_limit_switches_the_skinny_path():
     check_plan({"algorithm.skinny_m_limit": 0}, (1, 30, 40), "blocked")
 
 
+def test_skinny_minimum_b_elements_keeps_small_b_on_the_blocked_path():
+    few = {"algorithm.skinny_m_limit": 8}
+    check_plan({**few, "algorithm.skinny_minimum_b_elements": 30 * 40}, (8, 30, 40), "skinny")
+    check_plan({**few, "algorithm.skinny_minimum_b_elements": 30 * 40 + 1}, (8, 30, 40),
+               "blocked")
+    # a skinny product left to the blocked path meets the blocked path's BLAS threshold
+    blas = {**few, "algorithm.skinny_blas_minimum_fmas": 1, "algorithm.blas_minimum_fmas": 10**9}
+    check_plan({**blas, "algorithm.skinny_minimum_b_elements": 0}, (8, 30, 40), "blas")
+    check_plan({**blas, "algorithm.skinny_minimum_b_elements": 10**6}, (8, 30, 40), "blocked")
+
+
 def test_pack_b_minimum_elements_switches_packing():
     panel = 16 * 64  # min(K, tile_k) x min(N, tile_n) with the small tiles
     shape = (20, 40, 100)

@@ -110,6 +110,10 @@ def test_gemm_calibration_decides_tiles_algorithms_and_grain(registry):
     assert set(decided) == set(registry.snapshot().schema(calibrated.key).parameters)
     assert decided["algorithm.tile_m"].candidates  # the shape families were measured
     assert decided["algorithm.blas_minimum_fmas"].candidates
+    if calibrated.values["algorithm.skinny_m_limit"] >= 1:  # B's size measured for few rows
+        assert decided["algorithm.skinny_minimum_b_elements"].candidates
+    else:
+        assert "no product is skinny" in decided["algorithm.skinny_minimum_b_elements"].reason
     assert [row["label"] for row in calibrated.comparison][0] == "tiles 64x256x256"
     assert calibrated.comparison[0]["speedup"] == 1.0
     registry.snapshot().schema(calibrated.key).configure(calibrated.values)  # consistent

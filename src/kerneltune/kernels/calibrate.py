@@ -235,6 +235,7 @@ class ElementwiseCalibration(KernelCalibration):
 TILE_M, TILE_N, TILE_K = "algorithm.tile_m", "algorithm.tile_n", "algorithm.tile_k"
 PACK_B = "algorithm.pack_b_minimum_elements"
 SKINNY = "algorithm.skinny_m_limit"
+SKINNY_B = "algorithm.skinny_minimum_b_elements"
 BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
 VECTOR_BLAS = "algorithm.vector_blas_minimum_fmas"
@@ -375,15 +376,36 @@ class GemmCalibration(KernelCalibration):
                            result.candidates if parameter == TILE_M else ())
 
     def _skinny(self, context: CalibrationContext, compiled: dict) -> None:
+        """The rows up to which the skinny path beats the blocked one on a large B, then the
+        size of B from which it does so for half that many rows.
+
+        The skinny path pays by streaming B once; a B that stays in cache goes faster
+        through the blocked path whatever the rows, so one row limit measured on a large
+        B would send small products the slow way.
+        """
         tile_m = int(context.values[TILE_M])
-        rows = geometric_grid(1, tile_m, context.options.level.steps_per_octave)
+        steps = context.options.level.steps_per_octave
+        rows = geometric_grid(1, tile_m, steps)
         case = self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
                              lambda s: SKINNY_DEPTH)
+        skinny = self._runner(context, {**compiled, SKINNY: tile_m, SKINNY_B: 0})
+        blocked = self._runner(context, {**compiled, SKINNY: 0})
         decide_crossover(context, Crossover(
-            SKINNY, case, rows, ("skinny", self._runner(context, {**compiled, SKINNY: tile_m})),
-            ("blocked", self._runner(context, {**compiled, SKINNY: 0})),
+            SKINNY, case, rows, ("skinny", skinny), ("blocked", blocked),
             lambda m: min(m - 1, tile_m),  # skinny winning to the end: every row count fits
             int(context.values[SKINNY]) + 1))
+        limit = int(context.values[SKINNY])
+        if limit < 1:
+            context.keep(SKINNY_B, f"kept: algorithm.skinny_m_limit is {limit}, no product "
+                                   f"is skinny")
+            return
+        # from one micro-kernel block wide on: below, calls cost mostly their overhead and
+        # neither path wins, which would end the search where it starts
+        few = max(1, limit // 2)
+        decide_crossover(context, Crossover(
+            SKINNY_B, self._product(f"{few} x N x N", context, lambda s: few, int, int),
+            geometric_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
+            lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
 
     def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
               compiled: dict) -> None:

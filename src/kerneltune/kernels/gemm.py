@@ -7,7 +7,7 @@ Three algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_p
   contiguous memory, chosen when one panel holds at least
   ``algorithm.pack_b_minimum_elements`` elements, and always with transB;
 - ``skinny``: the compiled kernel for at most ``algorithm.skinny_m_limit`` rows, which
-  streams B once;
+  streams B once, for a B of ``algorithm.skinny_minimum_b_elements`` elements or more;
 - ``blas``: ``numpy.matmul`` (the BLAS numpy is linked with) from
   ``algorithm.blas_minimum_fmas`` multiply-adds (``M * N * K``) on, and for skinny
   products from ``algorithm.skinny_blas_minimum_fmas`` on (the skinny path holds out
@@ -61,6 +61,7 @@ from .gemm_pythran import (
     T_PACK_MINIMUM,
     T_SKINNY_BLAS,
     T_SKINNY_LIMIT,
+    T_SKINNY_MINIMUM_B,
     T_THREADS,
     T_TILE_K,
     T_TILE_M,
@@ -102,6 +103,11 @@ class GemmConfig:
     skinny_m_limit: int = tunable(
         "algorithm.skinny_m_limit", 8, minimum=0,
         doc="products of at most this many rows take the skinny path (0: never)")
+    skinny_minimum_b_elements: int = tunable(
+        "algorithm.skinny_minimum_b_elements", 0, minimum=0,
+        doc="elements of B (K * N) from which a product of at most algorithm.skinny_m_limit "
+            "rows takes the skinny path, which pays by streaming B once: a B that stays in "
+            "cache goes faster through the blocked path (0: any B)")
     blas_minimum_fmas: int = tunable(
         "algorithm.blas_minimum_fmas", 2_097_152, minimum=0,
         doc="M * N * K from which numpy.matmul (BLAS) computes the product; 128**3 by default, "
@@ -228,7 +234,8 @@ class PreparedGemm(PreparedKernel):
                   T_TILE_M: config.tile_m, T_TILE_N: config.tile_n, T_TILE_K: config.tile_k,
                   T_PACK_MINIMUM: config.pack_b_minimum_elements,
                   T_MINIMUM_TASKS: config.minimum_tasks,
-                  T_FMAS_PER_UNIT: config.fmas_per_work_unit, T_THREADS: threads}
+                  T_FMAS_PER_UNIT: config.fmas_per_work_unit, T_THREADS: threads,
+                  T_SKINNY_MINIMUM_B: config.skinny_minimum_b_elements}
         self._thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)],
                                     np.int64)
         self._thresholds.flags.writeable = False

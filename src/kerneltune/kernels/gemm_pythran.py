@@ -101,7 +101,8 @@ T_PACK_MINIMUM = 9
 T_MINIMUM_TASKS = 10
 T_FMAS_PER_UNIT = 11
 T_THREADS = 12
-T_FIELDS = 13
+T_SKINNY_MINIMUM_B = 13
+T_FIELDS = 14
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
@@ -447,7 +448,7 @@ def decide(m, k, n, serial, t):
     blocked_path = PACKED_PATH if packed else BLOCKED_PATH
     if serial:
         return blocked_path, 1
-    skinny_rows = m <= t[T_SKINNY_LIMIT]
+    skinny_rows = m <= t[T_SKINNY_LIMIT] and k * n >= t[T_SKINNY_MINIMUM_B]
     if fmas >= (t[T_VECTOR_BLAS] if m == 1 else t[T_SKINNY_BLAS] if skinny_rows else t[T_BLAS]):
         return BLAS_PATH, 0
     if skinny_rows:
