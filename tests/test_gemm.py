@@ -25,7 +25,8 @@ PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_t
 BLOCKED = {**PARALLEL, "algorithm.skinny_m_limit": 0,
            "algorithm.pack_b_minimum_elements": 10**12}
 PACKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.pack_b_minimum_elements": 0}
-SKINNY = {**PARALLEL, "algorithm.tile_m": 4096, "algorithm.skinny_m_limit": 4096}
+SKINNY = {**PARALLEL, "algorithm.tile_m": 4096, "algorithm.skinny_m_limit": 4096,
+          "algorithm.skinny_minimum_b_elements": 0}
 PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY}
 
 
@@ -269,7 +270,9 @@ def check_plan(values, shape, path, threads=None, **attributes):
 def test_defaults_take_the_compiled_paths_for_small_products_and_blas_above():
     defaults = GEMM.configure("FLOAT", {})
     check_plan({}, (64, 64, 64), "blocked", threads=1)
-    check_plan({}, (1, 64, 64), "skinny", threads=1)
+    # few rows: a B that stays in cache goes through the blocked path, a larger B streams
+    check_plan({}, (1, 64, 64), "blocked", threads=1)
+    check_plan({}, (1, 128, 128), "skinny", threads=1)
     big = round(defaults.blas_minimum_fmas ** (1 / 3)) + 1
     plan = check_plan({}, (big, big, big), "blas")
     assert plan.threads >= 1
@@ -320,10 +323,11 @@ def test_a_run_takes_the_path_its_plan_names(threshold, calls):
 
 
 def test_skinny_m_limit_switches_the_skinny_path():
-    check_plan({"algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
-    check_plan({"algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")
-    check_plan({"algorithm.skinny_m_limit": 8}, (9, 30, 40), "blocked")
-    check_plan({"algorithm.skinny_m_limit": 0}, (1, 30, 40), "blocked")
+    any_b = {"algorithm.skinny_minimum_b_elements": 0}
+    check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (9, 30, 40), "blocked")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 0}, (1, 30, 40), "blocked")
 
 
 def test_skinny_minimum_b_elements_keeps_small_b_on_the_blocked_path():

@@ -114,6 +114,11 @@ def test_gemm_calibration_decides_tiles_algorithms_and_grain(registry):
         assert decided["algorithm.skinny_minimum_b_elements"].candidates
     else:
         assert "no product is skinny" in decided["algorithm.skinny_minimum_b_elements"].reason
+    # BLAS against the skinny path only where the skinny path runs: on a B of at least
+    # skinny_minimum_b_elements (a smaller B meets the blocked path's threshold)
+    smallest_b = calibrated.values["algorithm.skinny_minimum_b_elements"]
+    skinny_blas = [c.point for c in decided["algorithm.skinny_blas_minimum_fmas"].candidates]
+    assert all(n * n >= smallest_b for n in skinny_blas)
     assert [row["label"] for row in calibrated.comparison][0] == "tiles 64x256x256"
     assert calibrated.comparison[0]["speedup"] == 1.0
     registry.snapshot().schema(calibrated.key).configure(calibrated.values)  # consistent

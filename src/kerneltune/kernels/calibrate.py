@@ -427,12 +427,15 @@ class GemmCalibration(KernelCalibration):
                                       f"2 rows or more is skinny")
             return
         # one threshold in multiply-adds serves few rows and many: BLAS takes over where it
-        # beats the skinny path for both (from 2 rows: one row has its own threshold)
+        # beats the skinny path for both (from 2 rows: one row has its own threshold), on the
+        # sizes of B the skinny path takes; a smaller B meets the blocked path's threshold
+        smallest_b = int(context.values[SKINNY_B])
+        skinny_sizes = [s for s in wide if s * s >= smallest_b]
         skinny = self._runner(context, compiled)
         decide_shared_crossover(context, [
             Crossover(SKINNY_BLAS, self._product(f"{rows} x N x N", context,
                                                  lambda s, rows=rows: rows, int, int),
-                      wide, ("skinny", skinny), on_blas,
+                      skinny_sizes, ("skinny", skinny), on_blas,
                       lambda s, rows=rows: rows * s * s,
                       max(1, math.isqrt(int(context.values[SKINNY_BLAS]) // rows)),
                       self._tolerance())
