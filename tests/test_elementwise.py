@@ -378,6 +378,13 @@ def test_tuning_keys_are_per_element_type_and_variant():
     assert element_type_name(key.element_type) == "FLOAT16"
 
 
+@pytest.mark.parametrize("name", ["Abs", "Add"])
+def test_float16_defaults_convert_on_two_threads_where_they_compute_on_two(name):
+    """Computing on two threads and converting on one loses to doing both on either."""
+    defaults = LIBRARY[name].configure("FLOAT16", {})
+    assert defaults.conversion_minimum_elements == defaults.minimum_elements
+
+
 def test_two_python_threads_run_kernels_at_once():
     kernel = LIBRARY["Sigmoid"].prepare("FLOAT", threads=2)
     x = values(np.dtype(np.float32), 300_000)

@@ -273,11 +273,16 @@ GRAIN = "parallel.minimum_elements"
     (Decision(GRAIN, 32768, 32768, "kept: no clear winner"), 65536),
 ])
 def test_the_conversion_grain_follows_every_measured_computation_grain(grain, conversion):
-    """A kept grain was measured with the conversions switching too: they follow it."""
+    """A kept grain was measured with the conversions switching too: they follow it.
+
+    The conversion grain in use (65536, from a profile say) differs from the
+    computation's, so keeping it and following are told apart.
+    """
     kernel = library()["Add"]
     schema = kernel.schema("FLOAT16")
+    in_use = {**schema.default_values(), "conversion.parallel_minimum_elements": 65536}
     context = CalibrationContext(kernel.tuning_key("FLOAT16"), schema, current_execution(2),
-                                 CalibrationOptions(threads=2), schema.default_values(),
+                                 CalibrationOptions(threads=2), in_use,
                                  Deadline(float("inf"), "per-key"))
     ElementwiseCalibration(kernel, kernel.element_types[0])._conversion(context, grain)
     assert context.values["conversion.parallel_minimum_elements"] == conversion

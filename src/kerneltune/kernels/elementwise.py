@@ -53,8 +53,11 @@ class BinaryConfig(ElementwiseConfig):
 @dataclass(frozen=True)
 class HalfConversionConfig:
     conversion_minimum_elements: int = tunable(
-        "conversion.parallel_minimum_elements", 65536, minimum=1,
-        doc="elements per thread when widening FLOAT16 inputs and narrowing outputs")
+        "conversion.parallel_minimum_elements", 32768, minimum=1,
+        doc="elements per thread when widening FLOAT16 inputs and narrowing outputs; by "
+            "default the computation's grain: a call that computes on two threads and "
+            "converts on one ran 1.5-1.9x slower than one doing all on two (x86_64_v4, "
+            "70000 to 130000 elements)")
 
 
 @dataclass(frozen=True)
