@@ -23,7 +23,12 @@ from kerneltune.calibration.measure import Deadline
 from kerneltune.calibration.report import Decision
 from kerneltune.cpu import current_execution
 from kerneltune.kernels import LIBRARY, library, register_library
-from kerneltune.kernels.calibrate import NR, ElementwiseCalibration, tile_candidates
+from kerneltune.kernels.calibrate import (
+    NR,
+    ElementwiseCalibration,
+    GemmCalibration,
+    tile_candidates,
+)
 from kerneltune.kernels.gemm import KU, MR
 from kerneltune.runtime import RuntimeSession
 from test_calibration import CPUS, needs_two_cpus
@@ -286,3 +291,19 @@ def test_the_conversion_grain_follows_every_measured_computation_grain(grain, co
                                  Deadline(float("inf"), "per-key"))
     ElementwiseCalibration(kernel, kernel.element_types[0])._conversion(context, grain)
     assert context.values["conversion.parallel_minimum_elements"] == conversion
+
+
+def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():
+    """A B threshold above the searched sizes leaves the skinny path nothing to race BLAS on."""
+    kernel = library()["Gemm"]
+    schema = kernel.schema("FLOAT")
+    in_use = {**schema.default_values(), "algorithm.skinny_minimum_b_elements": 10**12}
+    context = CalibrationContext(kernel.tuning_key("FLOAT"), schema, current_execution(1),
+                                 CalibrationOptions(threads=1, memory_budget=1), in_use,
+                                 Deadline(float("inf"), "per-key"))
+    calibration = GemmCalibration(kernel, kernel.tuning_key("FLOAT").element_type)
+    calibration._blas(context, calibration._square(context), [16, 32], {})
+    decided = {d.parameter: d for d in context.decisions}
+    skinny_blas = decided["algorithm.skinny_blas_minimum_fmas"]
+    assert not skinny_blas.changed and not skinny_blas.candidates
+    assert "skinny_minimum_b_elements is 1000000000000" in skinny_blas.reason

@@ -431,6 +431,11 @@ class GemmCalibration(KernelCalibration):
         # sizes of B the skinny path takes; a smaller B meets the blocked path's threshold
         smallest_b = int(context.values[SKINNY_B])
         skinny_sizes = [s for s in wide if s * s >= smallest_b]
+        if len(skinny_sizes) < 2:
+            context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_minimum_b_elements is "
+                                      f"{smallest_b}, so the skinny path takes fewer than two "
+                                      f"of the sizes searched (N up to {wide[-1]})")
+            return
         skinny = self._runner(context, compiled)
         decide_shared_crossover(context, [
             Crossover(SKINNY_BLAS, self._product(f"{rows} x N x N", context,
