@@ -449,6 +449,15 @@ def test_a_one_byte_memory_budget_keeps_the_default():
     assert measured == [] and not decision.changed and "memory budget" in decision.reason
 
 
+@pytest.mark.parametrize("sizes", [[], SIZES[:1]])
+def test_a_grid_of_fewer_than_two_sizes_keeps_the_value_and_says_so(sizes):
+    context = _context()
+    measured = _synthetic(context, lambda name, n: 1.0 if name == "serial" else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, sizes, 65536))
+    assert measured == [] and not decision.changed
+    assert f"its grid has {len(sizes)}" in decision.reason
+
+
 def test_an_exhausted_budget_stops_the_search_and_says_so():
     context = _context()
     context.deadline = Deadline(0.0, "per-key")

@@ -98,11 +98,13 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     win is measured twice (independently) at normal and thorough effort, so
     one burst of noise cannot move a threshold.
     """
+    if len(problem.sizes) < 2:
+        return None, f"the search needs two sizes and its grid has {len(problem.sizes)}", []
     sizes = [s for s in problem.sizes if context.fits(problem.case.nbytes(s))]
     if len(sizes) < 2:
-        smallest = problem.case.nbytes(problem.sizes[0]) if problem.sizes else 0
         return None, (f"memory budget of {context.options.memory_budget} bytes: the search "
-                      f"needs two sizes and the smallest takes {smallest} bytes"), []
+                      f"needs two sizes and the smallest takes "
+                      f"{problem.case.nbytes(problem.sizes[0])} bytes"), []
     (below_name, below), (above_name, above) = problem.below, problem.above
     candidates: list[Candidate] = []
     outcomes: dict[int, str] = {}
