@@ -55,12 +55,8 @@ BLOCK = 2048
 ALIGN = 64
 
 
-def _run(x, out, nthreads, block_op, scratch):
-    """``block_op(x block, out block, scratch block)`` over the blocks of each thread's chunk.
-
-    ``scratch`` is the length of a thread's own scratch block (0 for operators
-    without intermediate values), allocated once per chunk, not per block.
-    """
+def _run(x, out, nthreads, block_op):
+    """``block_op(x block, out block)`` over the blocks of each thread's chunk."""
     n = x.shape[0]
     if n == 0:
         return 1
@@ -72,43 +68,42 @@ def _run(x, out, nthreads, block_op, scratch):
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(static)
         for c in range(nthreads):
-            _chunk(x, out, c * chunk, min(n, c * chunk + chunk), block_op, scratch)
+            _chunk(x, out, c * chunk, min(n, c * chunk + chunk), block_op)
     else:
         # No OpenMP region for one thread: entering one costs about 0.45 us, more than
         # Abs on 1000 elements.
-        _chunk(x, out, 0, n, block_op, scratch)
+        _chunk(x, out, 0, n, block_op)
     return nthreads
 
 
-def _chunk(x, out, start, stop, block_op, scratch):
-    """One thread's chunk, block by block, with its own scratch block."""
-    t = np.empty(scratch, x.dtype)
+def _chunk(x, out, start, stop, block_op):
+    """One thread's chunk, block by block."""
     for b in range(start, stop, BLOCK):
         e = min(stop, b + BLOCK)
-        block_op(x[b:e], out[b:e], t[:e - b])
+        block_op(x[b:e], out[b:e])
 
 
-def _abs(x, out, t):
+def _abs(x, out):
     for i in range(x.shape[0]):
         out[i] = abs(x[i])
 
 
-def _neg(x, out, t):
+def _neg(x, out):
     for i in range(x.shape[0]):
         out[i] = -x[i]
 
 
-def _relu(x, out, t):
+def _relu(x, out):
     for i in range(x.shape[0]):
         # NaN stays NaN, as in numpy's maximum(x, 0) and ONNX's reference.
         out[i] = x[i] if (x[i] > 0 or x[i] != x[i]) else 0
 
 
-def _exp(x, out, t):
+def _exp(x, out):
     out[:] = np.exp(x)
 
 
-def _log(x, out, t):
+def _log(x, out):
     out[:] = np.log(x)
     for i in range(x.shape[0]):
         # xsimd's float64 log is wrong for subnormal inputs; libm's is not.
@@ -116,23 +111,23 @@ def _log(x, out, t):
             out[i] = np.log(x[i])
 
 
-def _sqrt(x, out, t):
+def _sqrt(x, out):
     out[:] = np.sqrt(x)
 
 
-def _sigmoid(x, out, t):
-    # Two statements, each vectorised (the fused expression is not), through the
-    # scratch block: an expression that reads the array it writes is evaluated
-    # element by element.
-    t[:] = np.exp(-x)
-    out[:] = 1 / (1 + t)
+def _sigmoid(x, out):
+    # One fused expression, vectorised through the reciprocal: as ``1 / (1 + np.exp(-x))``
+    # (ones of either type) it is evaluated element by element, 10x slower. Two passes
+    # through a scratch block, exp then the division, took 20% longer at 1.6e7 elements
+    # on two threads. All three give the same bits.
+    out[:] = np.reciprocal(np.float32(1) + np.exp(-x))
 
 
-def _tanh(x, out, t):
+def _tanh(x, out):
     out[:] = np.tanh(x)
 
 
-def _tanhf(x, out, t):
+def _tanhf(x, out):
     """tanh on float32 by two rational approximations that share one division.
 
     xsimd's float tanh evaluates exp, a polynomial and a division for every lane
@@ -184,46 +179,46 @@ def _tanhf(x, out, t):
         out[i] = np.copysign(scale * r + base, x[i])
 
 
-def _not(x, out, t):
+def _not(x, out):
     for i in range(x.shape[0]):
         out[i] = not x[i]
 
 
 def abs_(x, out, nthreads):
-    return _run(x, out, nthreads, _abs, 0)
+    return _run(x, out, nthreads, _abs)
 
 
 def neg(x, out, nthreads):
-    return _run(x, out, nthreads, _neg, 0)
+    return _run(x, out, nthreads, _neg)
 
 
 def relu(x, out, nthreads):
-    return _run(x, out, nthreads, _relu, 0)
+    return _run(x, out, nthreads, _relu)
 
 
 def exp(x, out, nthreads):
-    return _run(x, out, nthreads, _exp, 0)
+    return _run(x, out, nthreads, _exp)
 
 
 def log(x, out, nthreads):
-    return _run(x, out, nthreads, _log, 0)
+    return _run(x, out, nthreads, _log)
 
 
 def sqrt(x, out, nthreads):
-    return _run(x, out, nthreads, _sqrt, 0)
+    return _run(x, out, nthreads, _sqrt)
 
 
 def sigmoid(x, out, nthreads):
-    return _run(x, out, nthreads, _sigmoid, BLOCK)
+    return _run(x, out, nthreads, _sigmoid)
 
 
 def tanh(x, out, nthreads):
-    return _run(x, out, nthreads, _tanh, 0)
+    return _run(x, out, nthreads, _tanh)
 
 
 def tanhf(x, out, nthreads):
-    return _run(x, out, nthreads, _tanhf, 0)
+    return _run(x, out, nthreads, _tanhf)
 
 
 def not_(x, out, nthreads):
-    return _run(x, out, nthreads, _not, 0)
+    return _run(x, out, nthreads, _not)
