@@ -68,7 +68,8 @@ GEMM_SHAPES = {"square 48": (48, 48, 48), "square 96": (96, 96, 96),
 THRESHOLDS = {PARALLEL_MINIMUM: 1, BROADCAST_MINIMUM: 1, CONVERSION_MINIMUM: 1,
               "algorithm.pack_b_minimum_elements": 2, "algorithm.blas_minimum_fmas": 3,
               "algorithm.skinny_blas_minimum_fmas": 2, "algorithm.vector_blas_minimum_fmas": 2,
-              "parallel.fmas_per_work_unit": 3, "algorithm.skinny_m_limit": 1}
+              "algorithm.skinny_minimum_b_elements": 2, "parallel.fmas_per_work_unit": 3,
+              "algorithm.skinny_m_limit": 1}
 
 
 #: fixed calls whose 2-thread speedup tells how the machine itself moves (kernel, type, size)
