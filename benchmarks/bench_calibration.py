@@ -294,6 +294,14 @@ def main() -> int:
     for index, (name, element_type, size) in enumerate(PROBES):
         print(f"{name} {element_type} {size:>8}: "
               f"{'  '.join(f'{run[index]:5.2f}' for run in probes)}")
+    print("and the calibrations' own machine probe (2-thread speedup of its call over each batch):")
+    for label, run in (("first", first), ("second", second)):
+        for batch in run:
+            for watched in batch["steadiness"]:
+                speedups = [speedup for _, speedup in watched["samples"]]
+                print(f"{label} calibration, threads {watched['threads']}: {min(speedups):.2f} "
+                      f"to {max(speedups):.2f} over {len(speedups)} probes (moved "
+                      f"{watched['moved']:.0%}{'' if watched['steady'] else ', unsteady'})")
 
     print("\n# repeatability: a second calibration in another process")
     step = 2 ** (1 / CalibrationOptions(effort=args.effort).level.steps_per_octave)

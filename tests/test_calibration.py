@@ -33,7 +33,9 @@ from kerneltune.calibration import (
     is_calibratable,
     randn_tensor,
     register_kernel_calibration_function,
+    register_machine_probe,
     search_threads,
+    steadiness,
     verify_decisions,
 )
 from kerneltune.calibration.context import CalibrationContext
@@ -283,6 +285,68 @@ def test_a_tiny_total_budget_skips_the_remaining_keys_and_says_so(toys):
                   options=CalibrationOptions(threads=1, time_budget=0.01))
     assert len(report.calibrated) <= 1
     assert any("total time budget" in s.reason for s in report.skipped)
+
+
+@pytest.fixture
+def probes(monkeypatch):
+    """The machine probes registered during a test, dropped after it."""
+    monkeypatch.setattr(steadiness, "_PROBES", {})
+    return steadiness._PROBES
+
+
+@needs_two_cpus
+def test_a_batch_on_two_threads_probes_the_machine_and_says_whether_it_moved(toys, probes):
+    registry = toys[0]
+    speedups, asked = iter([1.5, 1.9, 1.0]), []
+
+    def probe(threads):
+        asked.append(threads)
+        return next(speedups)
+
+    register_machine_probe("test_library", probe)
+    register_machine_probe("another_library", lambda threads: 1 / 0)  # no key selected: unused
+    two = CalibrationOptions(threads=2, effort="quick")
+    report = _run(registry, library="test_library", options=two)
+    # before the first key and after the last (the toy keys take far less than the interval)
+    assert asked == [2, 2]
+    (watched,) = report.steadiness
+    assert (watched.library, watched.threads) == ("test_library", 2)
+    assert [speedup for _, speedup in watched.samples] == [1.5, 1.9]
+    assert watched.samples[0][0] <= watched.samples[1][0]
+    assert watched.moved == pytest.approx(1.9 / 1.5 - 1) and not watched.steady
+    assert json.loads(json.dumps(report.to_dict()))["steadiness"][0]["steady"] is False
+    register_machine_probe("test_library", lambda threads: 1.6)
+    (still,) = _run(registry, library="test_library", options=two).steadiness
+    assert still.moved == 0 and still.steady
+
+
+def test_one_thread_and_unprobed_libraries_are_not_probed(toys, probes):
+    registry = toys[0]
+    register_machine_probe("test_library", lambda threads: 1 / 0)
+    assert _run(registry, library="test_library").steadiness == ()
+    probes.clear()
+    if CPUS >= 2:
+        assert _run(registry, library="test_library",
+                    options=CalibrationOptions(threads=2, effort="quick")).steadiness == ()
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("nonsense", [0, -1.0, float("nan"), float("inf"), True, "fast", None])
+def test_a_probe_that_returns_no_speedup_publishes_nothing(toys, probes, nonsense):
+    registry = toys[0]
+    register_machine_probe("test_library", lambda threads: nonsense)
+    before = registry.generation
+    with pytest.raises(CalibrationError, match="probe of library 'test_library' returned"):
+        _run(registry, library="test_library",
+             options=CalibrationOptions(threads=2, effort="quick"))
+    assert registry.generation == before
+
+
+@pytest.mark.parametrize(("library", "probe"), [("", abs), (None, abs), ("lib", 3)])
+def test_a_bad_probe_registration_is_refused(probes, library, probe):
+    with pytest.raises(TypeError):
+        register_machine_probe(library, probe)
+    assert probes == {}
 
 
 def test_explicit_comparison_needs_a_workload(toys):

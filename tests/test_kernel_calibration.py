@@ -216,6 +216,7 @@ def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
         env={**os.environ, "OMP_WAIT_POLICY": "active", "KERNELTUNE_CACHE": "off"})
     assert done.returncode == 0, done.stderr
     assert "threads 1: 1 keys calibrated" in done.stdout
+    assert "machine probe" not in done.stdout  # one thread runs nothing in parallel
     (batch,) = json.loads(report.read_text())
     assert [c["key"]["kernel"] for c in batch["calibrated"]] == ["Relu"]
     # what else shaped the timings: the OpenMP wait policy, the thread pools loaded
@@ -226,6 +227,27 @@ def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert report.stat().st_mode & 0o777 == 0o666 & ~umask  # a normal file, not a 0600 temporary
+
+
+@needs_two_cpus
+def test_the_library_probes_the_machine_during_a_two_thread_calibration(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "kerneltune", "calibrate", "--threads", "2", "--effort", "quick",
+         "--kernel", "Relu", "--element-type", "FLOAT", "--report", str(report)],
+        capture_output=True, text=True, check=False, env={**os.environ, "KERNELTUNE_CACHE": "off"})
+    assert done.returncode == 0, done.stderr
+    assert f"machine probe of {LIBRARY}: 2-thread speedup" in done.stdout
+    (batch,) = json.loads(report.read_text())
+    (watched,) = batch["steadiness"]
+    assert watched["library"] == LIBRARY and watched["threads"] == 2
+    assert len(watched["samples"]) >= 2 and all(speedup > 0 for _, speedup in watched["samples"])
+    assert ("warning: the machine's parallel speed moved" in done.stdout) == (
+        not watched["steady"])
 
 
 def test_the_command_line_names_a_bad_option(tmp_path):

@@ -64,6 +64,15 @@ def _calibrate(args: argparse.Namespace) -> None:
                           f"{decision.value}")
         for skipped in report.skipped:
             print(f"  skipped {skipped.key}: {skipped.reason}")
+        for watched in report.steadiness:
+            speedups = [speedup for _, speedup in watched.samples]
+            print(f"  machine probe of {watched.library}: {count}-thread speedup "
+                  f"{min(speedups):.2f} to {max(speedups):.2f} over {len(speedups)} probes")
+            if not watched.steady:
+                print(f"  warning: the machine's parallel speed moved by {watched.moved:.0%} "
+                      f"during this calibration, and crossovers move with it: these values "
+                      f"may not repeat; calibrate again on a quieter machine before shipping "
+                      f"them")
         if args.save:
             from .cache import update_kernel_tuning_cache
 

@@ -3,7 +3,9 @@
 :func:`calibrate_registered_kernels` runs the registered calibration function
 of every selected key (see :mod:`.batch`); the functions use the shared
 searches of :mod:`.search` through a :class:`CalibrationContext`, and every
-measurement and decision ends in a :class:`CalibrationReport`.
+measurement and decision ends in a :class:`CalibrationReport`. A kernel
+library may register a machine probe (:mod:`.steadiness`), whose speedups over
+a batch tell whether the machine held still while it was measured.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .search import (
     search_threads,
     verify_decisions,
 )
+from .steadiness import Steadiness, register_machine_probe
 from .tensors import randn_tensor
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "KeyOutcome",
     "Measurement",
     "Setting",
+    "Steadiness",
     "Tolerance",
     "Workload",
     "calibrate_kernel_thresholds",
@@ -70,6 +74,7 @@ __all__ = [
     "randn_tensor",
     "record_crossover",
     "register_kernel_calibration_function",
+    "register_machine_probe",
     "search_crossover",
     "search_threads",
     "thread_counts",

@@ -31,6 +31,7 @@ from .measure import Deadline
 from .options import CalibrationOptions
 from .report import CalibrationBatchReport, CalibrationReport, KeyOutcome
 from .search import Case, Comparison, Run, Setting, compare_settings
+from .steadiness import SteadinessMonitor
 
 CalibrationFunction = Callable[[CalibrationContext], Mapping[str, Any] | None]
 
@@ -201,6 +202,7 @@ def calibrate_kernel_thresholds(
     inputs: dict[tuple, object] = {}
     with threadpool_limits(limits=execution.effective_threads, user_api="blas"):
         environment = types.MappingProxyType(_environment())
+        monitor = SteadinessMonitor((k.library for k in keys), execution.effective_threads)
         for key in sorted(keys, key=lambda k: k.element_type):
             if inputs and next(iter(inputs))[0] != key.element_type:
                 inputs.clear()
@@ -213,6 +215,7 @@ def calibrate_kernel_thresholds(
             if total is not None and total.remaining <= 0:
                 skipped.append(KeyOutcome(key, "total time budget exhausted before this key"))
                 continue
+            monitor.probe()
             report = _calibrate(key, fn, snapshot, execution, options, total, inputs,
                                 environment)
             if report.stopped_early:
@@ -223,13 +226,14 @@ def calibrate_kernel_thresholds(
             profiles.append(KernelTuningProfile(key, report.values, execution=execution,
                                                 origin="calibration",
                                                 report_digest=report.digest))
+        steadiness = monitor.finish()
     generation = None
     if profiles:
         registry.register_profiles(profiles)
         generation = registry.generation
     return CalibrationBatchReport(tuple(calibrated), tuple(skipped), tuple(unsupported),
                                   tuple(profiles), execution, generation,
-                                  time.perf_counter() - start)
+                                  time.perf_counter() - start, steadiness)
 
 
 def calibrate_registered_kernels(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..schema import KernelTuningKey, TuningValue
 from .measure import Measurement
+from .steadiness import Steadiness
 
 if TYPE_CHECKING:
     from ..cpu import CpuExecutionDescriptor
@@ -120,7 +121,9 @@ class CalibrationBatchReport:
 
     ``successful_profiles`` are the calibrated profiles the batch published
     (``generation`` is the registry generation that holds them); pass them to
-    ``update_kernel_tuning_cache`` to keep them.
+    ``update_kernel_tuning_cache`` to keep them. ``steadiness`` holds what the
+    machine probes saw (see :mod:`.steadiness`): a batch whose probe moved
+    measured a moving machine, and its values may not repeat.
     """
 
     calibrated: tuple[CalibrationReport, ...]
@@ -130,12 +133,14 @@ class CalibrationBatchReport:
     execution: CpuExecutionDescriptor
     generation: int | None
     seconds: float
+    steadiness: tuple[Steadiness, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
             "execution": self.execution.to_dict(),
             "generation": self.generation,
             "seconds": self.seconds,
+            "steadiness": [s.to_dict() for s in self.steadiness],
             "calibrated": [r.to_dict() for r in self.calibrated],
             "skipped": [s.to_dict() for s in self.skipped],
             "unsupported": [u.to_dict() for u in self.unsupported],

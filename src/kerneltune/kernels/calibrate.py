@@ -9,6 +9,7 @@ unary and binary); Gemm and MatMul share another.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..calibration import (
+    EFFORTS,
     CalibrationContext,
     Case,
     Comparison,
@@ -28,13 +30,16 @@ from ..calibration import (
     decide_crossover,
     decide_shared_crossover,
     geometric_grid,
+    randn_tensor,
     register_kernel_calibration_function,
+    register_machine_probe,
     search_threads,
     thread_counts,
     verify_decisions,
 )
+from ..calibration.measure import Deadline, measure
 from ..dtypes import NUMPY_DTYPES
-from .base import CHUNK_ALIGNMENT, Kernel
+from .base import CHUNK_ALIGNMENT, LIBRARY, Kernel
 from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel
 from .gemm import KU, MR, NR, Gemm, MatMul
 
@@ -488,10 +493,41 @@ class GemmCalibration(KernelCalibration):
                         self._tolerance())
 
 
+#: the machine probe's call: Add on FLOAT operands of this many elements, forced parallel
+PROBE_ELEMENTS = 32768
+
+
+def machine_probe(add: Kernel) -> Callable[[int], float]:
+    """Serial time / parallel time of ``add`` on :data:`PROBE_ELEMENTS` FLOAT elements.
+
+    A call near the crossovers, where the parallel run's fixed costs still
+    weigh, so the probe moves when they do; measured as a search at normal
+    effort measures.
+    """
+    level = EFFORTS["normal"]
+    config = add.configure(FLOAT, {PARALLEL_MINIMUM: 1})
+    x = randn_tensor(FLOAT, (PROBE_ELEMENTS,), 0)
+
+    def probe(threads: int) -> float:
+        prepared = add.prepare(FLOAT, config, threads)
+        serial, parallel = measure([functools.partial(prepared.run_serial, x, x),
+                                    functools.partial(prepared.run, x, x)],
+                                   level.repetitions, level.minimum_sample_seconds,
+                                   Deadline(math.inf, "none"))
+        return serial.median / parallel.median
+
+    return probe
+
+
 def register_calibrations(kernels: Iterable[Kernel]) -> int:
-    """Register a calibration function for every (kernel, element type) of the library."""
+    """Register a calibration function for every (kernel, element type) of the library.
+
+    Add also gives the machine probe that watches the library's calibrations.
+    """
     count = 0
     for kernel in kernels:
+        if kernel.name == "Add":
+            register_machine_probe(LIBRARY, machine_probe(kernel))
         kind = GemmCalibration if isinstance(kernel, Gemm) else ElementwiseCalibration
         for element_type in kernel.element_types:
             register_kernel_calibration_function(kernel.tuning_key(element_type),
