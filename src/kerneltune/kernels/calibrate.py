@@ -498,18 +498,17 @@ PROBE_ELEMENTS = 32768
 
 
 def machine_probe(add: Kernel) -> Callable[[int], float]:
-    """Serial time / parallel time of ``add`` on :data:`PROBE_ELEMENTS` FLOAT elements.
+    """The probe: serial time / parallel time of ``add`` on :data:`PROBE_ELEMENTS` FLOAT elements.
 
     A call near the crossovers, where the parallel run's fixed costs still
     weigh, so the probe moves when they do; measured as a search at normal
     effort measures.
     """
     level = EFFORTS["normal"]
-    config = add.configure(FLOAT, {PARALLEL_MINIMUM: 1})
-    x = randn_tensor(FLOAT, (PROBE_ELEMENTS,), 0)
 
     def probe(threads: int) -> float:
-        prepared = add.prepare(FLOAT, config, threads)
+        x = randn_tensor(FLOAT, (PROBE_ELEMENTS,), 0)  # made here: registration is at import
+        prepared = add.prepare(FLOAT, add.configure(FLOAT, {PARALLEL_MINIMUM: 1}), threads)
         serial, parallel = measure([functools.partial(prepared.run_serial, x, x),
                                     functools.partial(prepared.run, x, x)],
                                    level.repetitions, level.minimum_sample_seconds,
