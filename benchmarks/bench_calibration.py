@@ -298,10 +298,11 @@ def main() -> int:
     for label, run in (("first", first), ("second", second)):
         for batch in run:
             for watched in batch["steadiness"]:
-                speedups = [speedup for _, speedup in watched["samples"]]
-                print(f"{label} calibration, threads {watched['threads']}: {min(speedups):.2f} "
-                      f"to {max(speedups):.2f} over {len(speedups)} probes (moved "
-                      f"{watched['moved']:.0%}{'' if watched['steady'] else ', unsteady'})")
+                print(f"{label} calibration, threads {watched['threads']}: "
+                      f"{watched['lowest'] or 0:.2f} to {watched['highest'] or 0:.2f} over "
+                      f"{len(watched['samples'])} probes (moved {watched['moved']:.0%}"
+                      f"{'' if watched['steady'] else ', unsteady'})"
+                      f"{'; ' + watched['error'] if watched['error'] else ''}")
 
     print("\n# repeatability: a second calibration in another process")
     step = 2 ** (1 / CalibrationOptions(effort=args.effort).level.steps_per_octave)

@@ -297,11 +297,11 @@ def probes(monkeypatch):
 @needs_two_cpus
 def test_a_batch_on_two_threads_probes_the_machine_and_says_whether_it_moved(toys, probes):
     registry = toys[0]
-    speedups, asked = iter([1.5, 1.9, 1.0]), []
+    speedups, asked = iter([1.5, 1.9]), []
 
     def probe(threads):
         asked.append(threads)
-        return next(speedups)
+        return np.float32(next(speedups))  # any real number will do
 
     register_machine_probe("test_library", probe)
     register_machine_probe("another_library", lambda threads: 1 / 0)  # no key selected: unused
@@ -310,14 +310,27 @@ def test_a_batch_on_two_threads_probes_the_machine_and_says_whether_it_moved(toy
     # before the first key and after the last (the toy keys take far less than the interval)
     assert asked == [2, 2]
     (watched,) = report.steadiness
-    assert (watched.library, watched.threads) == ("test_library", 2)
-    assert [speedup for _, speedup in watched.samples] == [1.5, 1.9]
-    assert watched.samples[0][0] <= watched.samples[1][0]
+    assert (watched.library, watched.threads, watched.error) == ("test_library", 2, None)
+    assert watched.speedups == (1.5, pytest.approx(1.9))
     assert watched.moved == pytest.approx(1.9 / 1.5 - 1) and not watched.steady
-    assert json.loads(json.dumps(report.to_dict()))["steadiness"][0]["steady"] is False
+    written = json.loads(json.dumps(report.to_dict()))["steadiness"][0]
+    assert (written["steady"], written["lowest"]) == (False, 1.5)
     register_machine_probe("test_library", lambda threads: 1.6)
     (still,) = _run(registry, library="test_library", options=two).steadiness
     assert still.moved == 0 and still.steady
+
+
+@needs_two_cpus
+def test_a_long_batch_probes_between_its_keys(toys, probes, monkeypatch):
+    registry, keys, _, _ = toys
+    monkeypatch.setattr(steadiness, "PROBE_INTERVAL", 0.0)
+    register_machine_probe("test_library", lambda threads: 1.6)
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="quick"))
+    (watched,) = report.steadiness
+    assert len(watched.samples) == len(report.calibrated) + 1  # before each key, and after
+    times = [at for at, _ in watched.samples]
+    assert times == sorted(times)
 
 
 def test_one_thread_and_unprobed_libraries_are_not_probed(toys, probes):
@@ -331,15 +344,25 @@ def test_one_thread_and_unprobed_libraries_are_not_probed(toys, probes):
 
 
 @needs_two_cpus
-@pytest.mark.parametrize("nonsense", [0, -1.0, float("nan"), float("inf"), True, "fast", None])
-def test_a_probe_that_returns_no_speedup_publishes_nothing(toys, probes, nonsense):
-    registry = toys[0]
-    register_machine_probe("test_library", lambda threads: nonsense)
+@pytest.mark.parametrize(("probe", "error"), [
+    (lambda threads: 0, "returned 0"),
+    (lambda threads: -1.0, "returned -1.0"),
+    (lambda threads: float("nan"), "returned nan"),
+    (lambda threads: float("inf"), "returned inf"),
+    (lambda threads: True, "returned True"),
+    (lambda threads: "fast", "returned 'fast'"),
+    (lambda threads: 1 / 0, "raised ZeroDivisionError"),
+])
+def test_a_failing_probe_is_reported_and_costs_nothing_else(toys, probes, probe, error):
+    registry, keys, _, _ = toys
+    register_machine_probe("test_library", probe)
     before = registry.generation
-    with pytest.raises(CalibrationError, match="probe of library 'test_library' returned"):
-        _run(registry, library="test_library",
-             options=CalibrationOptions(threads=2, effort="quick"))
-    assert registry.generation == before
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="quick"))
+    assert registry.generation == before + 1 and len(report.calibrated) == len(keys)
+    (watched,) = report.steadiness
+    assert error in watched.error and not watched.steady and watched.samples == ()
+    assert json.loads(json.dumps(report.to_dict()))["steadiness"][0]["error"] == watched.error
 
 
 @pytest.mark.parametrize(("library", "probe"), [("", abs), (None, abs), ("lib", 3)])

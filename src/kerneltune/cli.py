@@ -1,7 +1,8 @@
 """The ``kerneltune`` command line.
 
 Each subcommand is a thin shell over the public API, so anything it prints can
-also be had from Python; errors are one line on stderr and exit status 2.
+also be had from Python; errors are one line on stderr and exit status 2, and
+``calibrate --require-steady`` exits with status 3 when the machine moved.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -18,6 +20,12 @@ from . import __version__
 from .cpu import FILE_FORMAT, SCHEMA_VERSION, current_execution, detect_cpu_descriptor
 from .errors import KernelTuningError
 from .files import write_atomically
+
+if TYPE_CHECKING:
+    from .calibration import Steadiness
+
+#: exit status of ``calibrate --require-steady`` when a machine probe saw the machine move
+UNSTEADY = 3
 
 
 def _cpu(args: argparse.Namespace) -> None:
@@ -38,7 +46,7 @@ def _value(text: str) -> object:
     return value if isinstance(value, bool | int | float | str) else text
 
 
-def _calibrate(args: argparse.Namespace) -> None:
+def _calibrate(args: argparse.Namespace) -> int:
     from .calibration import CalibrationOptions, calibrate_registered_kernels, thread_counts
 
     threads = args.threads or thread_counts(len(current_execution().affinity))
@@ -64,16 +72,11 @@ def _calibrate(args: argparse.Namespace) -> None:
                           f"{decision.value}")
         for skipped in report.skipped:
             print(f"  skipped {skipped.key}: {skipped.reason}")
-        for watched in report.steadiness:
-            speedups = [speedup for _, speedup in watched.samples]
-            print(f"  machine probe of {watched.library}: {count}-thread speedup "
-                  f"{min(speedups):.2f} to {max(speedups):.2f} over {len(speedups)} probes")
-            if not watched.steady:
-                print(f"  warning: the machine's parallel speed moved by {watched.moved:.0%} "
-                      f"during this calibration, and crossovers move with it: these values "
-                      f"may not repeat; calibrate again on a quieter machine before shipping "
-                      f"them")
-        if args.save:
+        _print_steadiness(report.steadiness)
+        moved = not all(probe.steady for probe in report.steadiness)
+        if args.save and moved and args.require_steady:
+            print("  not saved to the cache: the machine moved (--require-steady)")
+        elif args.save:
             from .cache import update_kernel_tuning_cache
 
             saved = update_kernel_tuning_cache(report.successful_profiles)
@@ -85,6 +88,23 @@ def _calibrate(args: argparse.Namespace) -> None:
         text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
         write_atomically(Path(args.report), text + "\n")
         print(f"report written to {args.report}")
+    if args.require_steady and not all(p.steady for r in reports for p in r.steadiness):
+        return UNSTEADY
+    return 0
+
+
+def _print_steadiness(watched: Sequence[Steadiness]) -> None:
+    for probe in watched:
+        if probe.samples:
+            print(f"  machine probe of {probe.library}: {probe.threads}-thread speedup "
+                  f"{min(probe.speedups):.2f} to {max(probe.speedups):.2f} over "
+                  f"{len(probe.samples)} probes")
+        if probe.error is not None:
+            print(f"  warning: the machine probe of {probe.library} stopped: {probe.error}")
+        elif not probe.steady:
+            print(f"  warning: the machine's parallel speed moved by {probe.moved:.0%} during "
+                  f"this calibration, and crossovers move with it: these values may not "
+                  f"repeat; calibrate again on a quieter machine before shipping them")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -128,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--save", action="store_true",
                            help="persist the calibrated values to the user calibration cache "
                                 "(KERNELTUNE_CACHE), where later processes load them")
+    calibrate.add_argument("--require-steady", action="store_true",
+                           help=f"exit with status {UNSTEADY} and save nothing of a thread "
+                                f"count whose machine probe saw the machine move (or failed)")
     calibrate.set_defaults(run=_calibrate)
     return parser
 
@@ -135,8 +158,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        args.run(args)
+        return args.run(args) or 0
     except (KernelTuningError, OSError) as error:
         print(f"kerneltune {args.command}: {error}", file=sys.stderr)
         return 2
-    return 0

@@ -493,21 +493,23 @@ class GemmCalibration(KernelCalibration):
                         self._tolerance())
 
 
-#: the machine probe's call: Add on FLOAT operands of this many elements, forced parallel
-PROBE_ELEMENTS = 32768
+#: the machine probe's call: Add on FLOAT operands of this many elements per thread (the
+#: portable grain), forced parallel
+PROBE_ELEMENTS_PER_THREAD = 16384
 
 
 def machine_probe(add: Kernel) -> Callable[[int], float]:
-    """The probe: serial time / parallel time of ``add`` on :data:`PROBE_ELEMENTS` FLOAT elements.
+    """The probe: serial time / parallel time of ``add`` on FLOAT operands.
 
-    A call near the crossovers, where the parallel run's fixed costs still
-    weigh, so the probe moves when they do; measured as a search at normal
-    effort measures.
+    :data:`PROBE_ELEMENTS_PER_THREAD` per thread: a call near the crossovers,
+    where the parallel run's fixed costs still weigh, so the probe moves when
+    they do; measured as a search at normal effort measures.
     """
     level = EFFORTS["normal"]
 
     def probe(threads: int) -> float:
-        x = randn_tensor(FLOAT, (PROBE_ELEMENTS,), 0)  # made here: registration is at import
+        # made here: registration is at import
+        x = randn_tensor(FLOAT, (PROBE_ELEMENTS_PER_THREAD * threads,), 0)
         prepared = add.prepare(FLOAT, add.configure(FLOAT, {PARALLEL_MINIMUM: 1}), threads)
         serial, parallel = measure([functools.partial(prepared.run_serial, x, x),
                                     functools.partial(prepared.run, x, x)],
