@@ -131,9 +131,10 @@ def _tanhf(x, out):
     """tanh on float32 by two rational approximations, selected per lane.
 
     xsimd's float tanh evaluates exp, a polynomial and a division for every lane
-    and selects; this takes 0.72x its time and is within 1 ulp of the correctly
-    rounded result for every float32 (the tests sweep them). With ``a = |x|``
-    (tanh rounds to 1 from about 9.01):
+    and selects; this took 0.72x its time (8192 elements in cache, one run) and
+    is within 1 ulp of the correctly rounded result for every float32 (each was
+    checked when the coefficients were set; the tests sample every binade).
+    With ``a = |x|`` (tanh rounds to 1 from about 9.01):
 
     - ``a < 1``: ``tanh(a) = a - a**3 * h(a*a)``, ``h`` a (2, 1) rational;
     - ``a >= 1``: ``tanh(a) = 1 - R(min(a, 9.1) - 1)``, ``R`` a (5, 6) rational.
