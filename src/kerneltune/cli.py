@@ -50,7 +50,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from .calibration import CalibrationOptions, calibrate_registered_kernels, thread_counts
 
     threads = args.threads or thread_counts(len(current_execution().affinity))
-    reports = []
+    reports, moved = [], False
     for count in threads:
         options = CalibrationOptions(
             threads=count, effort=args.effort, time_budget_per_key=args.time_budget_per_key,
@@ -73,8 +73,9 @@ def _calibrate(args: argparse.Namespace) -> int:
         for skipped in report.skipped:
             print(f"  skipped {skipped.key}: {skipped.reason}")
         _print_steadiness(report.steadiness)
-        moved = not all(probe.steady for probe in report.steadiness)
-        if args.save and moved and args.require_steady:
+        still = all(probe.steady for probe in report.steadiness)
+        moved |= not still
+        if args.save and not still and args.require_steady:
             print("  not saved to the cache: the machine moved (--require-steady)")
         elif args.save:
             from .cache import update_kernel_tuning_cache
@@ -88,7 +89,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
         write_atomically(Path(args.report), text + "\n")
         print(f"report written to {args.report}")
-    if args.require_steady and not all(p.steady for r in reports for p in r.steadiness):
+    if args.require_steady and moved:
         return UNSTEADY
     return 0
 
@@ -97,8 +98,7 @@ def _print_steadiness(watched: Sequence[Steadiness]) -> None:
     for probe in watched:
         if probe.samples:
             print(f"  machine probe of {probe.library}: {probe.threads}-thread speedup "
-                  f"{min(probe.speedups):.2f} to {max(probe.speedups):.2f} over "
-                  f"{len(probe.samples)} probes")
+                  f"{probe.lowest:.2f} to {probe.highest:.2f} over {len(probe.samples)} probes")
         if probe.error is not None:
             print(f"  warning: the machine probe of {probe.library} stopped: {probe.error}")
         elif not probe.steady:

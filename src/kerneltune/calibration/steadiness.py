@@ -71,10 +71,17 @@ class Steadiness:
         return tuple(speedup for _, speedup in self.samples)
 
     @property
+    def lowest(self) -> float | None:
+        return min(self.speedups, default=None)
+
+    @property
+    def highest(self) -> float | None:
+        return max(self.speedups, default=None)
+
+    @property
     def moved(self) -> float:
         """How far the speedup moved: highest / lowest - 1 (0 without samples)."""
-        speedups = self.speedups
-        return max(speedups) / min(speedups) - 1.0 if speedups else 0.0
+        return self.highest / self.lowest - 1.0 if self.samples else 0.0
 
     @property
     def steady(self) -> bool:
@@ -82,10 +89,9 @@ class Steadiness:
         return self.error is None and bool(self.samples) and self.moved <= STEADY_TOLERANCE
 
     def to_dict(self) -> dict[str, object]:
-        speedups = self.speedups
         return {"library": self.library, "threads": self.threads,
                 "samples": [list(sample) for sample in self.samples],
-                "lowest": min(speedups, default=None), "highest": max(speedups, default=None),
+                "lowest": self.lowest, "highest": self.highest,
                 "moved": self.moved, "steady": self.steady, "error": self.error}
 
 
