@@ -27,7 +27,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
 import math
@@ -41,10 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from kerneltune import KernelTuningKey
-from kerneltune.calibration import CalibrationOptions, randn_tensor
+from kerneltune.calibration import CalibrationOptions
 from kerneltune.calibration.measure import Deadline, measure
 from kerneltune.cpu import current_execution
-from kerneltune.kernels import catalog, library
+from kerneltune.kernels import library
 from kerneltune.kernels.calibrate import (
     BROADCAST_MINIMUM,
     CONVERSION_MINIMUM,
@@ -53,6 +52,7 @@ from kerneltune.kernels.calibrate import (
     PARALLEL_MINIMUM,
     ElementwiseCalibration,
     _grain_of,
+    machine_probe,
 )
 from kerneltune.schema import element_type_number
 
@@ -76,25 +76,15 @@ THRESHOLDS = {PARALLEL_MINIMUM: 1, BROADCAST_MINIMUM: 1, CONVERSION_MINIMUM: 1,
 PROBES = (("Abs", "INT8", 65536), ("Add", "FLOAT", 32768), ("Abs", "DOUBLE", 16384))
 
 
-def machine_probe(rounds: int) -> list[float]:
+def machine_probes(rounds: int) -> list[float]:
     """Serial time / 2-thread time of each probe, measured as calibration measures.
 
     Taken before, between and after the two calibrations: when these move, the
     crossovers move with them, and no search can repeat what the machine does not.
     """
     kernels = library()
-    speedups = []
-    for name, element_type, size in PROBES:
-        kernel = kernels[name]
-        number = element_type_number(element_type)
-        prepared = kernel.prepare(number, kernel.configure(number, {PARALLEL_MINIMUM: 1}), 2)
-        x = randn_tensor(element_type, (size,), 0)
-        inputs = (x,) if name in catalog.UNARY else (x, x)
-        serial, parallel = measure([functools.partial(prepared.run_serial, *inputs),
-                                    functools.partial(prepared.run, *inputs)], rounds, 0.0004,
-                                   Deadline(math.inf, "none"))
-        speedups.append(serial.median / parallel.median)
-    return speedups
+    return [machine_probe(kernels[name], element_type_number(element_type), size // 2,
+                          rounds)(2) for name, element_type, size in PROBES]
 
 
 def full_calibration(effort: str, directory: Path, name: str) -> list[dict]:
@@ -245,15 +235,15 @@ def main() -> int:
 
     print(f"# calibration cost ({args.effort} effort, every calibratable key)")
     with tempfile.TemporaryDirectory() as directory:
-        probes = [machine_probe(args.rounds)]
+        probes = [machine_probes(args.rounds)]
         first = full_calibration(args.effort, Path(directory), "first")
         # the gain right after the calibration it judges, before the machine moves on
         values_of = values_by_key(first[1])
         rows = elementwise_gain(values_of, args.effort, args.rounds)
         gemm_rows = gemm_gain(values_of, args.rounds)
-        probes.append(machine_probe(args.rounds))
+        probes.append(machine_probes(args.rounds))
         second = full_calibration(args.effort, Path(directory), "second")
-        probes.append(machine_probe(args.rounds))
+        probes.append(machine_probes(args.rounds))
     total = sum(batch["seconds"] for batch in first)
     for batch in first:
         changed = sum(1 for r in batch["calibrated"] for d in r["decisions"] if d["changed"])

@@ -498,23 +498,27 @@ class GemmCalibration(KernelCalibration):
 PROBE_ELEMENTS_PER_THREAD = 16384
 
 
-def machine_probe(add: Kernel) -> Callable[[int], float]:
-    """The probe: serial time / parallel time of ``add`` on FLOAT operands.
+def machine_probe(kernel: ElementwiseKernel, element_type: int = FLOAT,
+                  elements_per_thread: int = PROBE_ELEMENTS_PER_THREAD,
+                  repetitions: int = EFFORTS["normal"].repetitions) -> Callable[[int], float]:
+    """A probe: serial time / parallel time of ``kernel``, forced parallel.
 
-    :data:`PROBE_ELEMENTS_PER_THREAD` per thread: a call near the crossovers,
-    where the parallel run's fixed costs still weigh, so the probe moves when
-    they do; measured as a search at normal effort measures.
+    The library's probe is Add on FLOAT operands, :data:`PROBE_ELEMENTS_PER_THREAD`
+    per thread: a call near the crossovers, where the parallel run's fixed costs
+    still weigh, so the probe moves when they do; measured as a search at normal
+    effort measures.
     """
-    level = EFFORTS["normal"]
+    sample_seconds = EFFORTS["normal"].minimum_sample_seconds
 
     def probe(threads: int) -> float:
         # made here: registration is at import
-        x = randn_tensor(FLOAT, (PROBE_ELEMENTS_PER_THREAD * threads,), 0)
-        prepared = add.prepare(FLOAT, add.configure(FLOAT, {PARALLEL_MINIMUM: 1}), threads)
-        serial, parallel = measure([functools.partial(prepared.run_serial, x, x),
-                                    functools.partial(prepared.run, x, x)],
-                                   level.repetitions, level.minimum_sample_seconds,
-                                   Deadline(math.inf, "none"))
+        x = randn_tensor(element_type, (elements_per_thread * threads,), 0)
+        inputs = (x, x) if isinstance(kernel, BinaryKernel) else (x,)
+        config = kernel.configure(element_type, {PARALLEL_MINIMUM: 1})
+        prepared = kernel.prepare(element_type, config, threads)
+        serial, parallel = measure([functools.partial(prepared.run_serial, *inputs),
+                                    functools.partial(prepared.run, *inputs)],
+                                   repetitions, sample_seconds, Deadline(math.inf, "none"))
         return serial.median / parallel.median
 
     return probe
