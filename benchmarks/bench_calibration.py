@@ -290,8 +290,10 @@ def main() -> int:
             for watched in batch["steadiness"]:
                 print(f"{label} calibration, threads {watched['threads']}: "
                       f"{watched['lowest'] or 0:.2f} to {watched['highest'] or 0:.2f} over "
-                      f"{len(watched['samples'])} probes (moved {watched['moved']:.0%}"
-                      f"{'' if watched['steady'] else ', unsteady'})"
+                      f"{len(watched['samples'])} probes (moved {watched['moved']:.0%}), "
+                      f"reference state {watched['reference'] or 0:.2f}; "
+                      f"{len(watched['remeasured'])} keys measured again, "
+                      f"{len(watched['unsettled'])} never in the reference state"
                       f"{'; ' + watched['error'] if watched['error'] else ''}")
 
     print("\n# repeatability: a second calibration in another process")

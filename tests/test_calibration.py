@@ -294,43 +294,121 @@ def probes(monkeypatch):
     return steadiness._PROBES
 
 
-@needs_two_cpus
-def test_a_batch_on_two_threads_probes_the_machine_and_says_whether_it_moved(toys, probes):
-    registry = toys[0]
-    speedups, asked = iter([1.5, 1.9]), []
+def _scripted_probe(speedups, asked=None):
+    """A probe returning ``speedups`` in turn, then the last of them forever."""
+    script = iter(speedups)
+    last = [speedups[-1]]
 
     def probe(threads):
-        asked.append(threads)
-        return np.float32(next(speedups))  # any real number will do
+        if asked is not None:
+            asked.append(threads)
+        last[0] = next(script, last[0])
+        return np.float32(last[0])  # any real number will do
 
-    register_machine_probe("test_library", probe)
-    register_machine_probe("another_library", lambda threads: 1 / 0)  # no key selected: unused
-    two = CalibrationOptions(threads=2, effort="quick")
-    report = _run(registry, library="test_library", options=two)
-    # before the first key and after the last (the toy keys take far less than the interval)
-    assert asked == [2, 2]
-    (watched,) = report.steadiness
-    assert (watched.library, watched.threads, watched.error) == ("test_library", 2, None)
-    assert watched.speedups == (1.5, pytest.approx(1.9))
-    assert watched.moved == pytest.approx(1.9 / 1.5 - 1) and not watched.steady
-    written = json.loads(json.dumps(report.to_dict()))["steadiness"][0]
-    assert (written["steady"], written["lowest"]) == (False, 1.5)
-    register_machine_probe("test_library", lambda threads: 1.6)
-    (still,) = _run(registry, library="test_library", options=two).steadiness
-    assert still.moved == 0 and still.steady
+    return probe
 
 
 @needs_two_cpus
-def test_a_long_batch_probes_between_its_keys(toys, probes, monkeypatch):
+def test_a_batch_on_two_threads_probes_the_machine_around_each_key(toys, probes):
     registry, keys, _, _ = toys
-    monkeypatch.setattr(steadiness, "PROBE_INTERVAL", 0.0)
-    register_machine_probe("test_library", lambda threads: 1.6)
+    asked = []
+    speedups = [1.5, 1.6, 1.4, 1.9, 1.5, 1.62, 1.5, 1.45, 1.55]
+    register_machine_probe("test_library", _scripted_probe(speedups, asked))
+    register_machine_probe("another_library", lambda threads: 1 / 0)  # no key selected: unused
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="quick"))
+    # before the first key and after each: a probe between two keys serves both
+    assert asked == [2] * (len(keys) + 1)
+    assert [r.machine_probe for r in report.calibrated] == [
+        pytest.approx((a, b)) for a, b in zip(speedups[:-1], speedups[1:], strict=True)]
+    (watched,) = report.steadiness
+    assert (watched.library, watched.threads, watched.error) == ("test_library", 2, None)
+    assert watched.speedups == pytest.approx(speedups)
+    times = [at for at, _ in watched.samples]
+    assert times == sorted(times)
+    assert watched.moved == pytest.approx(1.9 / 1.4 - 1)
+    # the third-highest speedup: one lucky probe (1.9) does not set the reference
+    assert watched.reference == pytest.approx(1.6)
+    assert watched.steady and watched.remeasured == watched.unsettled == ()
+    written = json.loads(json.dumps(report.to_dict()))
+    assert written["steadiness"][0]["reference"] == pytest.approx(1.6)
+    assert written["calibrated"][0]["machine_probe"] == pytest.approx([1.5, 1.6])
+
+
+@needs_two_cpus
+def test_keys_measured_while_the_machine_was_slow_are_measured_again(toys, probes):
+    registry, keys, calls, _ = toys
+    # probe 3 follows the third key and precedes the fourth: both were measured around it
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]))
+    before = registry.generation
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="thorough"))
+    order = [r.key for r in report.calibrated]
+    assert sorted(map(str, order)) == sorted(map(str, keys))
+    assert calls == order + order[2:4]
+    (watched,) = report.steadiness
+    assert watched.remeasured == tuple(map(str, order[2:4])) and watched.unsettled == ()
+    assert watched.steady and watched.lowest == pytest.approx(0.7)
+    assert all(r.machine_probe == pytest.approx((1.0, 1.0)) for r in report.calibrated)
+    assert registry.generation == before + 1 and len(report.successful_profiles) == len(keys)
+
+
+@needs_two_cpus
+def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys, probes):
+    registry, keys, calls, _ = toys
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="thorough"))
+    order = [r.key for r in report.calibrated]
+    slow = tuple(map(str, order[3:]))
+    (watched,) = report.steadiness
+    assert watched.unsettled == watched.remeasured == slow and not watched.steady
+    assert len(calls) > len(keys)  # measured again, until the time allowed ran out
+    assert len(report.successful_profiles) == len(keys)
+    assert json.loads(json.dumps(report.to_dict()))["steadiness"][0]["unsettled"] == list(slow)
+
+
+@needs_two_cpus
+def test_quick_effort_measures_no_key_twice(toys, probes):
+    registry, keys, calls, _ = toys
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="quick"))
     (watched,) = report.steadiness
-    assert len(watched.samples) == len(report.calibrated) + 1  # before each key, and after
-    times = [at for at, _ in watched.samples]
-    assert times == sorted(times)
+    assert len(calls) == len(keys) and watched.remeasured == ()
+    assert watched.unsettled == tuple(str(r.key) for r in report.calibrated[3:])
+
+
+@needs_two_cpus
+def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
+    registry, keys, _, _ = toys
+    measured = []
+
+    def calibrate(context):
+        measured.append(context.key)
+        if measured.count(context.key) > 1:
+            context.stop("per-key")
+            return {"parallel.minimum_elements": 1}
+        return {"parallel.minimum_elements": 5000}
+
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]))
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="thorough"))
+    assert len(measured) > len(keys) and not report.skipped
+    assert all(r.values["parallel.minimum_elements"] == 5000 and not r.stopped_early
+               for r in report.calibrated)
+
+
+def test_the_reference_state_is_the_fastest_that_three_probes_reached():
+    assert steadiness.reference_speedup([]) is None
+    assert steadiness.reference_speedup([0.7]) == 0.7
+    assert steadiness.reference_speedup([1.0, 0.7]) == 0.7  # too few to tell
+    assert steadiness.reference_speedup([1.3, 1.0, 1.05, 0.7, 1.02, 0.71]) == 1.02
+    assert steadiness.in_reference_state([1.0, 0.85], 1.02)
+    assert not steadiness.in_reference_state([1.0, 0.84], 1.02)
+    assert steadiness.in_reference_state([0.5], None)
 
 
 def test_one_thread_and_unprobed_libraries_are_not_probed(toys, probes):

@@ -2,7 +2,8 @@
 
 Each subcommand is a thin shell over the public API, so anything it prints can
 also be had from Python; errors are one line on stderr and exit status 2, and
-``calibrate --require-steady`` exits with status 3 when the machine moved.
+``calibrate --require-steady`` exits with status 3 when keys could not be
+measured with the machine in its reference state.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .files import write_atomically
 if TYPE_CHECKING:
     from .calibration import Steadiness
 
-#: exit status of ``calibrate --require-steady`` when a machine probe saw the machine move
+#: exit status of ``calibrate --require-steady`` when keys were only measured in a slow state
 UNSTEADY = 3
 
 
@@ -76,7 +77,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         still = all(probe.steady for probe in report.steadiness)
         moved |= not still
         if args.save and not still and args.require_steady:
-            print("  not saved to the cache: the machine moved (--require-steady)")
+            print("  not saved to the cache: keys were measured with the machine slower than "
+                  "its reference state (--require-steady)")
         elif args.save:
             from .cache import update_kernel_tuning_cache
 
@@ -95,16 +97,26 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _print_steadiness(watched: Sequence[Steadiness]) -> None:
+    from .calibration.steadiness import STEADY_TOLERANCE
+
     for probe in watched:
         if probe.samples:
             print(f"  machine probe of {probe.library}: {probe.threads}-thread speedup "
-                  f"{probe.lowest:.2f} to {probe.highest:.2f} over {len(probe.samples)} probes")
+                  f"{probe.lowest:.2f} to {probe.highest:.2f} over {len(probe.samples)} probes, "
+                  f"reference state {probe.reference:.2f}")
+        if probe.remeasured:
+            print(f"  {len(probe.remeasured)} keys measured again: the machine was more than "
+                  f"{STEADY_TOLERANCE:.0%} slower than its reference state while they were "
+                  f"measured; {len(probe.remeasured) - len(probe.unsettled)} of them settled")
         if probe.error is not None:
             print(f"  warning: the machine probe of {probe.library} stopped: {probe.error}")
         elif not probe.steady:
-            print(f"  warning: the machine's parallel speed moved by {probe.moved:.0%} during "
-                  f"this calibration, and crossovers move with it: these values may not "
+            print(f"  warning: {len(probe.unsettled)} keys were measured only while the "
+                  f"machine's parallel speed was more than {STEADY_TOLERANCE:.0%} below its "
+                  f"reference state, and crossovers move with it: their values may not "
                   f"repeat; calibrate again on a quieter machine before shipping them")
+            for key in probe.unsettled:
+                print(f"    {key}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -150,7 +162,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "(KERNELTUNE_CACHE), where later processes load them")
     calibrate.add_argument("--require-steady", action="store_true",
                            help=f"exit with status {UNSTEADY} and save nothing of a thread "
-                                f"count whose machine probe saw the machine move (or failed)")
+                                f"count with keys measured only while the machine probe saw "
+                                f"the machine slower than its reference state (or failed)")
     calibrate.set_defaults(run=_calibrate)
     return parser
 

@@ -11,6 +11,7 @@ Calibration never writes the cache; pass ``successful_profiles`` to
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -177,6 +178,71 @@ def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot:
     return None
 
 
+def _measure_keys(
+    queue: Iterable[KernelTuningKey],
+    calibrate: Callable[[KernelTuningKey, dict], CalibrationReport],
+    monitor: SteadinessMonitor,
+    remeasure_factor: float,
+    total: Deadline | None,
+) -> tuple[dict[KernelTuningKey, CalibrationReport], list[KeyOutcome], list[KernelTuningKey],
+           list[KernelTuningKey]]:
+    """Each key once; then, while probes say the machine was slow for some, those again.
+
+    Measuring again stops when every key is settled or after ``remeasure_factor``
+    times the first pass's time: a slow spell may outlast any budget, and a
+    key measured again in it gets no worse values. Returns the reports of
+    keys calibrated, the keys a budget stopped, the keys measured again and
+    those never settled. A second measurement cut short by a budget leaves the
+    first one standing.
+    """
+    reports: dict[KernelTuningKey, CalibrationReport] = {}
+    stopped: list[KeyOutcome] = []
+    # keys of one element type run together and share their inputs, dropped at the next type
+    inputs: dict[tuple, object] = {}
+    last: tuple[str, float | None] | None = None  # the library probed last, and its speedup
+
+    def measure(key: KernelTuningKey) -> CalibrationReport:
+        nonlocal last
+        if inputs and next(iter(inputs))[0] != key.element_type:
+            inputs.clear()
+        before = last[1] if last and last[0] == key.library else monitor.sample(key.library)
+        report = calibrate(key, inputs)
+        last = (key.library, monitor.sample(key.library))
+        return dataclasses.replace(report, machine_probe=tuple(
+            s for s in (before, last[1]) if s is not None))
+
+    def unsettled() -> list[KernelTuningKey]:
+        return [key for key, report in reports.items()
+                if not monitor.settled(key.library, report.machine_probe)]
+
+    start = time.perf_counter()
+    for key in queue:
+        if total is not None and total.remaining <= 0:
+            stopped.append(KeyOutcome(key, "total time budget exhausted before this key"))
+            continue
+        report = measure(key)
+        if report.stopped_early:
+            stopped.append(KeyOutcome(key, f"not published: {report.stopped_early}", report))
+        else:
+            reports[key] = report
+    until = time.perf_counter() + remeasure_factor * (time.perf_counter() - start)
+    if total is not None:
+        until = min(until, total.at)
+    remeasured: list[KernelTuningKey] = []
+    pending = unsettled()
+    while pending and time.perf_counter() < until:
+        for key in pending:
+            if time.perf_counter() >= until:
+                break
+            report = measure(key)
+            if not report.stopped_early:
+                reports[key] = report
+            if key not in remeasured:
+                remeasured.append(key)
+        pending = unsettled()
+    return reports, stopped, remeasured, pending
+
+
 def calibrate_kernel_thresholds(
     keys: Iterable[KernelTuningKey],
     options: CalibrationOptions | None = None,
@@ -197,41 +263,33 @@ def calibrate_kernel_thresholds(
     start = time.perf_counter()
     total = None if options.time_budget is None else Deadline(start + options.time_budget,
                                                               "total")
-    calibrated, skipped, unsupported, profiles = [], [], [], []
-    # keys of one element type run together and share their inputs, dropped at the next type
-    inputs: dict[tuple, object] = {}
+    skipped, unsupported, queue = [], [], {}
     with threadpool_limits(limits=execution.effective_threads, user_api="blas"):
         environment = types.MappingProxyType(_environment())
-        monitor = SteadinessMonitor((k.library for k in keys), execution.effective_threads)
         for key in sorted(keys, key=lambda k: k.element_type):
-            if inputs and next(iter(inputs))[0] != key.element_type:
-                inputs.clear()
             fn = _FUNCTIONS.get(key)
             verdict = _skip_reason(key, fn, snapshot, execution, options, only_missing)
-            if verdict is not None:
+            if verdict is None:
+                queue[key] = fn
+            else:
                 (unsupported if verdict[0] == "unsupported" else skipped).append(
                     KeyOutcome(key, verdict[1]))
-                continue
-            if total is not None and total.remaining <= 0:
-                skipped.append(KeyOutcome(key, "total time budget exhausted before this key"))
-                continue
-            monitor.probe()
-            report = _calibrate(key, fn, snapshot, execution, options, total, inputs,
-                                environment)
-            if report.stopped_early:
-                skipped.append(KeyOutcome(key, f"not published: {report.stopped_early}",
-                                          report))
-                continue
-            calibrated.append(report)
-            profiles.append(KernelTuningProfile(key, report.values, execution=execution,
-                                                origin="calibration",
-                                                report_digest=report.digest))
-        steadiness = monitor.finish()
+        monitor = SteadinessMonitor((k.library for k in queue), execution.effective_threads)
+        reports, stopped, remeasured, unsettled = _measure_keys(
+            queue, lambda key, inputs: _calibrate(key, queue[key], snapshot, execution, options,
+                                                  total, inputs, environment),
+            monitor, options.level.remeasure_factor, total)
+        steadiness = monitor.finish(remeasured, unsettled)
+    skipped += stopped
+    calibrated = tuple(reports.values())
+    profiles = [KernelTuningProfile(report.key, report.values, execution=execution,
+                                    origin="calibration", report_digest=report.digest)
+                for report in calibrated]
     generation = None
     if profiles:
         registry.register_profiles(profiles)
         generation = registry.generation
-    return CalibrationBatchReport(tuple(calibrated), tuple(skipped), tuple(unsupported),
+    return CalibrationBatchReport(calibrated, tuple(skipped), tuple(unsupported),
                                   tuple(profiles), execution, generation,
                                   time.perf_counter() - start, steadiness)
 

@@ -80,6 +80,8 @@ class CalibrationReport:
     comparison: tuple[Mapping[str, object], ...] = field(default=())
     #: what else shaped the timings: environment variables and the thread pools loaded
     environment: Mapping[str, object] = field(default_factory=dict)
+    #: the machine probe's speedups just before and after this measurement (see .steadiness)
+    machine_probe: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -94,6 +96,7 @@ class CalibrationReport:
             "comparison": [dict(c) for c in self.comparison],
             "seconds": self.seconds,
             "stopped_early": self.stopped_early,
+            "machine_probe": list(self.machine_probe),
         }
 
     @property
@@ -122,8 +125,9 @@ class CalibrationBatchReport:
     ``successful_profiles`` are the calibrated profiles the batch published
     (``generation`` is the registry generation that holds them); pass them to
     ``update_kernel_tuning_cache`` to keep them. ``steadiness`` holds what the
-    machine probes saw (see :mod:`.steadiness`): a batch whose probe moved
-    measured a moving machine, and its values may not repeat.
+    machine probes saw (see :mod:`.steadiness`) and which keys they sent back
+    to be measured again; a key that never measured in the machine's
+    reference state may not repeat.
     """
 
     calibrated: tuple[CalibrationReport, ...]

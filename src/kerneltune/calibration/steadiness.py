@@ -1,17 +1,25 @@
-"""Whether the machine held still while calibration measured it.
+"""Which state the machine was in while calibration measured a key, and measuring again.
 
 A serial/parallel crossover moves with the machine's parallel speed, and on a
-shared host that speed can move by 40% within a minute while nothing in the
-calibrating process changes (a neighbour loads the core under the second
-vCPU, the host moves it). No search can repeat what the machine does not, so
-a batch for more than one thread watches: a kernel library registers a probe,
-and the batch runs each selected library's probe before its first key,
-between keys every :data:`PROBE_INTERVAL` seconds and after its last key. Its
-report says how far the probe's speedup moved, so a farm job can repeat a
-calibration of a moving machine instead of shipping it.
+shared host that speed jumps between states while nothing in the calibrating
+process changes (a neighbour loads the core under the second vCPU, the host
+moves it). On the 2-CPU virtual machine of the README's figures, the probe's
+2-thread speedup flips between about 1.05 and about 0.70, each state lasting
+from seconds to minutes, and a key's crossover moves by two to four times
+with it; within one state, calibration repeats.
 
-A probe only advises: one that fails or returns no speedup is recorded in the
-report, never a reason to lose the batch's measurements.
+So a batch for more than one thread watches: a kernel library registers a
+probe, and the batch probes just before and after each key. The batch's
+reference state is the fastest the probe saw, as the :data:`REFERENCE_RANK`-th
+highest speedup, so that one or two lucky probes do not set it. A key with a
+probe more than :data:`STEADY_TOLERANCE` below the reference was measured in
+a slower state, or across a change, and is measured again after the others,
+as often as the effort level allows. Calibrating the machine in its fastest
+state is the repeatable choice, for the reason a benchmark's minimum time is:
+a neighbour only ever slows the machine down, and its slow spells come and go.
+
+A probe only advises: one that fails or returns no speedup is recorded, never a
+reason to lose the batch's measurements, and its keys count as measured.
 """
 
 from __future__ import annotations
@@ -20,14 +28,16 @@ import math
 import numbers
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-#: seconds between two probes of one batch (a probe takes about 10 ms)
-PROBE_INTERVAL = 10.0
-#: speedups further apart than this fraction mean the machine moved during the batch. On
-#: the 2-CPU virtual machine of the README's figures, a calm batch's probe moved 11% over
-#: 15 probes; batches whose values did not repeat moved 56% to 68%.
+from ..schema import KernelTuningKey
+
+#: how many probes must reach a speedup for it to be the reference state's
+REFERENCE_RANK = 3
+#: a probe this fraction below the reference was taken in a slower state. On the 2-CPU
+#: virtual machine of the README's figures, probes within one state stay within 11% of
+#: each other; the two states are 50% apart.
 STEADY_TOLERANCE = 0.20
 
 #: ``probe(threads)``: serial time / time on ``threads`` threads of one fixed call
@@ -43,7 +53,8 @@ def register_machine_probe(library: str, probe: MachineProbe) -> None:
     ``probe(threads)`` times one fixed call of the library serially and on
     ``threads`` threads and returns the serial time over the parallel one; a
     call near the library's serial/parallel crossovers moves most with the
-    machine. A later registration for the library replaces the earlier one.
+    machine. It runs twice per key, so it should take milliseconds. A later
+    registration for the library replaces the earlier one.
     """
     if not isinstance(library, str) or not library:
         raise TypeError(f"expected a library name, got {library!r}")
@@ -53,18 +64,37 @@ def register_machine_probe(library: str, probe: MachineProbe) -> None:
         _PROBES[library] = probe
 
 
+def reference_speedup(speedups: Iterable[float]) -> float | None:
+    """The speedup of the fastest state that :data:`REFERENCE_RANK` probes reached.
+
+    With fewer probes than that, the slowest of them: too few to tell a state
+    from a lucky probe, so every probe counts as the reference state.
+    """
+    ranked = sorted(speedups, reverse=True)
+    return ranked[min(REFERENCE_RANK, len(ranked)) - 1] if ranked else None
+
+
+def in_reference_state(speedups: Iterable[float], reference: float | None) -> bool:
+    """Whether every one of ``speedups`` is within the tolerance of ``reference``."""
+    return reference is None or all(s * (1.0 + STEADY_TOLERANCE) >= reference for s in speedups)
+
+
 @dataclass(frozen=True)
 class Steadiness:
-    """One library's probe over a batch.
+    """One library's probe over a batch, and which keys it sent back to be measured again.
 
     ``samples`` are (seconds since the batch began, speedup) pairs; ``error``
-    says why probing stopped, if a probe failed.
+    says why probing stopped, if a probe failed. ``remeasured`` names the keys
+    measured more than once, ``unsettled`` those that never were in the
+    reference state (their last measurement is published).
     """
 
     library: str
     threads: int
     samples: tuple[tuple[float, float], ...]
     error: str | None = None
+    remeasured: tuple[str, ...] = ()
+    unsettled: tuple[str, ...] = ()
 
     @property
     def speedups(self) -> tuple[float, ...]:
@@ -79,24 +109,29 @@ class Steadiness:
         return max(self.speedups, default=None)
 
     @property
+    def reference(self) -> float | None:
+        return reference_speedup(self.speedups)
+
+    @property
     def moved(self) -> float:
         """How far the speedup moved: highest / lowest - 1 (0 without samples)."""
         return self.highest / self.lowest - 1.0 if self.samples else 0.0
 
     @property
     def steady(self) -> bool:
-        """The probe ran throughout and its speedup moved by at most the tolerance."""
-        return self.error is None and bool(self.samples) and self.moved <= STEADY_TOLERANCE
+        """The probe ran throughout and every key was measured in the reference state."""
+        return self.error is None and bool(self.samples) and not self.unsettled
 
     def to_dict(self) -> dict[str, object]:
         return {"library": self.library, "threads": self.threads,
                 "samples": [list(sample) for sample in self.samples],
-                "lowest": self.lowest, "highest": self.highest,
-                "moved": self.moved, "steady": self.steady, "error": self.error}
+                "lowest": self.lowest, "highest": self.highest, "reference": self.reference,
+                "moved": self.moved, "steady": self.steady, "error": self.error,
+                "remeasured": list(self.remeasured), "unsettled": list(self.unsettled)}
 
 
 class SteadinessMonitor:
-    """The probes of one batch: :meth:`probe` before each key, :meth:`finish` after the last."""
+    """The probes of one batch: :meth:`sample` around each key, :meth:`settled` to judge it."""
 
     def __init__(self, libraries: Iterable[str], threads: int):
         with _PROBES_LOCK:
@@ -106,36 +141,44 @@ class SteadinessMonitor:
                         if library in probes} if threads > 1 else {}
         self._threads = threads
         self._start = time.perf_counter()
-        self._last = -math.inf
         self._samples: dict[str, list[tuple[float, float]]] = {name: [] for name in self._probes}
         self._errors: dict[str, str] = {}
 
-    def probe(self, due: bool = False) -> None:
-        """Probe if :data:`PROBE_INTERVAL` has passed since the last probe (or ``due``)."""
-        if not due and time.perf_counter() - self._last < PROBE_INTERVAL:
-            return
-        for library, probe in self._probes.items():
-            if library not in self._errors:
-                self._run(library, probe)
-        self._last = time.perf_counter()
-
-    def _run(self, library: str, probe: MachineProbe) -> None:
+    def sample(self, library: str) -> float | None:
+        """The library's probe now; None if it has none or its probe failed."""
+        probe = self._probes.get(library)
+        if probe is None or library in self._errors:
+            return None
         try:
             speedup = probe(self._threads)
         except Exception as error:  # a probe advises: it never costs the batch
             self._errors[library] = f"the probe raised {type(error).__name__}: {error}"
-            return
+            return None
         if (isinstance(speedup, bool) or not isinstance(speedup, numbers.Real)
                 or not 0 < float(speedup) < math.inf):
             self._errors[library] = f"the probe returned {speedup!r}; expected a speedup > 0"
-            return
+            return None
         self._samples[library].append((time.perf_counter() - self._start, float(speedup)))
+        return float(speedup)
 
-    def finish(self) -> tuple[Steadiness, ...]:
-        """A last probe, if the batch probed at all, and every probed library's result."""
-        if self._last == -math.inf:
-            return ()
-        self.probe(due=True)
-        return tuple(Steadiness(library, self._threads, tuple(self._samples[library]),
-                                self._errors.get(library))
-                     for library in self._probes)
+    def settled(self, library: str, speedups: Sequence[float]) -> bool:
+        """Whether a key probed at ``speedups`` was in the reference state seen so far.
+
+        Without a working probe, nothing can be judged, and every key counts as settled.
+        """
+        if library not in self._probes or library in self._errors:
+            return True
+        return in_reference_state(speedups, reference_speedup(s for _, s in
+                                                              self._samples[library]))
+
+    def finish(self, remeasured: Iterable[KernelTuningKey] = (),
+               unsettled: Iterable[KernelTuningKey] = ()) -> tuple[Steadiness, ...]:
+        """Each probed library's samples, with its keys measured again and never settled."""
+        remeasured, unsettled = list(remeasured), list(unsettled)
+        return tuple(
+            Steadiness(library, self._threads, tuple(self._samples[library]),
+                       self._errors.get(library),
+                       tuple(str(key) for key in remeasured if key.library == library),
+                       tuple(str(key) for key in unsettled if key.library == library))
+            for library in self._probes
+            if self._samples[library] or library in self._errors)
