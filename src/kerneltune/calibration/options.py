@@ -44,7 +44,7 @@ class Effort:
 EFFORTS: Mapping[str, Effort] = types.MappingProxyType({
     effort.name: effort for effort in (
         Effort("quick", 5, 1, 0.0002, 5.0, 1 << 22, 1, 0.0),
-        Effort("normal", 7, 2, 0.0004, 15.0, 1 << 23, 2, 0.75),
+        Effort("normal", 7, 2, 0.0004, 15.0, 1 << 23, 2, 0.5),
         Effort("thorough", 11, 4, 0.001, 60.0, 1 << 24, 2, 2.0),
     )
 })

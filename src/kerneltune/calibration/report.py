@@ -42,7 +42,7 @@ class Decision:
     """The value chosen for one parameter, the value in use before, and why.
 
     ``measured`` is the value the measurements placed before the rules that
-    keep a value in use within one grid step (None when they placed none):
+    keep a value in use near it (None when they placed none):
     what another parameter derived from this one follows.
     """
 

@@ -149,9 +149,10 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
             highest = _walk(outcome, BELOW, start + 1, 1, len(sizes))
             found = 1 + max(i for i in range(start + 1, highest + 1)
                             if outcome(i) == BELOW and outcome(i - 1) == BELOW)
-            if found == len(sizes):
-                return 2 * sizes[-1], (f"{below_name} beats {above_name} on {where} up to the "
-                                       f"largest size, {sizes[-1]}"), candidates
+            if found == len(sizes):  # the crossover lies beyond the grid: one step beyond
+                beyond = sizes[-1] * sizes[-1] // sizes[-2]
+                return beyond, (f"{below_name} beats {above_name} on {where} up to the largest "
+                                f"size, {sizes[-1]}"), candidates
             return sizes[found], (f"{below_name} beats {above_name} on {where} below size "
                                   f"{sizes[found]}"), candidates
     except BudgetExhausted as exhausted:
@@ -206,31 +207,40 @@ def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Cros
     return record_crossover(context, problem, size, reason, candidates)
 
 
+#: How far apart two calibrations of one key measure its crossover, in octaves of size.
+#: On the 2-CPU virtual machine of the README's figures, keys measured in the same
+#: machine state came out up to half an octave apart (one step of the normal grid);
+#: values that are to repeat need a dead band of twice that.
+RESOLUTION_OCTAVES = 1.0
+#: grid sizes are rounded to the kernels' alignment, so octaves between them are not exact
+_ROUNDING_OCTAVES = 0.1
+
+
 def record_crossover(context: CalibrationContext, problem: Crossover, size: int | None,
                      reason: str, candidates: Sequence[Candidate]) -> Decision:
     """The decision for a crossover measured at ``size`` (None: none found, keep the value).
 
-    One grid step is within what the measurements can tell apart, so a value in
-    use that switches within one step of the crossover (either side) is kept,
-    and a crossover farther away moves the value to one step short of it,
-    toward the value in use. Stopping short keeps the decision continuous:
-    crossovers measured one step apart (the noise of two runs) give values at
-    most one step apart, where keeping the whole step around the value in use
-    and moving to the crossover beyond it would put two steps between them.
+    A value in use that switches within :data:`RESOLUTION_OCTAVES` of the
+    measured crossover (either side) is as good as the measurements can tell,
+    and is kept. A crossover farther away moves the value to the grid size as
+    far short of it, toward the value in use. Stopping short keeps the
+    decision continuous: crossovers measured one grid step apart give values
+    at most one step apart, where keeping the whole band around the value in
+    use and moving to the crossover beyond it would put the band between them.
     """
     if size is None:
         return context.keep(problem.parameter, f"kept: {reason}", candidates)
     measured = problem.value_of(size)
-    previous = max((s for s in problem.sizes if s < size), default=0)
-    following = min((s for s in problem.sizes if s > size), default=size)
-    if previous < problem.baseline_size <= following:
+    octaves = math.log2(problem.baseline_size / size)
+    if abs(octaves) <= RESOLUTION_OCTAVES + _ROUNDING_OCTAVES:
         return context.keep(problem.parameter,
-                            f"kept: the value in use switches within one grid step of the "
-                            f"measured crossover; {reason}", candidates, measured)
-    short = following if size < problem.baseline_size else previous
+                            f"kept: the value in use switches within {RESOLUTION_OCTAVES:g} "
+                            f"octave of the measured crossover; {reason}", candidates, measured)
+    target = math.log2(size) + math.copysign(RESOLUTION_OCTAVES, octaves)
+    short = min(problem.sizes, key=lambda s: abs(math.log2(s) - target))
     return context.decide(problem.parameter, problem.value_of(short),
-                          f"{reason}; set one grid step short of it ({short}), toward the value "
-                          f"in use", candidates, measured)
+                          f"{reason}; set {RESOLUTION_OCTAVES:g} octave short of it ({short}), "
+                          f"toward the value in use", candidates, measured)
 
 
 @dataclass(frozen=True)

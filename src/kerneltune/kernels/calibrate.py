@@ -193,7 +193,7 @@ class ElementwiseCalibration(KernelCalibration):
     def _conversion(self, context: CalibrationContext, grain: Decision) -> None:
         """The conversion grain takes the computation grain's value whenever that was measured.
 
-        A kept grain counts too (the crossover fell within one grid step of it):
+        A kept grain counts too (the crossover fell within an octave of it):
         following only a moved grain would leave the conversions at their own
         default beside a grain measured with them, and two runs a grid step
         apart would differ by far more in the conversion grain.
