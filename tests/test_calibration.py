@@ -323,7 +323,7 @@ def test_a_batch_on_two_threads_probes_the_machine_around_each_key(toys, probes)
         pytest.approx((a, b)) for a, b in zip(speedups[:-1], speedups[1:], strict=True)]
     (watched,) = report.steadiness
     assert (watched.library, watched.threads, watched.error) == ("test_library", 2, None)
-    assert watched.figures == pytest.approx(speedups)
+    assert watched.speedups == pytest.approx(speedups)
     times = [at for at, _ in watched.samples]
     assert times == sorted(times)
     assert watched.moved == pytest.approx(1.9 / 1.4 - 1)
@@ -402,28 +402,23 @@ def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
 
 
 def test_the_reference_state_is_the_fastest_that_three_probes_reached():
-    assert steadiness.reference_figure([]) is None
-    assert steadiness.reference_figure([0.7]) == 0.7
-    assert steadiness.reference_figure([1.0, 0.7]) == 0.7  # too few to tell
-    assert steadiness.reference_figure([1.3, 1.0, 1.05, 0.7, 1.02, 0.71]) == 1.02
+    assert steadiness.reference_speedup([]) is None
+    assert steadiness.reference_speedup([0.7]) == 0.7
+    assert steadiness.reference_speedup([1.0, 0.7]) == 0.7  # too few to tell
+    assert steadiness.reference_speedup([1.3, 1.0, 1.05, 0.7, 1.02, 0.71]) == 1.02
     assert steadiness.in_reference_state([1.0, 0.85], 1.02)
     assert not steadiness.in_reference_state([1.0, 0.84], 1.02)
     assert steadiness.in_reference_state([0.5], None)
 
 
-def test_unprobed_libraries_are_not_probed(toys, probes):
+def test_one_thread_and_unprobed_libraries_are_not_probed(toys, probes):
     registry = toys[0]
-    register_machine_probe("another_library", lambda threads: 1 / 0)
+    register_machine_probe("test_library", lambda threads: 1 / 0)
     assert _run(registry, library="test_library").steadiness == ()
-
-
-def test_a_one_thread_batch_probes_on_one_thread(toys, probes):
-    registry, keys, _, _ = toys
-    asked = []
-    register_machine_probe("test_library", _scripted_probe([3.0], asked))
-    report = _run(registry, library="test_library")
-    (watched,) = report.steadiness
-    assert asked == [1] * (len(keys) + 1) and watched.threads == 1 and watched.steady
+    probes.clear()
+    if CPUS >= 2:
+        assert _run(registry, library="test_library",
+                    options=CalibrationOptions(threads=2, effort="quick")).steadiness == ()
 
 
 @needs_two_cpus

@@ -101,19 +101,18 @@ def _print_steadiness(watched: Sequence[Steadiness]) -> None:
 
     for probe in watched:
         if probe.samples:
-            print(f"  machine probe of {probe.library} on {probe.threads} threads: "
+            print(f"  machine probe of {probe.library}: {probe.threads}-thread speedup "
                   f"{probe.lowest:.2f} to {probe.highest:.2f} over {len(probe.samples)} probes, "
                   f"reference state {probe.reference:.2f}")
         if probe.remeasured:
             print(f"  {len(probe.remeasured)} keys measured again: the machine was more than "
                   f"{STEADY_TOLERANCE:.0%} slower than its reference state while they were "
-                  f"measured; {len(set(probe.remeasured) - set(probe.unsettled))} of them "
-                  f"settled")
+                  f"measured; {len(probe.remeasured) - len(probe.unsettled)} of them settled")
         if probe.error is not None:
             print(f"  warning: the machine probe of {probe.library} stopped: {probe.error}")
         elif not probe.steady:
             print(f"  warning: {len(probe.unsettled)} keys were measured only while the "
-                  f"machine was more than {STEADY_TOLERANCE:.0%} slower than its "
+                  f"machine's parallel speed was more than {STEADY_TOLERANCE:.0%} below its "
                   f"reference state, and crossovers move with it: their values may not "
                   f"repeat; calibrate again on a quieter machine before shipping them")
             for key in probe.unsettled:

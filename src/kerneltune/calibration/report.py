@@ -80,7 +80,7 @@ class CalibrationReport:
     comparison: tuple[Mapping[str, object], ...] = field(default=())
     #: what else shaped the timings: environment variables and the thread pools loaded
     environment: Mapping[str, object] = field(default_factory=dict)
-    #: the machine probe's figures just before and after this measurement (see .steadiness)
+    #: the machine probe's speedups just before and after this measurement (see .steadiness)
     machine_probe: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, object]:

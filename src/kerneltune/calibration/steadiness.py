@@ -1,26 +1,24 @@
 """Which state the machine was in while calibration measured a key, and measuring again.
 
-A crossover moves with the machine's speed, and on a shared host that speed
-jumps between states while nothing in the calibrating process changes (a
-neighbour loads the core under the second vCPU, or the sibling of the first,
-the host moves one). On the 2-CPU virtual machine of the README's figures,
-the 2-thread speedup of the library's probe flips between about 1.05 and
-about 0.70, each state lasting from seconds to minutes, and a key's
-serial/parallel crossover moves by two to four times with it; on one thread,
-the compiled Gemm slows by a third in some spells while BLAS slows by a
-tenth. Within one state, calibration repeats.
+A serial/parallel crossover moves with the machine's parallel speed, and on a
+shared host that speed jumps between states while nothing in the calibrating
+process changes (a neighbour loads the core under the second vCPU, the host
+moves it). On the 2-CPU virtual machine of the README's figures, the probe's
+2-thread speedup flips between about 1.05 and about 0.70, each state lasting
+from seconds to minutes, and a key's crossover moves by two to four times
+with it; within one state, calibration repeats.
 
-So a batch watches: a kernel library registers a probe, and the batch probes
-just before and after each key. The batch's reference state is the fastest
-the probe saw, as the :data:`REFERENCE_RANK`-th highest figure, so that one
-or two lucky probes do not set it. A key with a probe more than
-:data:`STEADY_TOLERANCE` below the reference was measured in a slower state,
-or across a change, and is measured again after the others, for as long as
-the effort level allows. Calibrating the machine in its fastest state is the
-repeatable choice, for the reason a benchmark's minimum time is: a neighbour
-only ever slows the machine down, and its spells come and go.
+So a batch for more than one thread watches: a kernel library registers a
+probe, and the batch probes just before and after each key. The batch's
+reference state is the fastest the probe saw, as the :data:`REFERENCE_RANK`-th
+highest speedup, so that one or two lucky probes do not set it. A key with a
+probe more than :data:`STEADY_TOLERANCE` below the reference was measured in
+a slower state, or across a change, and is measured again after the others,
+as often as the effort level allows. Calibrating the machine in its fastest
+state is the repeatable choice, for the reason a benchmark's minimum time is:
+a neighbour only ever slows the machine down, and its slow spells come and go.
 
-A probe only advises: one that fails or returns no figure is recorded, never a
+A probe only advises: one that fails or returns no speedup is recorded, never a
 reason to lose the batch's measurements, and its keys count as measured.
 """
 
@@ -35,15 +33,14 @@ from dataclasses import dataclass
 
 from ..schema import KernelTuningKey
 
-#: how many probes must reach a figure for it to be the reference state's
+#: how many probes must reach a speedup for it to be the reference state's
 REFERENCE_RANK = 3
 #: a probe this fraction below the reference was taken in a slower state. On the 2-CPU
 #: virtual machine of the README's figures, probes within one state stay within 11% of
 #: each other; the two states are 50% apart.
 STEADY_TOLERANCE = 0.20
 
-#: ``probe(threads)``: how fast the machine runs the library on ``threads`` threads (higher
-#: is faster; only its ratios to the batch's other probes count)
+#: ``probe(threads)``: serial time / time on ``threads`` threads of one fixed call
 MachineProbe = Callable[[int], float]
 
 _PROBES: dict[str, MachineProbe] = {}
@@ -53,12 +50,11 @@ _PROBES_LOCK = threading.Lock()
 def register_machine_probe(library: str, probe: MachineProbe) -> None:
     """Watch the machine with ``probe`` while keys of ``library`` are calibrated.
 
-    ``probe(threads)`` returns a figure of how fast the machine runs the
-    library's calls on ``threads`` threads, higher when faster: on several
-    threads, say, the serial time over the parallel time of a call near the
-    library's crossovers, which moves most with the machine. It runs once
-    between two keys, so it should take milliseconds. A later registration for
-    the library replaces the earlier one.
+    ``probe(threads)`` times one fixed call of the library serially and on
+    ``threads`` threads and returns the serial time over the parallel one; a
+    call near the library's serial/parallel crossovers moves most with the
+    machine. It runs twice per key, so it should take milliseconds. A later
+    registration for the library replaces the earlier one.
     """
     if not isinstance(library, str) or not library:
         raise TypeError(f"expected a library name, got {library!r}")
@@ -68,26 +64,26 @@ def register_machine_probe(library: str, probe: MachineProbe) -> None:
         _PROBES[library] = probe
 
 
-def reference_figure(figures: Iterable[float]) -> float | None:
-    """The figure of the fastest state that :data:`REFERENCE_RANK` probes reached.
+def reference_speedup(speedups: Iterable[float]) -> float | None:
+    """The speedup of the fastest state that :data:`REFERENCE_RANK` probes reached.
 
     With fewer probes than that, the slowest of them: too few to tell a state
     from a lucky probe, so every probe counts as the reference state.
     """
-    ranked = sorted(figures, reverse=True)
+    ranked = sorted(speedups, reverse=True)
     return ranked[min(REFERENCE_RANK, len(ranked)) - 1] if ranked else None
 
 
-def in_reference_state(figures: Iterable[float], reference: float | None) -> bool:
-    """Whether every one of ``figures`` is within the tolerance of ``reference``."""
-    return reference is None or all(s * (1.0 + STEADY_TOLERANCE) >= reference for s in figures)
+def in_reference_state(speedups: Iterable[float], reference: float | None) -> bool:
+    """Whether every one of ``speedups`` is within the tolerance of ``reference``."""
+    return reference is None or all(s * (1.0 + STEADY_TOLERANCE) >= reference for s in speedups)
 
 
 @dataclass(frozen=True)
 class Steadiness:
     """One library's probe over a batch, and which keys it sent back to be measured again.
 
-    ``samples`` are (seconds since the batch began, figure) pairs; ``error``
+    ``samples`` are (seconds since the batch began, speedup) pairs; ``error``
     says why probing stopped, if a probe failed. ``remeasured`` names the keys
     measured more than once, ``unsettled`` those that never were in the
     reference state (their last measurement is published).
@@ -101,24 +97,24 @@ class Steadiness:
     unsettled: tuple[str, ...] = ()
 
     @property
-    def figures(self) -> tuple[float, ...]:
-        return tuple(figure for _, figure in self.samples)
+    def speedups(self) -> tuple[float, ...]:
+        return tuple(speedup for _, speedup in self.samples)
 
     @property
     def lowest(self) -> float | None:
-        return min(self.figures, default=None)
+        return min(self.speedups, default=None)
 
     @property
     def highest(self) -> float | None:
-        return max(self.figures, default=None)
+        return max(self.speedups, default=None)
 
     @property
     def reference(self) -> float | None:
-        return reference_figure(self.figures)
+        return reference_speedup(self.speedups)
 
     @property
     def moved(self) -> float:
-        """How far the figure moved: highest / lowest - 1 (0 without samples)."""
+        """How far the speedup moved: highest / lowest - 1 (0 without samples)."""
         return self.highest / self.lowest - 1.0 if self.samples else 0.0
 
     @property
@@ -140,8 +136,9 @@ class SteadinessMonitor:
     def __init__(self, libraries: Iterable[str], threads: int):
         with _PROBES_LOCK:
             probes = dict(_PROBES)
+        # one thread measures no parallel run, so the machine's parallel speed is moot
         self._probes = {library: probes[library] for library in sorted(set(libraries))
-                        if library in probes}
+                        if library in probes} if threads > 1 else {}
         self._threads = threads
         self._start = time.perf_counter()
         self._samples: dict[str, list[tuple[float, float]]] = {name: [] for name in self._probes}
@@ -153,25 +150,25 @@ class SteadinessMonitor:
         if probe is None or library in self._errors:
             return None
         try:
-            figure = probe(self._threads)
+            speedup = probe(self._threads)
         except Exception as error:  # a probe advises: it never costs the batch
             self._errors[library] = f"the probe raised {type(error).__name__}: {error}"
             return None
-        if (isinstance(figure, bool) or not isinstance(figure, numbers.Real)
-                or not 0 < float(figure) < math.inf):
-            self._errors[library] = f"the probe returned {figure!r}; expected a figure > 0"
+        if (isinstance(speedup, bool) or not isinstance(speedup, numbers.Real)
+                or not 0 < float(speedup) < math.inf):
+            self._errors[library] = f"the probe returned {speedup!r}; expected a speedup > 0"
             return None
-        self._samples[library].append((time.perf_counter() - self._start, float(figure)))
-        return float(figure)
+        self._samples[library].append((time.perf_counter() - self._start, float(speedup)))
+        return float(speedup)
 
-    def settled(self, library: str, figures: Sequence[float]) -> bool:
-        """Whether a key probed at ``figures`` was in the reference state seen so far.
+    def settled(self, library: str, speedups: Sequence[float]) -> bool:
+        """Whether a key probed at ``speedups`` was in the reference state seen so far.
 
         Without a working probe, nothing can be judged, and every key counts as settled.
         """
         if library not in self._probes or library in self._errors:
             return True
-        return in_reference_state(figures, reference_figure(s for _, s in
+        return in_reference_state(speedups, reference_speedup(s for _, s in
                                                               self._samples[library]))
 
     def finish(self, remeasured: Iterable[KernelTuningKey] = (),

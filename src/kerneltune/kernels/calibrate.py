@@ -41,7 +41,7 @@ from ..calibration.measure import Deadline, measure
 from ..dtypes import NUMPY_DTYPES
 from .base import CHUNK_ALIGNMENT, LIBRARY, Kernel
 from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel
-from .gemm import DOUBLE, KU, MR, NR, Gemm, MatMul
+from .gemm import KU, MR, NR, Gemm, MatMul
 
 #: a value no size reaches, which forces the other side of a threshold
 NEVER = 1 << 62
@@ -493,18 +493,9 @@ class GemmCalibration(KernelCalibration):
                         self._tolerance())
 
 
-#: the machine probe's call on several threads: Add on FLOAT operands of this many elements
-#: per thread (the portable grain), forced parallel
+#: the machine probe's call: Add on FLOAT operands of this many elements per thread (the
+#: portable grain), forced parallel
 PROBE_ELEMENTS_PER_THREAD = 16384
-#: the machine probe's call on one thread: a DOUBLE product of this size, compiled path
-PROBE_GEMM_SIZE = 256
-
-
-def _median_seconds(runs: Sequence[Callable[[], object]], repetitions: int) -> list[float]:
-    """Medians of ``runs`` measured together, as a search at normal effort measures."""
-    measured = measure(runs, repetitions, EFFORTS["normal"].minimum_sample_seconds,
-                       Deadline(math.inf, "none"))
-    return [m.median for m in measured]
 
 
 def machine_probe(kernel: ElementwiseKernel, element_type: int = FLOAT,
@@ -512,11 +503,12 @@ def machine_probe(kernel: ElementwiseKernel, element_type: int = FLOAT,
                   repetitions: int = EFFORTS["normal"].repetitions) -> Callable[[int], float]:
     """A probe: serial time / parallel time of ``kernel``, forced parallel.
 
-    The library's probe on several threads is Add on FLOAT operands,
-    :data:`PROBE_ELEMENTS_PER_THREAD` per thread: a call near the crossovers,
-    where the parallel run's fixed costs still weigh, so the probe moves when
-    they do.
+    The library's probe is Add on FLOAT operands, :data:`PROBE_ELEMENTS_PER_THREAD`
+    per thread: a call near the crossovers, where the parallel run's fixed costs
+    still weigh, so the probe moves when they do; measured as a search at normal
+    effort measures.
     """
+    sample_seconds = EFFORTS["normal"].minimum_sample_seconds
 
     def probe(threads: int) -> float:
         # made here: registration is at import
@@ -524,53 +516,23 @@ def machine_probe(kernel: ElementwiseKernel, element_type: int = FLOAT,
         inputs = (x, x) if isinstance(kernel, BinaryKernel) else (x,)
         config = kernel.configure(element_type, {PARALLEL_MINIMUM: 1})
         prepared = kernel.prepare(element_type, config, threads)
-        serial, parallel = _median_seconds([functools.partial(prepared.run_serial, *inputs),
-                                            functools.partial(prepared.run, *inputs)],
-                                           repetitions)
-        return serial / parallel
+        serial, parallel = measure([functools.partial(prepared.run_serial, *inputs),
+                                    functools.partial(prepared.run, *inputs)],
+                                   repetitions, sample_seconds, Deadline(math.inf, "none"))
+        return serial.median / parallel.median
 
     return probe
-
-
-def compiled_gemm_probe(kernel: Gemm, size: int = PROBE_GEMM_SIZE,
-                        repetitions: int = EFFORTS["normal"].repetitions
-                        ) -> Callable[[int], float]:
-    """A probe: products per millisecond of ``kernel``'s compiled path, DOUBLE, ``size`` cubed.
-
-    The library's probe on one thread, where nothing runs in parallel: on the
-    2-CPU virtual machine of the README's figures, the compiled product slows
-    by a third in some spells while the BLAS one slows by a tenth, which moves
-    every crossover between them.
-    """
-
-    def probe(threads: int) -> float:
-        a = randn_tensor(DOUBLE, (size, size), 0)
-        b = randn_tensor(DOUBLE, (size, size), 1)
-        config = kernel.configure(DOUBLE, {BLAS: NEVER})
-        run = kernel.prepare(DOUBLE, config, threads).run
-        (seconds,) = _median_seconds([functools.partial(run, a, b)], repetitions)
-        return 1e-3 / seconds
-
-    return probe
-
-
-def library_probe(parallel: Callable[[int], float], serial: Callable[[int], float]
-                  ) -> Callable[[int], float]:
-    """``parallel`` on several threads, ``serial`` on one."""
-    return lambda threads: parallel(threads) if threads > 1 else serial(threads)
 
 
 def register_calibrations(kernels: Iterable[Kernel]) -> int:
     """Register a calibration function for every (kernel, element type) of the library.
 
-    Add and Gemm also give the machine probe that watches the library's calibrations.
+    Add also gives the machine probe that watches the library's calibrations.
     """
-    kernels = {kernel.name: kernel for kernel in kernels}
-    if "Add" in kernels and "Gemm" in kernels:
-        register_machine_probe(LIBRARY, library_probe(machine_probe(kernels["Add"]),
-                                                      compiled_gemm_probe(kernels["Gemm"])))
     count = 0
-    for kernel in kernels.values():
+    for kernel in kernels:
+        if kernel.name == "Add":
+            register_machine_probe(LIBRARY, machine_probe(kernel))
         kind = GemmCalibration if isinstance(kernel, Gemm) else ElementwiseCalibration
         for element_type in kernel.element_types:
             register_kernel_calibration_function(kernel.tuning_key(element_type),
