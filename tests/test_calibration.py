@@ -354,29 +354,21 @@ def test_keys_measured_while_the_machine_was_slow_are_measured_again(toys, probe
 
 
 @needs_two_cpus
-def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys, probes):
+@pytest.mark.parametrize("effort", ["thorough", "quick"])
+def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys, probes,
+                                                                            effort):
     registry, keys, calls, _ = toys
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
     report = _run(registry, library="test_library",
-                  options=CalibrationOptions(threads=2, effort="thorough"))
-    order = [r.key for r in report.calibrated]
-    slow = tuple(map(str, order[3:]))
+                  options=CalibrationOptions(threads=2, effort=effort))
+    slow = tuple(str(r.key) for r in report.calibrated[3:])
     (watched,) = report.steadiness
-    assert watched.unsettled == watched.remeasured == slow and not watched.steady
-    assert len(calls) > len(keys)  # measured again, until the time allowed ran out
+    assert watched.unsettled == slow and not watched.steady
+    # measured again until the time allowed ran out; quick effort allows none
+    again = effort != "quick"
+    assert watched.remeasured == (slow if again else ()) and (len(calls) > len(keys)) == again
     assert len(report.successful_profiles) == len(keys)
     assert json.loads(json.dumps(report.to_dict()))["steadiness"][0]["unsettled"] == list(slow)
-
-
-@needs_two_cpus
-def test_quick_effort_measures_no_key_twice(toys, probes):
-    registry, keys, calls, _ = toys
-    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
-    report = _run(registry, library="test_library",
-                  options=CalibrationOptions(threads=2, effort="quick"))
-    (watched,) = report.steadiness
-    assert len(calls) == len(keys) and watched.remeasured == ()
-    assert watched.unsettled == tuple(str(r.key) for r in report.calibrated[3:])
 
 
 @needs_two_cpus
