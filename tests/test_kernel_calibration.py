@@ -214,7 +214,8 @@ def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
         [sys.executable, "-m", "kerneltune", "calibrate", "--threads", "1", "--effort", "quick",
          "--kernel", "Relu", "--element-type", "FLOAT", "--report", str(report)],
         capture_output=True, text=True, check=False,
-        env={**os.environ, "OMP_WAIT_POLICY": "active", "KERNELTUNE_CACHE": "off"})
+        env={**os.environ, "OMP_WAIT_POLICY": "active", "OPENBLAS_THREAD_TIMEOUT": "4",
+             "KERNELTUNE_CACHE": "off"})
     assert done.returncode == 0, done.stderr
     assert "threads 1: 1 keys calibrated" in done.stdout
     assert "machine probe" not in done.stdout  # one thread runs nothing in parallel
@@ -223,6 +224,7 @@ def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
     # what else shaped the timings: the OpenMP wait policy, the thread pools loaded
     environment = batch["calibrated"][0]["environment"]
     assert environment["variables"]["OMP_WAIT_POLICY"] == "active"
+    assert environment["variables"]["OPENBLAS_THREAD_TIMEOUT"] == "4"
     assert "openmp" in {pool["user_api"] for pool in environment["thread_pools"]}
     assert not list(tmp_path.glob("*.tmp"))
     umask = os.umask(0)

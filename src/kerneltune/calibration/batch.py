@@ -93,11 +93,13 @@ def _execution(options: CalibrationOptions) -> CpuExecutionDescriptor:
 
 
 #: Environment variables that change what a measurement sees: the OpenMP threads' wait
-#: policy and placement, the BLAS library's threads and kernels, a forced ISA variant.
+#: policy and placement, the BLAS library's threads, kernels and spinning, a forced ISA
+#: variant.
 ENVIRONMENT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES",
                          "OMP_NUM_THREADS", "OMP_DYNAMIC", "OMP_THREAD_LIMIT",
                          "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_BLOCKTIME",
-                         "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "MKL_NUM_THREADS",
+                         "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_THREAD_TIMEOUT",
+                         "MKL_NUM_THREADS",
                          "BLIS_NUM_THREADS", "KERNELTUNE_ISA")
 _POOL_FIELDS = ("user_api", "internal_api", "version", "architecture", "threading_layer",
                 "num_threads")
