@@ -107,7 +107,8 @@ def _print_steadiness(watched: Sequence[Steadiness]) -> None:
         if probe.remeasured:
             print(f"  {len(probe.remeasured)} keys measured again: the machine was more than "
                   f"{STEADY_TOLERANCE:.0%} slower than its reference state while they were "
-                  f"measured; {len(probe.remeasured) - len(probe.unsettled)} of them settled")
+                  f"measured; {len(set(probe.remeasured) - set(probe.unsettled))} of them "
+                  f"settled")
         if probe.error is not None:
             print(f"  warning: the machine probe of {probe.library} stopped: {probe.error}")
         elif not probe.steady:
