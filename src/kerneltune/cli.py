@@ -51,7 +51,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from .calibration import CalibrationOptions, calibrate_registered_kernels, thread_counts
 
     threads = args.threads or thread_counts(len(current_execution().affinity))
-    reports, moved = [], False
+    reports, unsteady = [], False
     for count in threads:
         options = CalibrationOptions(
             threads=count, effort=args.effort, time_budget_per_key=args.time_budget_per_key,
@@ -75,7 +75,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             print(f"  skipped {skipped.key}: {skipped.reason}")
         _print_steadiness(report.steadiness)
         still = all(probe.steady for probe in report.steadiness)
-        moved |= not still
+        unsteady |= not still
         if args.save and not still and args.require_steady:
             print("  not saved to the cache: keys were measured with the machine slower than "
                   "its reference state (--require-steady)")
@@ -91,7 +91,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
         write_atomically(Path(args.report), text + "\n")
         print(f"report written to {args.report}")
-    if args.require_steady and moved:
+    if args.require_steady and unsteady:
         return UNSTEADY
     return 0
 

@@ -4,8 +4,9 @@
 of every selected key (see :mod:`.batch`); the functions use the shared
 searches of :mod:`.search` through a :class:`CalibrationContext`, and every
 measurement and decision ends in a :class:`CalibrationReport`. A kernel
-library may register a machine probe (:mod:`.steadiness`), whose speedups over
-a batch tell whether the machine held still while it was measured.
+library may register a machine probe (:mod:`.steadiness`), run around each key,
+whose speedups send keys measured while the machine was slow back to be
+measured again.
 """
 
 from __future__ import annotations

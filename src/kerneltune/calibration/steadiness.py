@@ -53,7 +53,7 @@ def register_machine_probe(library: str, probe: MachineProbe) -> None:
     ``probe(threads)`` times one fixed call of the library serially and on
     ``threads`` threads and returns the serial time over the parallel one; a
     call near the library's serial/parallel crossovers moves most with the
-    machine. It runs twice per key, so it should take milliseconds. A later
+    machine. It runs once between two keys, so it should take milliseconds. A later
     registration for the library replaces the earlier one.
     """
     if not isinstance(library, str) or not library:
