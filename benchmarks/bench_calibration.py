@@ -21,7 +21,10 @@
    least 90% of keys get identical values and every threshold is within one grid
    step of the first run's.
 
-    python benchmarks/bench_calibration.py [--effort normal|quick] [--rounds 9]
+    python benchmarks/bench_calibration.py [--effort normal|quick] [--rounds 9] [--reports DIR]
+
+``--reports DIR`` keeps both calibrations' full reports (first.json,
+second.json) for a look at why a value differs.
 """
 
 from __future__ import annotations
@@ -230,19 +233,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--effort", default="normal", choices=("quick", "normal", "thorough"))
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--reports", type=Path,
+                        help="keep both calibrations' reports in this directory")
     args = parser.parse_args()
     ok = True
 
     print(f"# calibration cost ({args.effort} effort, every calibratable key)")
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = args.reports or Path(scratch)
+        directory.mkdir(parents=True, exist_ok=True)
         probes = [machine_probes(args.rounds)]
-        first = full_calibration(args.effort, Path(directory), "first")
+        first = full_calibration(args.effort, directory, "first")
         # the gain right after the calibration it judges, before the machine moves on
         values_of = values_by_key(first[1])
         rows = elementwise_gain(values_of, args.effort, args.rounds)
         gemm_rows = gemm_gain(values_of, args.rounds)
         probes.append(machine_probes(args.rounds))
-        second = full_calibration(args.effort, Path(directory), "second")
+        second = full_calibration(args.effort, directory, "second")
         probes.append(machine_probes(args.rounds))
     total = sum(batch["seconds"] for batch in first)
     for batch in first:
@@ -311,6 +318,14 @@ def main() -> int:
         for key, diffs in far.items():
             print(f"    {key}: {'; '.join(diffs)}")
         ok &= share >= 0.9 and not far
+        unsettled = {name for batch in (one, two) for watched in batch["steadiness"]
+                     for name in watched["unsettled"]}
+        settled = [key for key in common if str(key) not in unsettled]
+        if len(settled) < len(common):
+            same = sum(1 for key in settled if before[key] == after[key])
+            print(f"    of the {len(settled)} keys measured in the reference state in both runs: "
+                  f"{same} identical ({same / len(settled) if settled else 0:.0%}), "
+                  f"{sum(1 for key in settled if key in far)} beyond one grid step")
     print("\nall targets met" if ok else "\nsome targets missed")
     return 0 if ok else 1
 

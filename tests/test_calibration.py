@@ -25,9 +25,12 @@ from kerneltune import (
 from kerneltune.calibration import (
     CalibrationOptions,
     Case,
+    Comparison,
     Crossover,
+    Setting,
     calibrate_kernel_thresholds,
     calibrate_registered_kernels,
+    compare_settings,
     decide_crossover,
     geometric_grid,
     is_calibratable,
@@ -513,6 +516,54 @@ def test_a_walk_steps_over_one_size_that_does_not_confirm():
                else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
     assert "from size 8192 on" in decision.reason and decision.value == 8192
+
+
+def test_the_first_step_from_the_start_may_step_over_one_size():
+    """Below wins at the start and beyond, except at the next size: the walk goes on."""
+    context = _context()
+    _synthetic(context, lambda name, n: 1.5 if name == "parallel" and n != 131072 else 1.0)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert "up to the largest size" in decision.reason and decision.changed
+    assert decision.measured == SIZES[-1] * 2 // 2
+
+
+def test_wins_with_a_gap_and_no_two_consecutive_keep_the_value_in_use():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.5 if name == "parallel" and n in (65536, 262144)
+               else 1.0)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert not decision.changed and "no clear winner" in decision.reason
+
+
+def _settings_comparison(context, timings):
+    """Two settings, "in use" and "other", on two cases; ``timings`` gives each round's seconds."""
+    rounds = iter(timings)
+
+    def fake(runs):
+        seconds = next(rounds)
+        return {name: _measurement(seconds[name]) for name in runs}
+
+    context.measure = fake
+    case = Case("unary", lambda size: (np.zeros(1),), lambda size: 8)
+    settings = [Setting(label, {"parallel.minimum_elements": value}, np.copy)
+                for label, value in (("in use", 32768), ("other", 4096))]
+    return compare_settings(context, Comparison([(case, 1), (case, 2)], settings))
+
+
+def test_a_comparison_win_must_hold_when_measured_again():
+    """A baseline caught by a stalled thread once looks slow once: its rival must win twice."""
+    stalled, clean = {"in use": 3.0, "other": 1.0}, {"in use": 1.0, "other": 1.0}
+    result = _settings_comparison(_context(effort="normal"), [stalled, stalled, clean, clean])
+    assert result.chosen.label == "in use" and "did not hold" in result.reason
+    assert len(result.candidates) == 4
+
+
+@pytest.mark.parametrize(("effort", "measured"), [("quick", 2), ("normal", 4)])
+def test_a_comparison_win_that_holds_is_chosen(effort, measured):
+    faster = {"in use": 1.0, "other": 0.5}
+    result = _settings_comparison(_context(effort=effort), [faster] * measured)
+    assert result.chosen.label == "other" and "2.00x" in result.reason
+    assert len(result.candidates) == measured
 
 
 def test_a_lone_win_is_noise():
