@@ -506,6 +506,7 @@ def test_the_crossover_is_the_first_of_two_consecutive_wins():
     assert "from size 16384 on" in decision.reason and "short of it (32768)" in decision.reason
     assert decision.to_dict()["measured"] == 8192
     assert 65536 in measured and 2048 not in measured  # searched around, not everywhere
+    assert max(measured) == 131072  # a win at the start is confirmed by the next size only
     assert context.values["parallel.minimum_elements"] == 16384
     assert all(len(c.measurements) == 2 for c in decision.candidates)
 

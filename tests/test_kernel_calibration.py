@@ -29,6 +29,7 @@ from kerneltune.kernels.calibrate import (
     ElementwiseCalibration,
     GemmCalibration,
     tile_candidates,
+    whole_block_grid,
 )
 from kerneltune.kernels.gemm import KU, MR
 from kerneltune.runtime import RuntimeSession
@@ -128,6 +129,26 @@ def test_gemm_calibration_decides_tiles_algorithms_and_grain(registry):
     assert [row["label"] for row in calibrated.comparison][0] == "tiles 64x256x256"
     assert calibrated.comparison[0]["speedup"] == 1.0
     registry.snapshot().schema(calibrated.key).configure(calibrated.values)  # consistent
+
+
+@pytest.mark.parametrize("steps", [1, 2, 4])
+def test_gemm_grids_are_whole_blocks_of_columns_from_one_block_on(steps):
+    grid = whole_block_grid(16, 4096, steps)
+    assert grid == sorted(set(grid)) and grid[0] == 16 and grid[-1] == 4096
+    assert all(size % NR == 0 for size in grid if size >= NR)
+    assert len([size for size in grid if size < NR]) == 2 * steps  # 16 to 64: a plain grid
+
+
+def test_gemm_searches_sizes_of_whole_column_blocks(registry):
+    """At normal effort a plain grid would hold 181 and 362, where the compiled path zig-zags."""
+    report = _calibrate(registry, 1, kernels=["MatMul"], element_types=["FLOAT"],
+                        options={"effort": "normal"})
+    (calibrated,) = report.calibrated
+    searched = {d.parameter: [c.point for c in d.candidates] for d in calibrated.decisions}
+    for parameter in ("algorithm.blas_minimum_fmas", "algorithm.pack_b_minimum_elements",
+                      "algorithm.vector_blas_minimum_fmas"):
+        assert searched[parameter], parameter
+        assert all(size % NR == 0 for size in searched[parameter] if size >= NR), parameter
 
 
 def test_calibrated_values_reach_new_sessions(registry):

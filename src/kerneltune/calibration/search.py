@@ -143,7 +143,7 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     where = f"{problem.case.name} (margin {margin:.0%})"
     try:
         side = outcome(start)
-        if side == ABOVE and _walk(outcome, ABOVE, start, 1, len(sizes)) > start:
+        if side == ABOVE and _step(outcome, ABOVE, start, 1, len(sizes)) > start:
             lowest = _walk(outcome, ABOVE, start, -1, len(sizes))
             wins = [i for i in range(lowest, start + 1)
                     if outcome(i) == ABOVE and outcome(i + 1) == ABOVE]
@@ -167,21 +167,24 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
                   f"where the value in use switches"), candidates
 
 
-def _walk(outcome: Callable[[int], str], side: str, index: int, step: int, count: int) -> int:
-    """The farthest index reached from ``index`` while ``side`` keeps winning.
+def _step(outcome: Callable[[int], str], side: str, index: int, step: int, count: int) -> int:
+    """The index one step of a walk reaches from ``index``; ``index`` when ``side`` stops winning.
 
     One size that does not confirm the win is stepped over when the next one
     does: the advantage of one side grows steadily with size, so a lone gap
     is noise and should not end the walk.
     """
-    reached = index
-    while 0 <= reached + step < count:
-        if outcome(reached + step) == side:
-            reached += step
-        elif 0 <= reached + 2 * step < count and outcome(reached + 2 * step) == side:
-            reached += 2 * step
-        else:
-            break
+    for reach in (index + step, index + 2 * step):
+        if 0 <= reach < count and outcome(reach) == side:
+            return reach
+    return index
+
+
+def _walk(outcome: Callable[[int], str], side: str, index: int, step: int, count: int) -> int:
+    """The farthest index reached from ``index`` by steps while ``side`` keeps winning."""
+    reached, previous = index, None
+    while reached != previous:
+        reached, previous = _step(outcome, side, reached, step, count), reached
     return reached
 
 
