@@ -94,8 +94,8 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     up while ``below`` keeps winning (from two consecutive wins on; the
     crossover follows the last two consecutive wins of ``below``, or lies
     beyond the grid). A walk, its first step from the start included, steps
-    over one size that does not confirm: a size the kernel handles badly (a
-    Gemm of 181, which fits no tile) should not end the search there; the
+    over one size that does not confirm: one noisy size next to the start
+    should not decide more than one in the middle of a walk, and the
     crossover still needs two consecutive wins. Overlapping measurements at
     the start keep the value in use. Each
     win is measured twice (independently) at normal and thorough effort, so

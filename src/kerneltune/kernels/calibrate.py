@@ -279,9 +279,9 @@ def whole_block_grid(low: int, high: int, steps_per_octave: int) -> list[int]:
 
     The compiled path runs a block narrower than ``NR`` columns in a loop of
     variable length, which gcc vectorises worse: on a plain grid (181, 362)
-    its speed zig-zags from one size to the next, the compiled path ties BLAS
-    at 181 between wins of a quarter at 128 and 256, and a crossover that
-    needs two consecutive wins stops at the first awkward size.
+    its speed zig-zags from one size to the next (it tied BLAS at 181 and 362
+    between wins of a quarter at 128, 256 and 512), and a crossover that
+    needs two consecutive wins stopped at the first awkward size.
     """
     return ([s for s in geometric_grid(low, high, steps_per_octave) if s < NR]
             + geometric_grid(max(low, NR), high, steps_per_octave, NR))
