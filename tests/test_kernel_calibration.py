@@ -140,14 +140,14 @@ def test_gemm_grids_are_whole_blocks_of_columns_from_one_block_on(steps):
 
 
 def test_gemm_searches_sizes_of_whole_column_blocks(registry):
-    """At normal effort a plain grid would hold 181 and 362, where the compiled path zig-zags."""
+    """Thorough effort's plain grid would hold 90, 108, 152 and 181, where the compiled path
+    runs a narrower block; the memory budget keeps the products small (and the test short)."""
     report = _calibrate(registry, 1, kernels=["MatMul"], element_types=["FLOAT"],
-                        options={"effort": "normal"})
+                        options={"effort": "thorough", "memory_budget": 500_000})
     (calibrated,) = report.calibrated
     searched = {d.parameter: [c.point for c in d.candidates] for d in calibrated.decisions}
-    for parameter in ("algorithm.blas_minimum_fmas", "algorithm.pack_b_minimum_elements",
-                      "algorithm.vector_blas_minimum_fmas"):
-        assert searched[parameter], parameter
+    for parameter in ("algorithm.blas_minimum_fmas", "algorithm.vector_blas_minimum_fmas"):
+        assert any(size > NR for size in searched[parameter]), parameter
         assert all(size % NR == 0 for size in searched[parameter] if size >= NR), parameter
 
 

@@ -19,7 +19,8 @@ from ..schema import TuningValue
 class Effort:
     name: str
     repetitions: int
-    #: geometric grid density: sizes grow by 2 ** (1 / steps_per_octave)
+    #: geometric grid density: sizes grow by 2 ** (1 / steps_per_octave); normal effort
+    #: searches whole octaves, what two calibrations resolve (see search.RESOLUTION_OCTAVES)
     steps_per_octave: int
     #: each sample repeats the call until it lasts at least this long
     minimum_sample_seconds: float
@@ -44,7 +45,7 @@ class Effort:
 EFFORTS: Mapping[str, Effort] = types.MappingProxyType({
     effort.name: effort for effort in (
         Effort("quick", 5, 1, 0.0002, 5.0, 1 << 22, 1, 0.0),
-        Effort("normal", 7, 2, 0.0004, 15.0, 1 << 23, 2, 0.5),
+        Effort("normal", 7, 1, 0.0004, 15.0, 1 << 23, 2, 0.5),
         Effort("thorough", 11, 4, 0.001, 60.0, 1 << 24, 2, 2.0),
     )
 })

@@ -217,8 +217,10 @@ def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Cros
 
 #: How far apart two calibrations of one key measure its crossover, in octaves of size.
 #: On the 2-CPU virtual machine of the README's figures, keys measured in the same
-#: machine state came out up to half an octave apart (one step of the normal grid);
-#: values that are to repeat need a dead band of twice that.
+#: machine state came out up to half an octave apart on a grid of two sizes per octave;
+#: values that are to repeat need a dead band of twice that. A grid finer than the band
+#: measures no better, and values a step apart on it differ by noise: normal effort's
+#: grid has one size per octave.
 RESOLUTION_OCTAVES = 1.0
 #: grid sizes are rounded to the kernels' alignment, so octaves between them are not exact
 _ROUNDING_OCTAVES = 0.1
