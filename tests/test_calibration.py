@@ -528,14 +528,6 @@ def test_the_first_step_from_the_start_may_step_over_one_size():
     assert decision.measured == SIZES[-1] * 2 // 2
 
 
-def test_an_overlap_at_the_start_is_the_size_a_walk_steps_over():
-    """Serial ties at the start and wins from the next size to the last: the crossover moves."""
-    context = _context()
-    _synthetic(context, lambda name, n: 1.0 if name == "serial" or n == 65536 else 1.5)
-    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert "up to the largest size" in decision.reason and decision.changed
-
-
 def test_wins_with_a_gap_and_no_two_consecutive_keep_the_value_in_use():
     context = _context()
     _synthetic(context, lambda name, n: 1.5 if name == "parallel" and n in (65536, 262144)

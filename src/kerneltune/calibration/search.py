@@ -93,13 +93,13 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     there (the crossover is then the smallest size of two consecutive wins),
     up while ``below`` keeps winning (from two consecutive wins on; the
     crossover follows the last two consecutive wins of ``below``, or lies
-    beyond the grid). A walk steps over one size that does not confirm, and
-    that size may be the start or the next one: a noisy size there should
-    not decide more than one in the middle of a walk (square Gemms: the
-    compiled path tied BLAS at 128 in one calibration and beat it by 30% at
-    128, 256 and 512 in others). The crossover still needs two consecutive
-    wins, so overlapping measurements around the start keep the value in
-    use. Each
+    beyond the grid). A walk, its first step from the start included, steps
+    over one size that does not confirm: one noisy size next to the start
+    should not decide more than one in the middle of a walk, and the
+    crossover still needs two consecutive wins. Overlapping measurements at
+    the start keep the value in use: there the value in use switches near
+    the crossover, and looking further on each such key cost a sixth more
+    measurements for no key that repeated better. Each
     win is measured twice (independently) at normal and thorough effort, so
     one burst of noise cannot move a threshold.
     """
@@ -144,15 +144,15 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     start = min(range(len(sizes)), key=lambda i: abs(math.log(sizes[i] / problem.baseline_size)))
     where = f"{problem.case.name} (margin {margin:.0%})"
     try:
-        side = outcome(start)  # an overlap there may be the one size a walk steps over
-        if side != BELOW and _step(outcome, ABOVE, start, 1, len(sizes)) > start:
+        side = outcome(start)
+        if side == ABOVE and _step(outcome, ABOVE, start, 1, len(sizes)) > start:
             lowest = _walk(outcome, ABOVE, start, -1, len(sizes))
             wins = [i for i in range(lowest, start + 1)
                     if outcome(i) == ABOVE and outcome(i + 1) == ABOVE]
             if wins:
                 return sizes[wins[0]], (f"{above_name} beats {below_name} on {where} from size "
                                         f"{sizes[wins[0]]} on"), candidates
-        if side != ABOVE and (highest := _walk(outcome, BELOW, start, 1, len(sizes))) > start:
+        if side == BELOW and (highest := _walk(outcome, BELOW, start, 1, len(sizes))) > start:
             wins = [i for i in range(start + 1, highest + 1)
                     if outcome(i) == BELOW and outcome(i - 1) == BELOW]
             if wins and wins[-1] + 1 == len(sizes):  # beyond the grid: one step beyond
