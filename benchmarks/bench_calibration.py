@@ -44,18 +44,16 @@ from pathlib import Path
 import numpy as np
 
 from kerneltune import KernelTuningKey
-from kerneltune.calibration import CalibrationOptions, geometric_grid
+from kerneltune.calibration import CalibrationOptions
 from kerneltune.calibration.measure import Deadline, measure
 from kerneltune.cpu import current_execution
 from kerneltune.kernels import library
-from kerneltune.kernels.base import CHUNK_ALIGNMENT
 from kerneltune.kernels.calibrate import (
     BROADCAST_MINIMUM,
     CONVERSION_MINIMUM,
     MAXIMUM_THREADS,
     NEVER,
     PARALLEL_MINIMUM,
-    SMALLEST_ELEMENTS,
     ElementwiseCalibration,
     _grain_of,
     machine_probe,
@@ -115,9 +113,7 @@ def values_by_key(batch: dict) -> dict[KernelTuningKey, dict]:
 
 def grid_values(calibration: ElementwiseCalibration, context) -> tuple[list[int], list[int]]:
     """The candidate grain values of the search grid, and of a grid twice as fine."""
-    level = context.options.level
-    finer = geometric_grid(SMALLEST_ELEMENTS, level.largest_elements, 2 * level.steps_per_octave,
-                           2 * CHUNK_ALIGNMENT)
+    finer = calibration.sizes(context, 2 * context.options.level.steps_per_octave)
     return (sorted({_grain_of(size) for size in calibration.sizes(context)}),
             sorted({_grain_of(size) for size in finer}))
 

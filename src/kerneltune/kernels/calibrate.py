@@ -130,10 +130,13 @@ class ElementwiseCalibration(KernelCalibration):
             "broadcast": Case("broadcast", broadcast, lambda n: n * (item + out)),
         }
 
-    def sizes(self, context: CalibrationContext) -> list[int]:
+    def sizes(self, context: CalibrationContext, steps_per_octave: int | None = None
+              ) -> list[int]:
+        """The search grid; ``steps_per_octave`` (default: the effort's) lets a benchmark
+        judge the values found against a finer grid."""
         level = context.options.level
-        return geometric_grid(SMALLEST_ELEMENTS, level.largest_elements, level.steps_per_octave,
-                              2 * CHUNK_ALIGNMENT)
+        return geometric_grid(SMALLEST_ELEMENTS, level.largest_elements,
+                              steps_per_octave or level.steps_per_octave, 2 * CHUNK_ALIGNMENT)
 
     def __call__(self, context: CalibrationContext) -> None:
         parameters = context.schema.parameters
