@@ -592,7 +592,7 @@ def test_a_crossover_one_grid_step_below_keeps_the_value_in_use():
     assert decision.measured == 16384  # what a derived parameter follows
 
 
-HALF_OCTAVES = geometric_grid(1024, 524288, 2)  # the grid of normal effort
+HALF_OCTAVES = geometric_grid(1024, 524288, 2)  # finer than the dead band, like thorough's grid
 
 
 def test_on_a_finer_grid_a_crossover_an_octave_away_still_keeps_the_value_in_use():
