@@ -32,7 +32,6 @@ from kerneltune.calibration import (
     calibrate_registered_kernels,
     compare_settings,
     decide_crossover,
-    decide_shared_crossover,
     geometric_grid,
     is_calibratable,
     randn_tensor,
@@ -629,51 +628,6 @@ def test_crossovers_one_step_apart_give_values_at_most_one_step_apart(sizes, ste
     assert values == sorted(values)
     assert all(b <= step * a * 1.01 for a, b in zip(values, values[1:], strict=False))
     assert len(set(values)) > 5  # they do move
-
-
-#: timings of one case of a shared grain, as ``timing(run, size) -> seconds``
-CASE_TIMINGS = {
-    "overlap everywhere": lambda run, n: 1.0 if run == "serial" else 0.97,
-    "parallel from 4096": lambda run, n: 1.0 if run == "serial" or n < 4096 else 0.5,
-    "serial everywhere": lambda run, n: 1.0 if run == "serial" else 1.5,
-}
-
-
-def _shared_crossover(context, few: str, many: str, many_bytes: int = 8):
-    """One grain serving two cases, "few" and "many", timed by the named ``CASE_TIMINGS``."""
-    timings = {"few": CASE_TIMINGS[few], "many": CASE_TIMINGS[many]}
-    _synthetic(context, lambda run, point: timings[point[0]](run, point[1]))
-
-    def problem(name, item):
-        def inputs(size):
-            context._current_size = (name, size)
-            return (np.zeros(1),)
-
-        return Crossover("parallel.minimum_elements", Case(name, inputs, lambda n: n * item),
-                         SIZES, ("serial", np.copy), ("parallel", np.copy),
-                         lambda size: size // 2, 65536)
-
-    return decide_shared_crossover(context, [problem("few", 8), problem("many", many_bytes)])
-
-
-@pytest.mark.parametrize("few", ["overlap everywhere", "parallel from 4096"])
-def test_a_shared_grain_switches_where_the_last_case_pays_off(few):
-    """A case whose crossover is near the value in use, or below it, does not hold it down."""
-    decision = _shared_crossover(_context(), few, "serial everywhere")
-    assert decision.changed and decision.value == SIZES[-1] // 2
-    assert "many: serial beats parallel" in decision.reason
-
-
-def test_a_case_without_a_clear_winner_holds_a_shared_grain_up():
-    decision = _shared_crossover(_context(), "overlap everywhere", "parallel from 4096")
-    assert not decision.changed  # "many" alone would move it down to 4096
-    assert "few: no clear winner" in decision.reason and "from size 4096 on" in decision.reason
-
-
-def test_a_case_that_could_not_be_searched_keeps_a_shared_grain():
-    decision = _shared_crossover(_context(memory_budget=8 * SIZES[-1]), "serial everywhere",
-                                 "serial everywhere", many_bytes=10**6)
-    assert not decision.changed and "many: memory budget" in decision.reason
 
 
 def test_serial_wins_above_the_value_in_use_raise_it():

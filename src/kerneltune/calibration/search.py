@@ -84,23 +84,9 @@ def _with_outcome(candidate: Candidate, outcome: str) -> Candidate:
     return Candidate(candidate.case, candidate.point, candidate.measurements, outcome)
 
 
-@dataclass(frozen=True)
-class CrossoverSearch:
-    """What one crossover search found: ``size`` None keeps the value in use.
-
-    ``near_value_in_use``: the search measured no clear winner around where
-    the value in use switches, so the crossover lies near it (not so after a
-    budget stopped the search or no two sizes fit).
-    """
-
-    size: int | None
-    reason: str
-    candidates: tuple[Candidate, ...]
-    near_value_in_use: bool = False
-
-
-def search_crossover(context: CalibrationContext, problem: Crossover) -> CrossoverSearch:
-    """Where ``above`` starts to win, found from the value in use outwards.
+def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[int | None, str,
+                                                                               list[Candidate]]:
+    """Where ``above`` starts to win, found from the value in use outwards; None keeps it.
 
     The search starts at the grid size nearest to where the value in use
     switches and moves only on evidence: down while ``above`` keeps winning
@@ -118,13 +104,12 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> Crossov
     one burst of noise cannot move a threshold.
     """
     if len(problem.sizes) < 2:
-        return CrossoverSearch(
-            None, f"the search needs two sizes and its grid has {len(problem.sizes)}", ())
+        return None, f"the search needs two sizes and its grid has {len(problem.sizes)}", []
     sizes = [s for s in problem.sizes if context.fits(problem.case.nbytes(s))]
     if len(sizes) < 2:
-        return CrossoverSearch(None, (f"memory budget of {context.options.memory_budget} bytes: "
-                                      f"the search needs two sizes and the smallest takes "
-                                      f"{problem.case.nbytes(problem.sizes[0])} bytes"), ())
+        return None, (f"memory budget of {context.options.memory_budget} bytes: the search "
+                      f"needs two sizes and the smallest takes "
+                      f"{problem.case.nbytes(problem.sizes[0])} bytes"), []
     (below_name, below), (above_name, above) = problem.below, problem.above
     candidates: list[Candidate] = []
     outcomes: dict[int, str] = {}
@@ -156,9 +141,6 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> Crossov
             outcomes[index] = first
         return outcomes[index]
 
-    def found(size: int | None, reason: str, near: bool = False) -> CrossoverSearch:
-        return CrossoverSearch(size, reason, tuple(candidates), near)
-
     start = min(range(len(sizes)), key=lambda i: abs(math.log(sizes[i] / problem.baseline_size)))
     where = f"{problem.case.name} (margin {margin:.0%})"
     try:
@@ -168,23 +150,23 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> Crossov
             wins = [i for i in range(lowest, start + 1)
                     if outcome(i) == ABOVE and outcome(i + 1) == ABOVE]
             if wins:
-                return found(sizes[wins[0]], f"{above_name} beats {below_name} on {where} from "
-                                             f"size {sizes[wins[0]]} on")
+                return sizes[wins[0]], (f"{above_name} beats {below_name} on {where} from size "
+                                        f"{sizes[wins[0]]} on"), candidates
         if side == BELOW and (highest := _walk(outcome, BELOW, start, 1, len(sizes))) > start:
             wins = [i for i in range(start + 1, highest + 1)
                     if outcome(i) == BELOW and outcome(i - 1) == BELOW]
             if wins and wins[-1] + 1 == len(sizes):  # beyond the grid: one step beyond
-                return found(sizes[-1] * sizes[-1] // sizes[-2],
-                             f"{below_name} beats {above_name} on {where} up to the largest "
-                             f"size, {sizes[-1]}")
+                beyond = sizes[-1] * sizes[-1] // sizes[-2]
+                return beyond, (f"{below_name} beats {above_name} on {where} up to the largest "
+                                f"size, {sizes[-1]}"), candidates
             if wins:
-                return found(sizes[wins[-1] + 1], f"{below_name} beats {above_name} on {where} "
-                                                  f"below size {sizes[wins[-1] + 1]}")
+                return sizes[wins[-1] + 1], (f"{below_name} beats {above_name} on {where} below "
+                                             f"size {sizes[wins[-1] + 1]}"), candidates
     except BudgetExhausted as exhausted:
         context.stop(str(exhausted))
-        return found(None, f"{exhausted} time budget exhausted during the search")
-    return found(None, f"no clear winner on {where} at two consecutive sizes from "
-                       f"{sizes[start]}, where the value in use switches", near=True)
+        return None, f"{exhausted} time budget exhausted during the search", candidates
+    return None, (f"no clear winner on {where} at two consecutive sizes from {sizes[start]}, "
+                  f"where the value in use switches"), candidates
 
 
 def _step(outcome: Callable[[int], str], side: str, index: int, step: int, count: int) -> int:
@@ -210,8 +192,8 @@ def _walk(outcome: Callable[[int], str], side: str, index: int, step: int, count
 
 def decide_crossover(context: CalibrationContext, problem: Crossover) -> Decision:
     """Run :func:`search_crossover` and record the decision for ``problem.parameter``."""
-    search = search_crossover(context, problem)
-    return record_crossover(context, problem, search.size, search.reason, search.candidates)
+    size, reason, candidates = search_crossover(context, problem)
+    return record_crossover(context, problem, size, reason, candidates)
 
 
 def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Crossover]
@@ -220,25 +202,18 @@ def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Cros
 
     Each problem is searched on its own; the decision takes the largest of
     their crossovers (compared as parameter values, so cases on different size
-    scales compare). A case with no clear winner where the value in use
-    switches has its crossover near the value in use, so it holds the value
-    up but does not veto a larger crossover of another case: on a two-row
-    product whose B fell in and out of the shared L3 cache at one size, such
-    a veto kept the skinny path's BLAS threshold in one calibration and moved
-    it three octaves in the next. A case that could not be searched (a budget,
-    too few sizes) keeps the value in use.
+    scales compare), and keeps the value in use unless every case found one.
     """
-    searches = [(problem, search_crossover(context, problem)) for problem in problems]
-    reason = "; ".join(f"{problem.case.name}: {search.reason}" for problem, search in searches)
-    candidates = [candidate for _, search in searches for candidate in search.candidates]
-    found = [(problem, search.size) for problem, search in searches if search.size is not None]
-    if not found or any(search.size is None and not search.near_value_in_use
-                        for _, search in searches):
+    found, reasons, candidates = [], [], []
+    for problem in problems:
+        size, reason, measured = search_crossover(context, problem)
+        found.append((problem, size))
+        reasons.append(f"{problem.case.name}: {reason}")
+        candidates += measured
+    reason = "; ".join(reasons)
+    if any(size is None for _, size in found):
         return record_crossover(context, problems[0], None, reason, candidates)
     problem, size = max(found, key=lambda item: item[0].value_of(item[1]))
-    if (len(found) < len(searches)
-            and problem.value_of(size) <= int(context.values[problem.parameter])):
-        return record_crossover(context, problem, None, reason, candidates)
     return record_crossover(context, problem, size, reason, candidates)
 
 
