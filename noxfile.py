@@ -8,6 +8,7 @@ compiles fewer for a fast local run: `nox -s tests -- --variants=baseline -k pro
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -106,8 +107,9 @@ def calibrate(session: nox.Session) -> None:
 
     Builds and installs the package as `tests` does, then runs `kerneltune calibrate` for
     the thread matrix (1, 2, 4, ... and the CPUs this process may use) and writes every
-    measurement and decision to build/calibration-report.json. Other arguments go to
-    `kerneltune calibrate`:
+    measurement and decision to build/calibration-report.json, with OpenBLAS's threads
+    sleeping right after each call (OPENBLAS_THREAD_TIMEOUT=4 unless the environment sets
+    it). Other arguments go to `kerneltune calibrate`:
 
         nox -s calibrate -- --effort quick --kernel Add --threads 2
     """
@@ -115,4 +117,8 @@ def calibrate(session: nox.Session) -> None:
     session.install(*_config_settings(variants), str(ROOT))
     report = ROOT / "build" / "calibration-report.json"
     report.parent.mkdir(exist_ok=True)
-    session.run("kerneltune", "calibrate", f"--report={report}", *arguments)
+    # OpenBLAS's threads must not spin into the compiled kernels measured after a BLAS call
+    # (README, Threads); the value, read when numpy loads, is the one deployments should use
+    timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4")
+    session.run("kerneltune", "calibrate", f"--report={report}", *arguments,
+                env={"OPENBLAS_THREAD_TIMEOUT": timeout})

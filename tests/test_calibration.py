@@ -32,6 +32,7 @@ from kerneltune.calibration import (
     calibrate_registered_kernels,
     compare_settings,
     decide_crossover,
+    decide_shared_crossover,
     geometric_grid,
     is_calibratable,
     randn_tensor,
@@ -445,6 +446,28 @@ def test_a_bad_probe_registration_is_refused(probes, library, probe):
     assert probes == {}
 
 
+@pytest.mark.parametrize(("timeout", "threads", "warns"), [
+    (None, 2, True), ("28", 4, True), ("often", 2, True), ("4", 2, False), ("12", 2, False),
+    (None, 1, False)])
+def test_blas_threads_that_spin_into_the_measurements_are_named(monkeypatch, timeout, threads,
+                                                                 warns):
+    from threadpoolctl import threadpool_info
+
+    from kerneltune.calibration import spinning_blas_warning
+
+    if not any(pool["internal_api"] == "openblas" and pool.get("threading_layer") == "pthreads"
+               for pool in threadpool_info()):
+        pytest.skip("numpy's BLAS here is not OpenBLAS on its own threads")
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
+    if timeout is not None:
+        monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", timeout)
+    warning = spinning_blas_warning(threads)
+    assert (warning is not None) is warns
+    if warns:
+        assert "OPENBLAS_THREAD_TIMEOUT=4" in warning and f"on {threads} threads" in warning
+        assert ("is not set" if timeout is None else f"is {timeout!r}") in warning
+
+
 def test_explicit_comparison_needs_a_workload(toys):
     registry = toys[0]
     report = _run(registry, kernels=["Abs"], options=CalibrationOptions(
@@ -628,6 +651,50 @@ def test_crossovers_one_step_apart_give_values_at_most_one_step_apart(sizes, ste
     assert values == sorted(values)
     assert all(b <= step * a * 1.01 for a, b in zip(values, values[1:], strict=False))
     assert len(set(values)) > 5  # they do move
+
+
+#: timings of one case of a shared grain, as ``timing(run, size) -> seconds``
+CASE_TIMINGS = {
+    "overlap everywhere": lambda run, n: 1.0 if run == "serial" else 0.97,
+    "parallel from 4096": lambda run, n: 1.0 if run == "serial" or n < 4096 else 0.5,
+    "serial everywhere": lambda run, n: 1.0 if run == "serial" else 1.5,
+}
+
+
+def _shared_crossover(context, few: str, many: str, many_bytes: int = 8):
+    """One grain serving two cases, "few" and "many", timed by the named ``CASE_TIMINGS``."""
+    timings = {"few": CASE_TIMINGS[few], "many": CASE_TIMINGS[many]}
+    _synthetic(context, lambda run, point: timings[point[0]](run, point[1]))
+
+    def problem(name, item):
+        def inputs(size):
+            context._current_size = (name, size)
+            return (np.zeros(1),)
+
+        return Crossover("parallel.minimum_elements", Case(name, inputs, lambda n: n * item),
+                         SIZES, ("serial", np.copy), ("parallel", np.copy),
+                         lambda size: size // 2, 65536)
+
+    return decide_shared_crossover(context, [problem("few", 8), problem("many", many_bytes)])
+
+
+def test_a_shared_grain_switches_where_the_last_case_pays_off():
+    decision = _shared_crossover(_context(), "parallel from 4096", "serial everywhere")
+    assert decision.changed and decision.value == SIZES[-1] // 2
+    assert "many: serial beats parallel" in decision.reason
+
+
+@pytest.mark.parametrize("many", ["serial everywhere", "parallel from 4096"])
+def test_a_case_without_a_clear_winner_keeps_a_shared_grain(many):
+    """Its crossover lies near the value in use: moved either way, the grain would slow it."""
+    decision = _shared_crossover(_context(), "overlap everywhere", many)
+    assert not decision.changed and "few: no clear winner" in decision.reason
+
+
+def test_a_case_that_could_not_be_searched_keeps_a_shared_grain():
+    decision = _shared_crossover(_context(memory_budget=8 * SIZES[-1]), "serial everywhere",
+                                 "serial everywhere", many_bytes=10**6)
+    assert not decision.changed and "many: memory budget" in decision.reason
 
 
 def test_serial_wins_above_the_value_in_use_raise_it():

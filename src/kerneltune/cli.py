@@ -48,9 +48,16 @@ def _value(text: str) -> object:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from .calibration import CalibrationOptions, calibrate_registered_kernels, thread_counts
+    from .calibration import (
+        CalibrationOptions,
+        calibrate_registered_kernels,
+        spinning_blas_warning,
+        thread_counts,
+    )
 
     threads = args.threads or thread_counts(len(current_execution().affinity))
+    if warning := spinning_blas_warning(max(threads)):
+        print(f"warning: {warning}")
     reports, unsteady = [], False
     for count in threads:
         options = CalibrationOptions(

@@ -20,6 +20,7 @@ from .batch import (
     has_calibrated_profile,
     is_calibratable,
     register_kernel_calibration_function,
+    spinning_blas_warning,
 )
 from .context import CalibrationContext, Tolerance
 from .measure import Measurement
@@ -78,6 +79,7 @@ __all__ = [
     "register_machine_probe",
     "search_crossover",
     "search_threads",
+    "spinning_blas_warning",
     "thread_counts",
     "verify_decisions",
 ]

@@ -115,6 +115,38 @@ def _environment() -> dict[str, object]:
     }
 
 
+#: OpenBLAS's threads spin for ``2 ** OPENBLAS_THREAD_TIMEOUT`` cycles after a call (28
+#: unless set); up to 2 ** 12, about a microsecond, is less than any sample
+_QUIET_BLAS_TIMEOUT = 12
+
+
+def spinning_blas_warning(threads: int) -> str | None:
+    """Why measurements on ``threads`` threads would wait behind the BLAS library's threads.
+
+    A search that times a BLAS product and a compiled one interleaved, on
+    more than one thread, starts each compiled sample while OpenBLAS's
+    threads (its pthreads build, numpy's wheels) still spin, about 0.1 s
+    by default: the compiled kernel's OpenMP thread waits for a scheduler
+    tick. On the 2-CPU virtual machine of the README's figures a 128 x 128
+    product then took 4 to 16 ms instead of 0.03 ms, and the BLAS crossovers
+    were measured on stalls. OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` once,
+    when it loads, so only the environment of the process can fix it.
+    """
+    if threads < 2:
+        return None
+    spinning = [pool for pool in threadpool_info()
+                if pool.get("internal_api") == "openblas"
+                and pool.get("threading_layer") == "pthreads"]
+    setting = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip()
+    if not spinning or (setting.isdigit() and int(setting) <= _QUIET_BLAS_TIMEOUT):
+        return None
+    now = f"is {setting!r}" if setting else "is not set"
+    return (f"OPENBLAS_THREAD_TIMEOUT {now}: OpenBLAS's threads spin after every BLAS call "
+            f"and stall the compiled kernels measured next on {threads} threads, so BLAS "
+            f"crossovers come out wrong; calibrate (and deploy) with OPENBLAS_THREAD_TIMEOUT=4 "
+            f"in the environment before numpy is imported")
+
+
 def _versions(key: KernelTuningKey) -> dict[str, object]:
     from .. import __version__
 
