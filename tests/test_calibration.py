@@ -592,6 +592,16 @@ def test_a_lone_win_is_noise(parallel):
     assert not decision.changed and "no clear winner" in decision.reason
 
 
+def test_a_tie_between_wins_of_each_side_is_the_crossover():
+    """Serial wins at the start, ties one size up and loses at the next: it crosses over there."""
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" else
+               1.5 if n < 131072 else 0.99 if n == 131072 else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.measured == 131072 // 2 and "ties between" in decision.reason
+    assert not decision.changed  # an octave from the value in use
+
+
 def test_overlapping_measurements_keep_the_value_in_use():
     context = _context()
     _synthetic(context, lambda name, n: 1.0 if name == "serial" else 0.97)
@@ -653,10 +663,13 @@ def test_crossovers_one_step_apart_give_values_at_most_one_step_apart(sizes, ste
     assert len(set(values)) > 5  # they do move
 
 
-#: timings of one case of a shared grain, as ``timing(run, size) -> seconds``
+#: timings of one case of a shared grain, as ``timing(run, size) -> seconds``; the value in
+#: use switches at 65536
 CASE_TIMINGS = {
     "overlap everywhere": lambda run, n: 1.0 if run == "serial" else 0.97,
     "parallel from 4096": lambda run, n: 1.0 if run == "serial" or n < 4096 else 0.5,
+    "parallel from 16384": lambda run, n: 1.0 if run == "serial" or n < 16384 else 0.5,
+    "serial below 262144": lambda run, n: 1.0 if run == "serial" else 1.5 if n < 262144 else 0.5,
     "serial everywhere": lambda run, n: 1.0 if run == "serial" else 1.5,
 }
 
@@ -678,10 +691,22 @@ def _shared_crossover(context, few: str, many: str, many_bytes: int = 8):
     return decide_shared_crossover(context, [problem("few", 8), problem("many", many_bytes)])
 
 
-def test_a_shared_grain_switches_where_the_last_case_pays_off():
+@pytest.mark.parametrize(("few", "many", "crossover"), [
+    ("serial below 262144", "serial everywhere", 262144),  # both above: the lowest
+    ("parallel from 4096", "parallel from 16384", 16384),  # both below: the highest
+])
+def test_a_shared_grain_moves_only_as_far_as_every_case_gains(few, many, crossover):
+    """Further, the grain would run a case serially where its parallel run wins, or back."""
+    decision = _shared_crossover(_context(), few, many)
+    assert decision.changed and decision.measured == crossover // 2
+    # two octaves from the value in use: one octave short of the crossover
+    short = crossover // 2 if crossover > 65536 else crossover * 2
+    assert decision.value == short // 2
+
+
+def test_crossovers_on_both_sides_keep_a_shared_grain():
     decision = _shared_crossover(_context(), "parallel from 4096", "serial everywhere")
-    assert decision.changed and decision.value == SIZES[-1] // 2
-    assert "many: serial beats parallel" in decision.reason
+    assert not decision.changed and "both sides of the value in use" in decision.reason
 
 
 @pytest.mark.parametrize("many", ["serial everywhere", "parallel from 4096"])

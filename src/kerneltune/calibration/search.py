@@ -96,7 +96,9 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     beyond the grid). A walk, its first step from the start included, steps
     over one size that does not confirm: one noisy size next to the start
     should not decide more than one in the middle of a walk, and the
-    crossover still needs two consecutive wins. Overlapping measurements at
+    crossover still needs two consecutive wins, or a win of ``below`` at the
+    start, a tie at the next size and a win of ``above`` at the one after
+    (the crossover is then the tie). Overlapping measurements at
     the start keep the value in use: there the value in use switches near
     the crossover, and looking further on each such key cost a sixth more
     measurements for no key that repeated better. Each
@@ -162,6 +164,11 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
             if wins:
                 return sizes[wins[-1] + 1], (f"{below_name} beats {above_name} on {where} below "
                                              f"size {sizes[wins[-1] + 1]}"), candidates
+        if (side == BELOW and start + 2 < len(sizes) and outcome(start + 1) == OVERLAP
+                and outcome(start + 2) == ABOVE):  # both measured by the walk's first step
+            return sizes[start + 1], (f"{below_name} beats {above_name} on {where} at size "
+                                      f"{sizes[start]}, loses at {sizes[start + 2]} and ties "
+                                      f"between"), candidates
     except BudgetExhausted as exhausted:
         context.stop(str(exhausted))
         return None, f"{exhausted} time budget exhausted during the search", candidates
@@ -198,11 +205,17 @@ def decide_crossover(context: CalibrationContext, problem: Crossover) -> Decisio
 
 def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Crossover]
                             ) -> Decision:
-    """One parameter that serves several cases switches where the last of them pays off.
+    """One parameter that serves several cases moves only as far as every case gains.
 
-    Each problem is searched on its own; the decision takes the largest of
-    their crossovers (compared as parameter values, so cases on different size
-    scales compare), and keeps the value in use unless every case found one.
+    Each problem is searched on its own and its crossover taken as a
+    parameter value (so cases on different size scales compare). When all of
+    them lie above the value in use, the value moves toward the lowest; when
+    all lie below, toward the highest. Moving further would run a case on
+    the slower side between its crossover and the new value, where the
+    default ran it on the faster one: calibrated values are never to be
+    slower than the defaults. Crossovers on both sides of the value in use,
+    or a case without one (no clear winner near the value in use, or no
+    search), keep it.
     """
     found, reasons, candidates = [], [], []
     for problem in problems:
@@ -213,7 +226,16 @@ def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Cros
     reason = "; ".join(reasons)
     if any(size is None for _, size in found):
         return record_crossover(context, problems[0], None, reason, candidates)
-    problem, size = max(found, key=lambda item: item[0].value_of(item[1]))
+    in_use = int(context.values[problems[0].parameter])
+    values = [problem.value_of(size) for problem, size in found]
+    if all(value > in_use for value in values):
+        problem, size = found[values.index(min(values))]
+    elif all(value < in_use for value in values):
+        problem, size = found[values.index(max(values))]
+    else:
+        return record_crossover(context, problems[0], None,
+                                f"the cases' crossovers lie on both sides of the value in use; "
+                                f"{reason}", candidates)
     return record_crossover(context, problem, size, reason, candidates)
 
 

@@ -217,11 +217,10 @@ class ElementwiseCalibration(KernelCalibration):
 
     def _grain(self, context: CalibrationContext, parameter: str, groups: Sequence[Case],
                sizes: list[int], modes: tuple[dict, dict]) -> Decision:
-        """One grain from every case group that uses it: the largest of their crossovers.
+        """One grain from every case group that uses it (see :func:`decide_shared_crossover`).
 
-        A grain serves all its groups, so it switches where the last of them
-        pays off. ``modes`` holds what else the serial and the parallel
-        instance set (see :meth:`_pure_modes`).
+        ``modes`` holds what else the serial and the parallel instance set
+        (see :meth:`_pure_modes`).
         """
         serial_values, parallel_values = modes
         serial = self.run_of(context.configure({parameter: NEVER, **serial_values}), 2)
@@ -447,9 +446,9 @@ class GemmCalibration(KernelCalibration):
             context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_m_limit is {limit}, no product of "
                                       f"2 rows or more is skinny")
             return
-        # one threshold in multiply-adds serves few rows and many: BLAS takes over where it
-        # beats the skinny path for both (from 2 rows: one row has its own threshold), on the
-        # sizes of B the skinny path takes; a smaller B meets the blocked path's threshold
+        # one threshold in multiply-adds serves few rows and many, measured on both (from 2
+        # rows: one row has its own threshold), on the sizes of B the skinny path takes; a
+        # smaller B meets the blocked path's threshold
         smallest_b = int(context.values[SKINNY_B])
         skinny_sizes = [s for s in wide if s * s >= smallest_b]
         if len(skinny_sizes) < 2:
