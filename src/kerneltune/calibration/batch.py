@@ -134,9 +134,8 @@ def spinning_blas_warning(threads: int) -> str | None:
     """
     if threads < 2:
         return None
-    spinning = [pool for pool in threadpool_info()
-                if pool.get("internal_api") == "openblas"
-                and pool.get("threading_layer") == "pthreads"]
+    spinning = any(pool.get("internal_api") == "openblas"
+                   and pool.get("threading_layer") == "pthreads" for pool in threadpool_info())
     setting = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip()
     if not spinning or (setting.isdigit() and int(setting) <= _QUIET_BLAS_TIMEOUT):
         return None
