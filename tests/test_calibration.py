@@ -447,8 +447,8 @@ def test_a_bad_probe_registration_is_refused(probes, library, probe):
 
 
 @pytest.mark.parametrize(("timeout", "threads", "warns"), [
-    (None, 2, True), ("28", 4, True), ("often", 2, True), ("4", 2, False), ("12", 2, False),
-    (None, 1, False)])
+    (None, 2, True), ("28", 4, True), ("often", 2, True), ("0", 2, True), ("4", 2, False),
+    ("12", 2, False), (None, 1, False)])
 def test_blas_threads_that_spin_into_the_measurements_are_named(monkeypatch, timeout, threads,
                                                                  warns):
     from threadpoolctl import threadpool_info
@@ -595,11 +595,12 @@ def test_a_lone_win_is_noise(parallel):
 def test_a_tie_between_wins_of_each_side_is_the_crossover():
     """Serial wins at the start, ties one size up and loses at the next: it crosses over there."""
     context = _context()
-    _synthetic(context, lambda name, n: 1.0 if name == "serial" else
-               1.5 if n < 131072 else 0.99 if n == 131072 else 0.5)
+    measured = _synthetic(context, lambda name, n: 1.0 if name == "serial" else
+                          1.5 if n < 131072 else 0.99 if n == 131072 else 0.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
     assert decision.measured == 131072 // 2 and "ties between" in decision.reason
     assert not decision.changed  # an octave from the value in use
+    assert set(measured) == {65536, 131072, 262144}  # what the walk's first step measures
 
 
 def test_overlapping_measurements_keep_the_value_in_use():
@@ -669,6 +670,7 @@ CASE_TIMINGS = {
     "overlap everywhere": lambda run, n: 1.0 if run == "serial" else 0.97,
     "parallel from 4096": lambda run, n: 1.0 if run == "serial" or n < 4096 else 0.5,
     "parallel from 16384": lambda run, n: 1.0 if run == "serial" or n < 16384 else 0.5,
+    "parallel from 65536": lambda run, n: 1.0 if run == "serial" or n < 65536 else 0.5,
     "serial below 262144": lambda run, n: 1.0 if run == "serial" else 1.5 if n < 262144 else 0.5,
     "serial everywhere": lambda run, n: 1.0 if run == "serial" else 1.5,
 }
@@ -702,6 +704,13 @@ def test_a_shared_grain_moves_only_as_far_as_every_case_gains(few, many, crossov
     # two octaves from the value in use: one octave short of the crossover
     short = crossover // 2 if crossover > 65536 else crossover * 2
     assert decision.value == short // 2
+
+
+def test_a_case_crossing_over_at_the_value_in_use_keeps_a_shared_grain_as_measured():
+    """Where the default switches is right for it: kept, with the crossover measured."""
+    decision = _shared_crossover(_context(), "parallel from 65536", "serial everywhere")
+    assert not decision.changed and decision.measured == 65536 // 2  # FLOAT16 follows it
+    assert "within 1 octave" in decision.reason
 
 
 def test_crossovers_on_both_sides_keep_a_shared_grain():

@@ -116,7 +116,8 @@ def _environment() -> dict[str, object]:
 
 
 #: OpenBLAS's threads spin for ``2 ** OPENBLAS_THREAD_TIMEOUT`` cycles after a call (28
-#: unless set); up to 2 ** 12, about a microsecond, is less than any sample
+#: unless set to a positive number); up to 2 ** 12, about a microsecond, is less than any
+#: sample
 _QUIET_BLAS_TIMEOUT = 12
 
 
@@ -137,7 +138,7 @@ def spinning_blas_warning(threads: int) -> str | None:
     spinning = any(pool.get("internal_api") == "openblas"
                    and pool.get("threading_layer") == "pthreads" for pool in threadpool_info())
     setting = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip()
-    if not spinning or (setting.isdigit() and int(setting) <= _QUIET_BLAS_TIMEOUT):
+    if not spinning or (setting.isdecimal() and 0 < int(setting) <= _QUIET_BLAS_TIMEOUT):
         return None
     now = f"is {setting!r}" if setting else "is not set"
     return (f"OPENBLAS_THREAD_TIMEOUT {now}: OpenBLAS's threads spin after every BLAS call "

@@ -228,9 +228,9 @@ def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Cros
         return record_crossover(context, problems[0], None, reason, candidates)
     in_use = int(context.values[problems[0].parameter])
     values = [problem.value_of(size) for problem, size in found]
-    if all(value > in_use for value in values):
+    if all(value >= in_use for value in values):
         problem, size = found[values.index(min(values))]
-    elif all(value < in_use for value in values):
+    elif all(value <= in_use for value in values):
         problem, size = found[values.index(max(values))]
     else:
         return record_crossover(context, problems[0], None,
