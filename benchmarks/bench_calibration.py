@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from kerneltune import KernelTuningKey
+from kerneltune.aligned import aligned
 from kerneltune.calibration import CalibrationOptions
 from kerneltune.calibration.measure import Deadline, measure
 from kerneltune.cpu import current_execution
@@ -215,8 +216,9 @@ def gemm_gain(values_of, rounds: int) -> list[tuple[str, str, float]]:
             rng = np.random.default_rng(0)
             dtype = np.float32 if element_type == "FLOAT" else np.float64
             for shape_name, (m, k, n) in GEMM_SHAPES.items():
-                a = rng.standard_normal((m, k)).astype(dtype)
-                b = rng.standard_normal((k, n)).astype(dtype)
+                # placed as calibration and a session's weights are (kerneltune.aligned)
+                a = aligned(rng.standard_normal((m, k)).astype(dtype))
+                b = aligned(rng.standard_normal((k, n)).astype(dtype))
                 runs = [lambda p=p, a=a, b=b: p.run(a, b) for p in (default, tuned)]
                 d, t = measure(runs, rounds, 0.0004, Deadline(math.inf, "none"))
                 out.append((f"{name} {element_type}", shape_name, d.median / t.median))

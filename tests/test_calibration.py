@@ -22,6 +22,7 @@ from kerneltune import (
     Tier,
     TuningValidationError,
 )
+from kerneltune.aligned import ALIGNMENT
 from kerneltune.calibration import (
     CalibrationOptions,
     Case,
@@ -84,6 +85,13 @@ def test_randn_tensor_seeds_and_spellings():
     assert np.array_equal(a, randn_tensor(1, 1000, 1))
     assert randn_tensor("DOUBLE", (), 0).shape == ()
     assert randn_tensor("INT8", (0, 4), 0).shape == (0, 4)
+
+
+@pytest.mark.parametrize("element_type", sorted(GOLDEN))
+def test_randn_tensor_starts_on_a_cache_line(element_type):
+    # many shapes, so that malloc's placement could not pass by luck
+    for n in range(1, 40):
+        assert randn_tensor(element_type, (n, 3), n).ctypes.data % ALIGNMENT == 0
 
 
 def test_randn_tensor_looks_normal_for_floats_and_covers_integer_ranges():

@@ -7,10 +7,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from kerneltune.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError, UnknownKernelError, UnsupportedModelError
 from kerneltune.kernels import library, register_library
 from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
 from kerneltune.runtime import RuntimeSession
+from kerneltune.runtime.model import prepare_model
 from kerneltune.selectors import CpuSelector
 
 GRAIN = "parallel.minimum_elements"
@@ -78,6 +80,20 @@ def test_initializers_constants_and_intermediates(registry):
     z, s = session.run(None, {"X": x})
     np.testing.assert_array_equal(s, x + np.arange(4))
     np.testing.assert_array_equal(z, (x + np.arange(4)) * 2)
+
+
+def test_constants_start_on_a_cache_line():
+    # MatMul reads B in place, so a weight's placement would set its speed
+    weights = [onnx.numpy_helper.from_array(np.arange(n, dtype=dtype), f"W{n}{dtype.__name__}")
+               for n in range(1, 30) for dtype in (np.float32, np.float64, np.int8)]
+    nodes = [helper.make_node("Add", [w.name, w.name], [f"Z{i}"]) for i, w in enumerate(weights)]
+    outputs = [helper.make_tensor_value_info(f"Z{i}", w.data_type, w.dims)
+               for i, w in enumerate(weights)]
+    constants = prepare_model(model(nodes, [], outputs, initializers=weights),
+                              library()).constants
+    for w in weights:
+        assert constants[w.name].ctypes.data % ALIGNMENT == 0
+        np.testing.assert_array_equal(constants[w.name], onnx.numpy_helper.to_array(w))
 
 
 def test_variadic_max_and_gemm_attributes(registry):

@@ -6,7 +6,9 @@ math libraries. So the inputs are built from PCG64's raw 64-bit stream (fixed
 by its specification) with IEEE arithmetic only: a float is the Irwin-Hall sum
 of four 32-bit uniforms, centred and scaled to unit variance (close enough to a
 normal for timing and exact everywhere); an integer or a bool takes the low
-bits of one raw word, so it covers its type's whole range.
+bits of one raw word, so it covers its type's whole range. And they start on a
+cache line (:mod:`kerneltune.aligned`): where malloc happens to put them would
+otherwise move Gemm's crossovers from one process to the next.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..aligned import aligned_empty
 from ..dtypes import NUMPY_DTYPES
 from ..schema import element_type_name, element_type_number
 
@@ -35,7 +38,8 @@ def randn_tensor(
     """A tensor of ``element_type`` and ``shape`` filled deterministically from ``seed``.
 
     ``allocator(shape, dtype)`` provides the array to fill (aligned or
-    NUMA-placed memory, say); by default a fresh C-contiguous array.
+    NUMA-placed memory, say); by default a fresh C-contiguous array whose data starts
+    on a multiple of :data:`kerneltune.aligned.ALIGNMENT` bytes.
     """
     number = element_type_number(element_type)
     if number not in NUMPY_DTYPES:
@@ -48,7 +52,7 @@ def randn_tensor(
     if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     shape = tuple(int(d) for d in shape)
-    out = np.empty(shape, dtype) if allocator is None else allocator(shape, dtype)
+    out = (aligned_empty if allocator is None else allocator)(shape, dtype)
     if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
         raise ValueError(f"the allocator returned a {out.dtype} array of shape {out.shape}; "
                          f"expected a C-contiguous {dtype} array of shape {shape}")

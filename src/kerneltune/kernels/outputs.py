@@ -25,14 +25,13 @@ import threading
 
 import numpy as np
 
+from ..aligned import ALIGNMENT
+
 #: From this size on, outputs are recycled (16 MiB: below glibc's largest mmap threshold,
 #: so that sizes it may still map afresh are covered too).
 RECYCLE_MINIMUM_BYTES = 16 << 20
 #: Blocks are sized in these steps, so nearby shapes share them.
 BLOCK_GRANULE = 2 << 20
-#: Alignment of every recycled output, a cache line and every SIMD width.
-ALIGNMENT = 64
-
 _lock = threading.Lock()
 #: released blocks, least recently released first
 _idle: collections.deque[_Block] = collections.deque()

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..aligned import aligned
 from ..errors import UnsupportedModelError
 from ..kernels import Kernel
 from ..schema import element_type_name
@@ -103,7 +104,9 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
         raise UnsupportedModelError(f"{len(problems)} unsupported node(s):\n{listed}")
     return Model(tuple(nodes), tuple(_signature(v) for v in graph.input
                                      if v.name not in constants),
-                 tuple(_signature(v) for v in graph.output), constants, opset)
+                 tuple(_signature(v) for v in graph.output),
+                 # a weight is B of a MatMul, which reads it in place: see kerneltune.aligned
+                 {name: aligned(value) for name, value in constants.items()}, opset)
 
 
 def _bind(node, name, opset, types, kernels) -> tuple[list[Node], str | None]:
