@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+from kerneltune.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError
 from kerneltune.kernels.gemm import Gemm, MatMul
 from kerneltune.kernels.gemm_pythran import KU, MR, NR
@@ -158,6 +159,27 @@ def test_float16_conversions_follow_their_own_threshold():
     results = [prepare({**BLOCKED, "conversion.parallel_minimum_elements": minimum}, "FLOAT16",
                        threads=3).run(a, b, c) for minimum in (1, 10**9)]
     assert results[0].tobytes() == results[1].tobytes()
+
+
+@pytest.mark.parametrize("values", [BLOCKED, PACKED, SKINNY])
+def test_compiled_products_allocate_on_a_cache_line(values):
+    # their packed panels and accumulators too, which the output stands for here: the
+    # compiled modules' malloc is aligned_alloc, so the heap's state sets no product's speed
+    prepared = prepare(values)
+    for n in range(1, 40):
+        a, b, _ = operands(3, 5, n)
+        assert prepared.plan(a, b).path != "blas"
+        assert prepared.run(a, b).ctypes.data % ALIGNMENT == 0
+
+
+def test_float16_operands_are_widened_onto_a_cache_line():
+    # the float32 product reads B in place, at a speed that depends on its placement
+    prepared = prepare(BLOCKED, "FLOAT16")
+    for n in range(1, 30):
+        a, b, _ = operands(n, n + 1, 3, dtype=np.float16)
+        for half, widened in zip((a, b), prepared._inputs((a, b), serial=False), strict=True):
+            assert widened.ctypes.data % ALIGNMENT == 0
+            assert widened.tobytes() == half.astype(np.float32).tobytes()
 
 
 class Subclass(np.ndarray):

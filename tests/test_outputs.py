@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 
+from kerneltune.aligned import ALIGNMENT
 from kerneltune.kernels import library, outputs
 
 LARGE = outputs.RECYCLE_MINIMUM_BYTES // 4 + 1000  # float32 elements of a recycled output
@@ -57,6 +58,12 @@ def test_a_view_keeps_the_block_from_being_handed_out_again():
 def test_small_outputs_are_plain_numpy_arrays():
     small = outputs.empty((1000,), np.float64)
     assert small.flags.owndata
+
+
+def test_aligned_outputs_start_on_a_cache_line_at_every_size():
+    for n in (*range(1, 40), LARGE):
+        x = outputs.empty((n,), np.float32, aligned=True)
+        assert x.shape == (n,) and address(x) % ALIGNMENT == 0
 
 
 def test_without_an_idle_limit_nothing_waits_for_reuse():

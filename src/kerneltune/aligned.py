@@ -5,10 +5,11 @@ load that straddles two cache lines costs two: on an x86_64_v4 processor a
 B 16, 32 or 48 bytes past a cache line made a 256 x 256 x 256 DOUBLE product
 on one thread take 490 us instead of 385 us, and the skinny path a quarter
 longer. numpy's arrays start wherever malloc puts them, in 16-byte steps, so
-calibration inputs placed by it gave each process its own crossovers. Inputs
-that kerneltune allocates itself (calibration tensors, a session's constants,
-recycled outputs) therefore start on a multiple of :data:`ALIGNMENT`, as
-onnxruntime's tensors do.
+calibration inputs placed by it gave each process its own crossovers. The
+arrays kerneltune allocates for a kernel to read therefore start on a
+multiple of :data:`ALIGNMENT`, as onnxruntime's tensors do: calibration
+tensors, a session's constants, FLOAT16 Gemm operands widened to float32,
+recycled outputs; and the compiled modules' own (src/aligned_malloc.cpp).
 """
 
 from __future__ import annotations

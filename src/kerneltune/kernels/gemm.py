@@ -490,7 +490,9 @@ class PreparedHalfGemm(PreparedKernel):
     def _widen(self, value, name: str, serial: bool) -> np.ndarray:
         x = operand(value, half.FLOAT16_DTYPE, name)
         threads = self.threads if not serial and x.size >= self.conversion_minimum else 1
-        return half.to_float32(x, threads)
+        # the float32 product reads its operands in place, at a speed that depends on
+        # their placement as much as on the thresholds calibrated for it
+        return half.to_float32(x, threads, aligned=True)
 
     def _narrow(self, result: np.ndarray, serial: bool) -> np.ndarray:
         threads = self.threads if not serial and result.size >= self.conversion_minimum else 1

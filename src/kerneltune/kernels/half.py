@@ -16,9 +16,10 @@ from .variants import load_module
 FLOAT32_DTYPE, FLOAT16_DTYPE = np.dtype(np.float32), np.dtype(np.float16)
 
 
-def to_float32(x: np.ndarray, threads: int) -> np.ndarray:
-    """A float32 copy of a contiguous float16 array, converted on ``threads`` threads."""
-    out = outputs.empty(x.shape, FLOAT32_DTYPE)
+def to_float32(x: np.ndarray, threads: int, aligned: bool = False) -> np.ndarray:
+    """A float32 copy of a contiguous float16 array, converted on ``threads`` threads
+    (into an ``aligned`` array: see :func:`outputs.empty`)."""
+    out = outputs.empty(x.shape, FLOAT32_DTYPE, aligned)
     if x.size:
         load_module("convert").widen_half(x.reshape(-1).view(np.uint16), out.reshape(-1), threads)
     return out

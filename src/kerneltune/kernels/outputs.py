@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from ..aligned import ALIGNMENT
+from ..aligned import ALIGNMENT, aligned_empty
 
 #: From this size on, outputs are recycled (16 MiB: below glibc's largest mmap threshold,
 #: so that sizes it may still map afresh are covered too).
@@ -129,13 +129,18 @@ def recycled_from(dtype: np.dtype) -> int:
     return -(-RECYCLE_MINIMUM_BYTES // dtype.itemsize)
 
 
-def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)``, from a recycled block when the array is large."""
+def empty(shape: tuple[int, ...], dtype: np.dtype, aligned: bool = False) -> np.ndarray:
+    """``np.empty(shape, dtype)``, from a recycled block when the array is large.
+
+    Recycled blocks start on a multiple of ``ALIGNMENT``; ``aligned`` places smaller
+    arrays there too, for about 2 us more: for an operand that a product reads in
+    place (:mod:`kerneltune.aligned` says why).
+    """
     if not isinstance(dtype, np.dtype):
         dtype = np.dtype(dtype)
     nbytes = dtype.itemsize * math.prod(shape)
     if nbytes < RECYCLE_MINIMUM_BYTES or not _idle_limit:
-        return np.empty(shape, dtype)
+        return aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
     block = _take(-(-nbytes // BLOCK_GRANULE) * BLOCK_GRANULE)
     lease = _lease_type(block.nbytes).from_address(block.address)
     lease.block = block
