@@ -200,7 +200,9 @@ def elementwise_gain(values_of, effort: str, rounds: int) -> list[dict]:
     return rows
 
 
-def gemm_gain(values_of, rounds: int) -> list[tuple[str, str, float]]:
+def gemm_gain(values_of, rounds: int) -> list[tuple[str, str, float, str]]:
+    """default time / calibrated time per held-out shape, and the two plans when they differ
+    (a shape that both run the same way shows the noise of the comparison)."""
     kernels = library()
     out = []
     for name in ("Gemm", "MatMul"):
@@ -221,7 +223,10 @@ def gemm_gain(values_of, rounds: int) -> list[tuple[str, str, float]]:
                 b = aligned(rng.standard_normal((k, n)).astype(dtype))
                 runs = [lambda p=p, a=a, b=b: p.run(a, b) for p in (default, tuned)]
                 d, t = measure(runs, rounds, 0.0004, Deadline(math.inf, "none"))
-                out.append((f"{name} {element_type}", shape_name, d.median / t.median))
+                plans = [p.plan(a, b) for p in (default, tuned)]
+                how = ("same path" if plans[0] == plans[1] else
+                       " -> ".join(f"{p.path} on {p.threads}" for p in plans))
+                out.append((f"{name} {element_type}", shape_name, d.median / t.median, how))
     return out
 
 
@@ -303,8 +308,8 @@ def main() -> int:
     ok &= worst <= 1.03 and geomean_regret <= 1.05
 
     print("\n# Gemm and MatMul on held-out shapes, 2 threads: default time / calibrated time")
-    for key, shape, ratio in gemm_rows:
-        print(f"{key:<14} {shape:<11} {ratio:5.3f}")
+    for key, shape, ratio, how in gemm_rows:
+        print(f"{key:<14} {shape:<11} {ratio:5.3f}  {how}")
 
     print("\n# the machine: serial time / 2-thread time of fixed calls, before the first "
           "calibration, between its held-out measurements and the second, and after the second")
