@@ -98,7 +98,10 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     should not decide more than one in the middle of a walk, and the
     crossover still needs two consecutive wins, or a win of ``below`` at the
     start, a tie at the next size and a win of ``above`` at the one after
-    (the crossover is then the tie). Overlapping measurements at
+    (the crossover is then the tie). A size whose medians lie a margin apart
+    while their quartiles overlap is measured once more: its spread, not the
+    kernels, made it a tie (one such size decided two calibrations' values
+    two grid steps apart). Overlapping measurements at
     the start keep the value in use: there the value in use switches near
     the crossover, and looking further on each such key cost a sixth more
     measurements for no key that repeated better. Each
@@ -133,9 +136,15 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
         candidates.append(_with_outcome(candidate, label))
         return outcome
 
+    def apart(candidate: Candidate) -> bool:
+        low, high = sorted(m.median for m in candidate.measurements.values())
+        return high >= low * (1.0 + margin)
+
     def outcome(index: int) -> str:
         if index not in outcomes:
             first = measured(index)
+            if first == OVERLAP and apart(candidates[-1]):
+                first = measured(index)
             for _ in range(1, context.options.level.rounds):
                 if first == OVERLAP or measured(index) != first:
                     first = OVERLAP
