@@ -98,10 +98,10 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     should not decide more than one in the middle of a walk, and the
     crossover still needs two consecutive wins, or a win of ``below`` at the
     start, a tie at the next size and a win of ``above`` at the one after
-    (the crossover is then the tie). A size whose medians lie a margin apart
-    while their quartiles overlap is measured once more: its spread, not the
-    kernels, made it a tie (one such size decided two calibrations' values
-    two grid steps apart). Overlapping measurements at
+    (the crossover is then the tie). A measurement whose medians lie a margin
+    apart while their quartiles overlap is taken once more: its spread, not
+    the kernels, made it a tie (one such size, measured 1.43x apart, decided
+    two calibrations' values two grid steps apart). Overlapping measurements at
     the start keep the value in use: there the value in use switches near
     the crossover, and looking further on each such key cost a sixth more
     measurements for no key that repeated better. Each
@@ -140,13 +140,17 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
         low, high = sorted(m.median for m in candidate.measurements.values())
         return high >= low * (1.0 + margin)
 
+    def judged(index: int) -> str:
+        outcome = measured(index)
+        if outcome == OVERLAP and apart(candidates[-1]):
+            outcome = measured(index)
+        return outcome
+
     def outcome(index: int) -> str:
         if index not in outcomes:
-            first = measured(index)
-            if first == OVERLAP and apart(candidates[-1]):
-                first = measured(index)
+            first = judged(index)
             for _ in range(1, context.options.level.rounds):
-                if first == OVERLAP or measured(index) != first:
+                if first == OVERLAP or judged(index) != first:
                     first = OVERLAP
                     break
             outcomes[index] = first
