@@ -13,6 +13,7 @@ import pytest
 
 import kerneltune
 from kerneltune import KernelTuningRegistry, Tier, TuningValidationError
+from kerneltune.aligned import ALIGNMENT
 from kerneltune.calibration import (
     CalibrationOptions,
     calibrate_registered_kernels,
@@ -290,6 +291,7 @@ def test_the_library_probes_the_machine_during_a_two_thread_calibration(tmp_path
 SCRIPTED_PROBE = """
 import sys
 import kerneltune
+from kerneltune.aligned import ALIGNMENT
 from kerneltune import cli
 from kerneltune.calibration import register_machine_probe
 
@@ -399,3 +401,19 @@ def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():
     skinny_blas = decided["algorithm.skinny_blas_minimum_fmas"]
     assert not skinny_blas.changed and not skinny_blas.candidates
     assert "skinny_minimum_b_elements is 1000000000000" in skinny_blas.reason
+
+
+@pytest.mark.parametrize(("name", "element_type"), [("Log", "FLOAT"), ("Pow", "INT32"),
+                                                    ("Pow", "DOUBLE"), ("Add", "UINT8")])
+def test_every_calibration_input_starts_on_a_cache_line(name, element_type):
+    """Inputs made positive or small by numpy arithmetic too: placement moves crossovers."""
+    kernel = library()[name]
+    schema = kernel.schema(element_type)
+    context = CalibrationContext(kernel.tuning_key(element_type), schema, current_execution(1),
+                                 CalibrationOptions(threads=1), schema.default_values(),
+                                 Deadline(float("inf"), "per-key"))
+    calibration = ElementwiseCalibration(kernel, kernel.tuning_key(element_type).element_type)
+    for case in calibration.cases(context).values():
+        for size in (1000, 4096, 5000):
+            for x in case.inputs(size):
+                assert x.ctypes.data % ALIGNMENT == 0, (case.name, size)

@@ -34,8 +34,10 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 def aligned(array: np.ndarray) -> np.ndarray:
     """``array`` if it is C-contiguous and aligned, else an aligned C-contiguous copy.
 
-    Arrays of Python objects are returned as they are: no kernel reads them.
+    Arrays of Python objects are returned as they are: no kernel reads them. A numpy
+    scalar (what arithmetic on 0-d arrays gives) becomes an aligned 0-d array.
     """
+    array = np.asarray(array)
     if array.dtype.hasobject or (array.flags.c_contiguous
                                  and array.ctypes.data % ALIGNMENT == 0):
         return array

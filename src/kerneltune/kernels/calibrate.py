@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..aligned import aligned
 from ..calibration import (
     EFFORTS,
     CalibrationContext,
@@ -99,10 +100,11 @@ class ElementwiseCalibration(KernelCalibration):
 
     def _operand(self, context: CalibrationContext, shape, salt: int) -> np.ndarray:
         x = context.randn(self.element_type, shape, salt)
+        # results of numpy's arithmetic are placed again, as randn_tensor places its own
         if self.kernel.name in POSITIVE_INPUTS and self._dtype().kind == "f":
-            return np.abs(x) + np.asarray(0.5, x.dtype)
+            return aligned(np.abs(x) + np.asarray(0.5, x.dtype))
         if self.kernel.name == "Pow" and salt == 1:
-            return x & np.asarray(7, x.dtype)  # integer exponents of a typical size
+            return aligned(x & np.asarray(7, x.dtype))  # integer exponents of a typical size
         return x
 
     def _output_itemsize(self) -> int:
