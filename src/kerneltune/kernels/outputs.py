@@ -25,13 +25,14 @@ import threading
 
 import numpy as np
 
-from ..aligned import ALIGNMENT, aligned_empty
+from ..aligned import aligned_empty
 
 #: From this size on, outputs are recycled (16 MiB: below glibc's largest mmap threshold,
 #: so that sizes it may still map afresh are covered too).
 RECYCLE_MINIMUM_BYTES = 16 << 20
 #: Blocks are sized in these steps, so nearby shapes share them.
 BLOCK_GRANULE = 2 << 20
+
 _lock = threading.Lock()
 #: released blocks, least recently released first
 _idle: collections.deque[_Block] = collections.deque()
@@ -44,8 +45,8 @@ class _Block:
     __slots__ = ("address", "nbytes", "storage")
 
     def __init__(self, nbytes: int):
-        self.storage = np.empty(nbytes + ALIGNMENT, np.uint8)
-        self.address = -self.storage.ctypes.data % ALIGNMENT + self.storage.ctypes.data
+        self.storage = aligned_empty((nbytes,), np.uint8)
+        self.address = self.storage.ctypes.data
         self.nbytes = nbytes
 
 
@@ -132,7 +133,7 @@ def recycled_from(dtype: np.dtype) -> int:
 def empty(shape: tuple[int, ...], dtype: np.dtype, aligned: bool = False) -> np.ndarray:
     """``np.empty(shape, dtype)``, from a recycled block when the array is large.
 
-    Recycled blocks start on a multiple of ``ALIGNMENT``; ``aligned`` places smaller
+    Recycled blocks start on a cache line (:func:`aligned_empty`); ``aligned`` places smaller
     arrays there too, for about 2 us more: for an operand that a product reads in
     place (:mod:`kerneltune.aligned` says why).
     """
