@@ -612,29 +612,10 @@ def test_a_tie_between_wins_of_each_side_is_the_crossover():
     assert measured.count(131072) == 1  # medians within the margin: a tie, not noise
 
 
-def test_an_overlap_of_medians_a_margin_apart_is_measured_again():
+@pytest.mark.parametrize("noisy_at", [1, 2], ids=["first measurement", "confirmation"])
+def test_an_overlap_of_medians_a_margin_apart_is_measured_again(noisy_at):
     """Quartiles that overlap around medians twice apart are noise: the measurement is
     taken once more, and the clean wins go on with the walk."""
-    context = _context()
-    noisy = Measurement((0.4, 0.5, 0.5, 1.1, 1.2), (), 1)
-    measured = []
-
-    def fake(runs):
-        size = context._current_size
-        measured.append(size)
-        if size == 16384 and measured.count(size) == 1:
-            return {"serial": _measurement(1.0), "parallel": noisy}
-        return {name: _measurement(1.0 if name == "serial" or size < 16384 else 0.5)
-                for name in runs}
-
-    context.measure = fake
-    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert "from size 16384 on" in decision.reason and decision.value == 16384
-    assert measured.count(16384) == 3  # the noisy measurement, then a win measured twice
-    assert [c.outcome for c in decision.candidates if c.point == 16384][0] == "overlap"
-
-
-def test_a_win_whose_confirmation_is_noisy_is_confirmed_again():
     context = _context(effort="normal")
     noisy = Measurement((0.4, 0.5, 0.5, 1.1, 1.2), (), 1)
     measured = []
@@ -642,14 +623,17 @@ def test_a_win_whose_confirmation_is_noisy_is_confirmed_again():
     def fake(runs):
         size = context._current_size
         measured.append(size)
-        if size == 16384 and measured.count(size) == 2:  # the win's confirmation
+        if size == 16384 and measured.count(size) == noisy_at:
             return {"serial": _measurement(1.0), "parallel": noisy}
         return {name: _measurement(1.0 if name == "serial" or size < 16384 else 0.5)
                 for name in runs}
 
     context.measure = fake
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert "from size 16384 on" in decision.reason and measured.count(16384) == 3
+    assert "from size 16384 on" in decision.reason and decision.value == 16384
+    assert measured.count(16384) == 3  # a win measured twice, and the noisy measurement
+    outcomes = [c.outcome for c in decision.candidates if c.point == 16384]
+    assert outcomes[noisy_at - 1] == "overlap"
 
 
 def test_overlapping_measurements_keep_the_value_in_use():
