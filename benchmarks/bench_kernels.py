@@ -1,6 +1,8 @@
 """The library's kernels against numpy, measured in the same run.
 
-Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements.
+Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements; then
+integer and boolean kernels (one-byte types among them) at 1e5 and 1e6, equal
+shapes and rows broadcast against a column.
 Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
@@ -94,6 +96,48 @@ def elementwise(rounds: int, sizes: tuple[int, ...]) -> list[str]:
     return misses
 
 
+#: kernels on other element types, with numpy's function
+OTHER_TYPES = (("Add", "INT8", np.add), ("Mul", "UINT8", np.multiply), ("Add", "INT32", np.add),
+               ("Max", "INT16", np.maximum), ("BitwiseXor", "UINT8", np.bitwise_xor),
+               ("And", "BOOL", np.logical_and), ("Or", "BOOL", np.logical_or),
+               ("Xor", "BOOL", np.logical_xor), ("Not", "BOOL", np.logical_not),
+               ("Abs", "INT8", np.abs))
+#: serial / numpy floor of those at 1e6 elements, where the loop outweighs the call: a loop
+#: gcc leaves scalar runs at 1/15 to 1/190 of numpy
+FLOOR = 0.5
+
+
+def other_types(rounds: int) -> list[str]:
+    kernels = library()
+    rng = np.random.default_rng(2)
+    misses = []
+    print(f"\n{'kernel':16} {'form':9} {'elements':>9} {'numpy us':>9} {'serial x':>9} "
+          f"{'2 thr x':>8}")
+    for name, element_type, peer in OTHER_TYPES:
+        dtype = np.dtype(bool) if element_type == "BOOL" else np.dtype(element_type.lower())
+        arity = 1 if name in ("Not", "Abs") else 2
+        for size in (100_000, 1_000_000):
+            forms = {"equal": [(size,)] * arity}
+            if arity == 2:
+                forms["broadcast"] = [(size // 256, 1), (1, 256)]
+            for form, shapes in forms.items():
+                inputs = [rng.integers(0, 100, shape).astype(dtype) for shape in shapes]
+                prepared = kernels[name].prepare(element_type, threads=2)
+                times = timed({
+                    "numpy": lambda p=peer, i=inputs: p(*i),
+                    "serial": lambda k=prepared, i=inputs: k.run_serial(*i),
+                    "parallel": lambda k=prepared, i=inputs: k.run(*i),
+                }, rounds)
+                serial_ratio = times["numpy"] / times["serial"]
+                print(f"{f'{name} {element_type}':16} {form:9} {size:>9} "
+                      f"{times['numpy'] * 1e6:>9.1f} {serial_ratio:>9.2f} "
+                      f"{times['numpy'] / times['parallel']:>8.2f}")
+                if size >= 1_000_000 and serial_ratio < FLOOR:
+                    misses.append(f"{name} {element_type} {form} at {size}: serial "
+                                  f"{serial_ratio:.2f}x numpy (floor {FLOOR}x)")
+    return misses
+
+
 def gemm(rounds: int) -> list[str]:
     kernels = library()
     rng = np.random.default_rng(1)
@@ -137,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"kerneltune variant: {library()['Abs'].implementation}")
     misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES)
+    misses += other_types(args.rounds)
     if not args.skip_gemm:
         misses += gemm(args.rounds)
     return report(misses)

@@ -284,6 +284,32 @@ def test_serial_and_parallel_are_bit_identical_around_every_threshold(name, elem
         assert prepared.plan(*inputs).threads == expected_threads
 
 
+@pytest.mark.parametrize(("name", "element_type"), [
+    ("Add", "INT8"), ("Sub", "UINT8"), ("Mul", "INT8"), ("Max", "UINT8"),
+    ("BitwiseXor", "INT8"), ("And", "BOOL"), ("Or", "BOOL"), ("Xor", "BOOL"), ("Not", "BOOL"),
+])
+def test_one_byte_kernels_run_every_form_on_several_threads(name, element_type):
+    """The one-byte types compute through per-thread views and Not on the booleans' bytes;
+    each thread's part of every form (one row, scalar, rows) must land in the output."""
+    kernel = LIBRARY[name]
+    unary = name in catalog.UNARY
+    grains = {"parallel.minimum_elements": 64}
+    if not unary:
+        grains["parallel.broadcast_minimum_elements"] = 64
+    prepared = kernel.prepare(element_type, kernel.configure(element_type, grains), threads=3)
+    dtype = dtype_of(element_type)
+    forms = [[values(dtype, 1000)]] if unary else [
+        [values(dtype, 1000), values(dtype, 1000)],
+        [values(dtype, 1000), values(dtype, 1)[0:1].reshape(())],
+        [values(dtype, 40).reshape(40, 1), values(dtype, 25).reshape(1, 25)],
+    ]
+    for inputs in forms:
+        assert prepared.plan(*inputs).threads == 3
+        out = prepared.run(*inputs)
+        expected = UNARY_REFERENCE[name](*inputs) if unary else binary_reference(name, *inputs)
+        assert_same_bits(out, expected)
+
+
 def test_a_different_threshold_changes_the_path():
     kernel = LIBRARY["Add"]
     a = np.ones(100_000, np.float32)

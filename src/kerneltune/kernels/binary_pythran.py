@@ -154,10 +154,15 @@ ALIGN = 64
 def _span(a, b, out, ao, bo, oo, start, stop, a_step, b_step, op):
     """``out[oo + i]`` for ``start <= i < stop`` of one row, indexing the whole arrays.
 
-    No views: every view of an array shared by the threads would touch its
-    reference count, an atomic in OpenMP builds, which made many short rows
-    slower on two threads than on one. ``max(0, offset)`` lets pythran prove
-    the indices non-negative, so the loops stay vectorised.
+    The arrays are views that the caller makes once per thread, in the call
+    expression (see :func:`_run`): gcc assumes that a store of a one-byte type
+    (INT8, UINT8) may change any array reachable from the OpenMP region, data
+    pointers included, so through the shared arrays it reloaded the pointers
+    after every element and kept those loops scalar (25x numpy's time); a
+    thread's own view keeps them in registers. No view per row: each touches
+    the shared array's reference count, an atomic in OpenMP builds, which made
+    many short rows slower on two threads than on one. ``max(0, offset)`` lets
+    pythran prove the indices non-negative, so the loops stay vectorised.
     """
     ao = max(0, ao)
     bo = max(0, bo)
@@ -198,11 +203,11 @@ def _run(a, b, out, a_offsets, b_offsets, inner, a_step, b_step, nthreads, op):
         if nthreads > 1:
             # omp parallel for num_threads(nthreads) schedule(static)
             for c in range(nthreads):
-                _span(a, b, out, ao, bo, 0, c * chunk, min(inner, c * chunk + chunk), a_step,
-                      b_step, op)
+                _span(a[:], b[:], out[:], ao, bo, 0, c * chunk, min(inner, c * chunk + chunk),
+                      a_step, b_step, op)
         else:
             # no OpenMP region for one thread: entering one costs about 0.45 us
-            _span(a, b, out, ao, bo, 0, 0, inner, a_step, b_step, op)
+            _span(a[:], b[:], out[:], ao, bo, 0, 0, inner, a_step, b_step, op)
     else:
         nthreads = max(1, min(nthreads, rows))
         per = (rows + nthreads - 1) // nthreads
@@ -210,10 +215,10 @@ def _run(a, b, out, a_offsets, b_offsets, inner, a_step, b_step, nthreads, op):
         if nthreads > 1:
             # omp parallel for num_threads(nthreads) schedule(static)
             for c in range(nthreads):
-                _rows(a, b, out, a_offsets, b_offsets, c * per, min(rows, c * per + per),
-                      inner, a_step, b_step, op)
+                _rows(a[:], b[:], out[:], a_offsets, b_offsets, c * per,
+                      min(rows, c * per + per), inner, a_step, b_step, op)
         else:
-            _rows(a, b, out, a_offsets, b_offsets, 0, rows, inner, a_step, b_step, op)
+            _rows(a[:], b[:], out[:], a_offsets, b_offsets, 0, rows, inner, a_step, b_step, op)
     return nthreads
 
 
@@ -298,11 +303,11 @@ def _equal(x, y):
 
 
 def _and(x, y):
-    return x and y
+    return x & y
 
 
 def _or(x, y):
-    return x or y
+    return x | y
 
 
 def _xor(x, y):

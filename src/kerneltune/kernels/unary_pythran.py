@@ -193,9 +193,9 @@ def _tanhf(x, out):
         out[i] = np.copysign(scale * r + base, x[i])
 
 
-def _not(x, out):
+def _flip(x, out):
     for i in range(x.shape[0]):
-        out[i] = not x[i]
+        out[i] = x[i] ^ 1
 
 
 def abs_(x, out, nthreads):
@@ -235,4 +235,6 @@ def tanhf(x, out, nthreads):
 
 
 def not_(x, out, nthreads):
-    return _run(x, out, nthreads, _not)
+    # On the bytes of the booleans: gcc leaves ``not`` on bool (or ``!=`` against a
+    # constant) a byte loop at 15x numpy's time, and vectorises the exclusive or of uint8.
+    return _run(x.view(np.uint8), out.view(np.uint8), nthreads, _flip)
