@@ -1,8 +1,8 @@
 """The library's kernels against numpy, measured in the same run.
 
 Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements; then
-integer and boolean kernels (one-byte types among them) at 1e5 and 1e6, equal
-shapes and rows broadcast against a column.
+integer and boolean kernels (one-byte types and integer Div among them) at 1e5
+and 1e6, equal shapes and rows broadcast against a column.
 Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
@@ -96,8 +96,16 @@ def elementwise(rounds: int, sizes: tuple[int, ...]) -> list[str]:
     return misses
 
 
+def numpy_division(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's integer division (floored: the same as Div's on the benchmark's non-negative
+    operands), quiet about the zero divisors among them."""
+    with np.errstate(divide="ignore"):
+        return np.floor_divide(a, b)
+
+
 #: kernels on other element types, with numpy's function
 OTHER_TYPES = (("Add", "INT8", np.add), ("Mul", "UINT8", np.multiply), ("Add", "INT32", np.add),
+               ("Div", "INT32", numpy_division), ("Div", "UINT8", numpy_division),
                ("Max", "INT16", np.maximum), ("BitwiseXor", "UINT8", np.bitwise_xor),
                ("And", "BOOL", np.logical_and), ("Or", "BOOL", np.logical_or),
                ("Xor", "BOOL", np.logical_xor), ("Not", "BOOL", np.logical_not),

@@ -251,6 +251,35 @@ def test_float_division_by_zero_and_integer_semantics():
         LIBRARY["Div"].run([np.array([7, 0], np.uint8), np.array([0, 0], np.uint8)]), [0, 0])
 
 
+def division_operands(dtype: np.dtype) -> np.ndarray:
+    """Every value of a one-byte type; else the extremes, powers of two and their
+    neighbours, and small values, where a quotient rounded the wrong way would show."""
+    info = np.iinfo(dtype)
+    if info.bits == 8:
+        return np.arange(info.min, info.max + 1).astype(dtype)
+    powers = [2**k + d for k in range(info.bits) for d in (-1, 0, 1)]
+    edges = [info.min, info.min + 1, info.max, info.max - 1, *range(-9, 10), *powers,
+             *(-p for p in powers), *(info.max // p for p in powers[3:])]
+    return np.unique(np.array([v for v in edges if info.min <= v <= info.max])).astype(dtype)
+
+
+@pytest.mark.parametrize("element_type", ["INT8", "UINT8", "INT16", "UINT16", "INT32",
+                                          "UINT32", "INT64", "UINT64"])
+def test_integer_division_is_exact_for_every_pair_of_edge_values(element_type):
+    """Integers of up to 32 bits divide in float64, exact only because their quotient is
+    below 2**53; every pair of the edge values on each path, against Python's integers."""
+    dtype = dtype_of(element_type)
+    x = division_operands(dtype)
+    a, b = np.broadcast_arrays(x[:, None], x[None, :])
+    expected = elementwise_python(a, b, truncated_division)
+    div = LIBRARY["Div"]
+    parallel = div.prepare(element_type, div.configure(element_type, {
+        "parallel.minimum_elements": 64, "parallel.broadcast_minimum_elements": 64}), threads=2)
+    for run in (parallel.run, parallel.run_serial):
+        assert_same_bits(run(a.copy(), b.copy()), expected)   # equal shapes
+        assert_same_bits(run(x[:, None], x[None, :]), expected)   # broadcast rows
+
+
 def test_max_min_follow_numpy_for_nan_and_signed_zero():
     a = np.array([np.nan, 1.0, -0.0, 0.0, 2.0], np.float32)
     b = np.array([1.0, np.nan, 0.0, -0.0, np.nan], np.float32)
