@@ -1,8 +1,8 @@
 """The library's kernels against numpy, measured in the same run.
 
 Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements; then
-integer and boolean kernels (one-byte types and integer Div among them) at 1e5
-and 1e6, equal shapes and rows broadcast against a column.
+integer and boolean kernels (one-byte types and integer Div among them) and Log
+at 1e5 and 1e6, equal shapes and rows broadcast against a column.
 Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
@@ -25,7 +25,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kerneltune.dtypes import NUMPY_DTYPES
 from kerneltune.kernels import library
+from kerneltune.schema import element_type_number
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
 GEMM_SHAPES = ((8, 8, 8), (64, 64, 64), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
@@ -96,16 +98,19 @@ def elementwise(rounds: int, sizes: tuple[int, ...]) -> list[str]:
     return misses
 
 
-def numpy_division(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """numpy's integer division (floored: the same as Div's on the benchmark's non-negative
-    operands), quiet about the zero divisors among them."""
-    with np.errstate(divide="ignore"):
-        return np.floor_divide(a, b)
+def quiet(function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """numpy's ``function`` without its warnings about the zeros among the operands."""
+    def run(*operands: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return function(*operands)
+    return run
 
 
-#: kernels on other element types, with numpy's function
+#: kernels on other element types, with numpy's function (integer division floors, the same
+#: as Div's truncation on these non-negative operands)
 OTHER_TYPES = (("Add", "INT8", np.add), ("Mul", "UINT8", np.multiply), ("Add", "INT32", np.add),
-               ("Div", "INT32", numpy_division), ("Div", "UINT8", numpy_division),
+               ("Div", "INT32", quiet(np.floor_divide)), ("Div", "UINT8", quiet(np.floor_divide)),
+               ("Log", "FLOAT", quiet(np.log)), ("Log", "DOUBLE", quiet(np.log)),
                ("Max", "INT16", np.maximum), ("BitwiseXor", "UINT8", np.bitwise_xor),
                ("And", "BOOL", np.logical_and), ("Or", "BOOL", np.logical_or),
                ("Xor", "BOOL", np.logical_xor), ("Not", "BOOL", np.logical_not),
@@ -122,8 +127,8 @@ def other_types(rounds: int) -> list[str]:
     print(f"\n{'kernel':16} {'form':9} {'elements':>9} {'numpy us':>9} {'serial x':>9} "
           f"{'2 thr x':>8}")
     for name, element_type, peer in OTHER_TYPES:
-        dtype = np.dtype(bool) if element_type == "BOOL" else np.dtype(element_type.lower())
-        arity = 1 if name in ("Not", "Abs") else 2
+        dtype = NUMPY_DTYPES[element_type_number(element_type)]
+        arity = 1 if name in ("Not", "Abs", "Log") else 2
         for size in (100_000, 1_000_000):
             forms = {"equal": [(size,)] * arity}
             if arity == 2:

@@ -20,7 +20,7 @@ UNARY = {
     "Neg": {"neg": FLOATS + SIGNED},
     "Relu": {"relu": FLOATS + SIGNED},
     "Exp": {"exp": FLOATS},
-    "Log": {"log": FLOATS},
+    "Log": {"logf": ("FLOAT",), "log": ("DOUBLE",)},
     "Sqrt": {"sqrt": FLOATS},
     "Sigmoid": {"sigmoid": FLOATS},
     "Tanh": {"tanhf": ("FLOAT",), "tanh": ("DOUBLE",)},

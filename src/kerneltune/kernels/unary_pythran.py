@@ -41,7 +41,7 @@ import numpy as np
 # pythran export relu(int64[:], int64[:], int)
 # pythran export exp(float32[:], float32[:], int)
 # pythran export exp(float64[:], float64[:], int)
-# pythran export log(float32[:], float32[:], int)
+# pythran export logf(float32[:], float32[:], int)
 # pythran export log(float64[:], float64[:], int)
 # pythran export sqrt(float32[:], float32[:], int)
 # pythran export sqrt(float64[:], float64[:], int)
@@ -103,12 +103,25 @@ def _exp(x, out):
     out[:] = np.exp(x)
 
 
-def _log(x, out):
+def _logf(x, out):
     out[:] = np.log(x)
+
+
+def _log(x, out):
+    """xsimd's float64 log is wrong for subnormal inputs, libm's is not: those are redone.
+
+    They are counted first, in a loop that vectorises; the loop that redoes
+    them branches per element and, run on every block, took 60% of the time.
+    float32 needs none of it (``_logf``): its subnormals are right.
+    """
+    out[:] = np.log(x)
+    subnormals = 0
     for i in range(x.shape[0]):
-        # xsimd's float64 log is wrong for subnormal inputs; libm's is not.
-        if 0 < x[i] < 2.2250738585072014e-308:
-            out[i] = np.log(x[i])
+        subnormals += 0 < x[i] < 2.2250738585072014e-308
+    if subnormals:
+        for i in range(x.shape[0]):
+            if 0 < x[i] < 2.2250738585072014e-308:
+                out[i] = np.log(x[i])
 
 
 def _sqrt(x, out):
@@ -212,6 +225,10 @@ def relu(x, out, nthreads):
 
 def exp(x, out, nthreads):
     return _run(x, out, nthreads, _exp)
+
+
+def logf(x, out, nthreads):
+    return _run(x, out, nthreads, _logf)
 
 
 def log(x, out, nthreads):
