@@ -1,8 +1,9 @@
 """The library's kernels against numpy, measured in the same run.
 
 Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements; then
-integer and boolean kernels (one-byte types and integer Div among them) and Log
-at 1e5 and 1e6, equal shapes and rows broadcast against a column.
+integer and boolean kernels (one-byte types and integer Div among them), Log,
+and FLOAT16 Abs and Neg at 1e5 and 1e6, equal shapes and rows broadcast against
+a column.
 Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
@@ -114,7 +115,7 @@ OTHER_TYPES = (("Add", "INT8", np.add), ("Mul", "UINT8", np.multiply), ("Add", "
                ("Max", "INT16", np.maximum), ("BitwiseXor", "UINT8", np.bitwise_xor),
                ("And", "BOOL", np.logical_and), ("Or", "BOOL", np.logical_or),
                ("Xor", "BOOL", np.logical_xor), ("Not", "BOOL", np.logical_not),
-               ("Abs", "INT8", np.abs))
+               ("Abs", "INT8", np.abs), ("Abs", "FLOAT16", np.abs), ("Neg", "FLOAT16", np.negative))
 #: serial / numpy floor of those at 1e6 elements, where the loop outweighs the call: a loop
 #: gcc leaves scalar runs at 1/15 to 1/190 of numpy
 FLOOR = 0.5
@@ -128,7 +129,7 @@ def other_types(rounds: int) -> list[str]:
           f"{'2 thr x':>8}")
     for name, element_type, peer in OTHER_TYPES:
         dtype = NUMPY_DTYPES[element_type_number(element_type)]
-        arity = 1 if name in ("Not", "Abs", "Log") else 2
+        arity = 1 if name in ("Not", "Abs", "Neg", "Log") else 2
         for size in (100_000, 1_000_000):
             forms = {"equal": [(size,)] * arity}
             if arity == 2:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
+import numpy as np
+
 from ..registry import KernelTuningRegistry
 from ..schema import element_type_number
 from . import calibrate, catalog
@@ -33,14 +35,25 @@ _FLOAT, _FLOAT16, _BOOL = (element_type_number(t) for t in ("FLOAT", "FLOAT16", 
 
 
 def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object]:
+    """Compiled function per element type; one listed for FLOAT16 gets the bit patterns.
+
+    FLOAT16 left out is widened to FLOAT by the kernel (see ``catalog``).
+    """
     functions = {
         element_type_number(element_type): getattr(module, name)
         for name, element_types in table.items()
         for element_type in element_types
     }
-    if _FLOAT in functions:
-        functions[_FLOAT16] = functions[_FLOAT]
+    if _FLOAT16 in functions:
+        functions[_FLOAT16] = _on_bits(functions[_FLOAT16])
     return functions
+
+
+def _on_bits(function):
+    """A unary function of ``uint16`` arrays, applied to FLOAT16 arrays' bit patterns."""
+    def run(x, out, threads):
+        return function(x.view(np.uint16), out.view(np.uint16), threads)
+    return run
 
 
 @functools.cache

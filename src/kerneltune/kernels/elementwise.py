@@ -248,8 +248,9 @@ class PreparedHalf(PreparedKernel):
 class ElementwiseKernel(Kernel):
     """An operator over a table of compiled functions, one per element type.
 
-    ``functions`` maps an ONNX element type to the compiled function; FLOAT16
-    is served by the FLOAT function through widening and narrowing.
+    ``functions`` maps an ONNX element type to the compiled function; FLOAT16,
+    unless it has its own, is served by the FLOAT function through widening
+    and narrowing.
     """
 
     def __init__(self, name: str, implementation: str, functions: Mapping[int, Callable],
@@ -258,10 +259,11 @@ class ElementwiseKernel(Kernel):
         self.name = name
         self._functions = dict(functions)
         self._output = output
+        self._widens_half = FLOAT in functions and FLOAT16 not in functions
 
     @property
     def element_types(self) -> tuple[int, ...]:
-        return tuple(self._functions)
+        return tuple(self._functions) + ((FLOAT16,) if self._widens_half else ())
 
     def output_dtype(self, element_type: int) -> np.dtype:
         return NUMPY_DTYPES[self._output if self._output is not None else element_type]
@@ -270,7 +272,7 @@ class ElementwiseKernel(Kernel):
         if attributes:
             raise TypeError(f"{self.name} takes no attributes, got {sorted(attributes)}")
         key = self.tuning_key(element_type)
-        if element_type == FLOAT16:
+        if element_type == FLOAT16 and self._widens_half:
             inner = self._prepared_type(key, config, threads, self._functions[FLOAT],
                                         NUMPY_DTYPES[FLOAT], self.output_dtype(FLOAT))
             return PreparedHalf(inner, config.conversion_minimum_elements)
@@ -280,13 +282,15 @@ class ElementwiseKernel(Kernel):
 
 class UnaryKernel(ElementwiseKernel):
     def config_type(self, element_type: int) -> type:
-        return HalfUnaryConfig if element_type == FLOAT16 else ElementwiseConfig
+        return HalfUnaryConfig if element_type == FLOAT16 and self._widens_half else (
+            ElementwiseConfig)
 
     _prepared_type = PreparedUnary
 
 
 class BinaryKernel(ElementwiseKernel):
     def config_type(self, element_type: int) -> type:
-        return HalfBinaryConfig if element_type == FLOAT16 else BinaryConfig
+        return HalfBinaryConfig if element_type == FLOAT16 and self._widens_half else (
+            BinaryConfig)
 
     _prepared_type = PreparedBinary

@@ -27,6 +27,8 @@ import numpy as np
 # pythran export abs_(uint16[:], uint16[:], int)
 # pythran export abs_(uint32[:], uint32[:], int)
 # pythran export abs_(uint64[:], uint64[:], int)
+# pythran export abs_half(uint16[:], uint16[:], int)
+# pythran export neg_half(uint16[:], uint16[:], int)
 # pythran export neg(float32[:], float32[:], int)
 # pythran export neg(float64[:], float64[:], int)
 # pythran export neg(int8[:], int8[:], int)
@@ -206,6 +208,16 @@ def _tanhf(x, out):
         out[i] = np.copysign(scale * r + base, x[i])
 
 
+def _clear_sign(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] & 0x7FFF
+
+
+def _flip_sign(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] ^ 0x8000
+
+
 def _flip(x, out):
     for i in range(x.shape[0]):
         out[i] = x[i] ^ 1
@@ -213,6 +225,15 @@ def _flip(x, out):
 
 def abs_(x, out, nthreads):
     return _run(x, out, nthreads, _abs)
+
+
+def abs_half(x, out, nthreads):
+    """FLOAT16 Abs on the bit patterns (``uint16`` views): numpy's own way, NaN payloads kept."""
+    return _run(x, out, nthreads, _clear_sign)
+
+
+def neg_half(x, out, nthreads):
+    return _run(x, out, nthreads, _flip_sign)
 
 
 def neg(x, out, nthreads):
