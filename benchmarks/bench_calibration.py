@@ -77,6 +77,7 @@ THRESHOLDS = {PARALLEL_MINIMUM: 1, BROADCAST_MINIMUM: 1, CONVERSION_MINIMUM: 1,
               "algorithm.pack_b_minimum_elements": 2, "algorithm.blas_minimum_fmas": 3,
               "algorithm.skinny_blas_minimum_fmas": 2, "algorithm.vector_blas_minimum_fmas": 2,
               "algorithm.skinny_minimum_b_elements": 2, "parallel.fmas_per_work_unit": 3,
+              "parallel.skinny_fmas_per_work_unit": 2,
               "algorithm.skinny_m_limit": 1}
 
 

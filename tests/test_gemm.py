@@ -27,7 +27,7 @@ BLOCKED = {**PARALLEL, "algorithm.skinny_m_limit": 0,
            "algorithm.pack_b_minimum_elements": 10**12}
 PACKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.pack_b_minimum_elements": 0}
 SKINNY = {**PARALLEL, "algorithm.tile_m": 4096, "algorithm.skinny_m_limit": 4096,
-          "algorithm.skinny_minimum_b_elements": 0}
+          "algorithm.skinny_minimum_b_elements": 0, "parallel.skinny_fmas_per_work_unit": 1}
 PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY}
 
 
@@ -381,6 +381,13 @@ def test_parallel_thresholds_switch_threads():
     check_plan({**SMALL_TILES, "parallel.fmas_per_work_unit": 32768}, shape, "blocked",
                threads=2)
     check_plan({**SMALL_TILES, "parallel.fmas_per_work_unit": 32769}, shape, "blocked",
+               threads=1)
+    # the skinny path has its own unit: 1 x 64 x 256 is 4 strips and 16384 multiply-adds
+    skinny = {**SMALL_TILES, "algorithm.skinny_minimum_b_elements": 0,
+              "parallel.fmas_per_work_unit": 1}
+    check_plan({**skinny, "parallel.skinny_fmas_per_work_unit": 8192}, (1, 64, 256), "skinny",
+               threads=2)
+    check_plan({**skinny, "parallel.skinny_fmas_per_work_unit": 8193}, (1, 64, 256), "skinny",
                threads=1)
     prepared = prepare(base, threads=2)
     a, b, _ = operands(*shape)

@@ -249,6 +249,7 @@ BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
 VECTOR_BLAS = "algorithm.vector_blas_minimum_fmas"
 FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
+SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
 #: depth and width of the skinny-M family
 SKINNY_DEPTH = 512
@@ -374,6 +375,7 @@ class GemmCalibration(KernelCalibration):
             lambda s: min(s, tile_k) * min(s, tile_n),
             max(1, math.isqrt(int(context.values[PACK_B])))))
         self._skinny(context, compiled)
+        self._skinny_parallel(context, compiled)
         self._blas(context, square, squares, compiled)
         self._parallel(context, square, squares, compiled)
         context.keep(MINIMUM_TASKS, "kept: parallel.fmas_per_work_unit decides when a product "
@@ -428,6 +430,31 @@ class GemmCalibration(KernelCalibration):
             SKINNY_B, self._product(f"{few} x N x N", context, lambda s: few, int, int),
             whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
             lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
+
+    def _skinny_parallel(self, context: CalibrationContext, compiled: dict) -> None:
+        """The skinny path's work unit, on one-row products (a batch of one through a dense
+        layer), before the one-row BLAS threshold is measured against the path it sets."""
+        if context.threads == 1:
+            context.keep(SKINNY_UNIT, "kept: one thread, so no parallel path to tune")
+            return
+        if int(context.values[SKINNY]) < 1:
+            context.keep(SKINNY_UNIT, "kept: algorithm.skinny_m_limit is 0, no product is "
+                                      "skinny")
+            return
+        smallest_b = int(context.values[SKINNY_B])
+        sizes = [s for s in whole_block_grid(64, 4096, context.options.level.steps_per_octave)
+                 if s * s >= smallest_b]
+        if len(sizes) < 2:
+            context.keep(SKINNY_UNIT, f"kept: algorithm.skinny_minimum_b_elements is "
+                                      f"{smallest_b}, so the skinny path takes fewer than two "
+                                      f"of the sizes searched (N up to 4096)")
+            return
+        decide_crossover(context, Crossover(
+            SKINNY_UNIT, self._product("1 x N x N", context, lambda s: 1, int, int), sizes,
+            ("serial", self._runner(context, {**compiled, SKINNY_UNIT: NEVER})),
+            ("parallel", self._runner(context, {**compiled, SKINNY_UNIT: 1}, 2)),
+            lambda s: max(1, s * s // 2),
+            max(1, math.isqrt(2 * int(context.values[SKINNY_UNIT])))))
 
     def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
               compiled: dict) -> None:

@@ -18,7 +18,9 @@ Three algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_p
 Those are the algorithm decisions. The parallel decision is separate: the compiled paths
 cut the output into tasks (``tile_m x tile_n`` tiles; column strips of ``tile_n`` for
 skinny) and run ``min(threads, tasks, M * N * K // parallel.fmas_per_work_unit)`` threads
-when there are at least ``parallel.minimum_tasks`` tasks, else one. The BLAS path runs on
+(``parallel.skinny_fmas_per_work_unit`` on the skinny path, whose multiply-adds each read
+an element of B that a square product reuses from cache) when there are at least
+``parallel.minimum_tasks`` tasks, else one. The BLAS path runs on
 the BLAS library's own threads (numpy's thread pool is not ours to resize on every call).
 
 Every compiled path computes each output element as one sum in ascending k order, so
@@ -60,6 +62,7 @@ from .gemm_pythran import (
     T_MINIMUM_TASKS,
     T_PACK_MINIMUM,
     T_SKINNY_BLAS,
+    T_SKINNY_FMAS_PER_UNIT,
     T_SKINNY_LIMIT,
     T_SKINNY_MINIMUM_B,
     T_THREADS,
@@ -120,14 +123,21 @@ class GemmConfig:
             "(M <= algorithm.skinny_m_limit) is computed by numpy.matmul (BLAS) instead of "
             "the skinny path")
     vector_blas_minimum_fmas: int = tunable(
-        "algorithm.vector_blas_minimum_fmas", 65_536, minimum=0,
+        "algorithm.vector_blas_minimum_fmas", 262_144, minimum=0,
         doc="M * N * K from which a one-row product is computed by numpy.matmul (BLAS), "
-            "which runs it as a matrix-vector product")
+            "which runs it as a matrix-vector product; 512**2 by default: on two threads "
+            "the skinny path took 0.47-0.84x OpenBLAS's time at N = 362 and 512 (every "
+            "x86_64 variant) and 1.1-1.5x at 724, on one thread 0.6-0.95x at 256")
     fmas_per_work_unit: int = tunable(
         "parallel.fmas_per_work_unit", 524_288, minimum=1,
         doc="multiply-adds (M * N * K) each thread must have at least: a product runs on at "
             "most M * N * K // this many threads (about 8 us of work per thread by default, "
             "an OpenMP fork and join costing a few us)")
+    skinny_fmas_per_work_unit: int = tunable(
+        "parallel.skinny_fmas_per_work_unit", 131_072, minimum=1,
+        doc="parallel.fmas_per_work_unit of the skinny path, which streams B: two threads "
+            "ran 1 x 512 x 512 FLOAT in 0.75x the time of one (x86_64_v4), where the "
+            "square products' unit keeps it on one; 1 x 362 x 362 stays faster on one")
     minimum_tasks: int = tunable(
         "parallel.minimum_tasks", 2, minimum=1,
         doc="tasks (output tiles) below which a compiled product runs serially")
@@ -237,7 +247,8 @@ class PreparedGemm(PreparedKernel):
                   T_PACK_MINIMUM: config.pack_b_minimum_elements,
                   T_MINIMUM_TASKS: config.minimum_tasks,
                   T_FMAS_PER_UNIT: config.fmas_per_work_unit, T_THREADS: threads,
-                  T_SKINNY_MINIMUM_B: config.skinny_minimum_b_elements}
+                  T_SKINNY_MINIMUM_B: config.skinny_minimum_b_elements,
+                  T_SKINNY_FMAS_PER_UNIT: config.skinny_fmas_per_work_unit}
         self._thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)],
                                     np.int64)
         self._thresholds.flags.writeable = False

@@ -102,7 +102,8 @@ T_MINIMUM_TASKS = 10
 T_FMAS_PER_UNIT = 11
 T_THREADS = 12
 T_SKINNY_MINIMUM_B = 13
-T_FIELDS = 14
+T_SKINNY_FMAS_PER_UNIT = 14
+T_FIELDS = 15
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
@@ -434,11 +435,12 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     return nthreads
 
 
-def _threads(tasks, fmas, t):
-    """Threads of a task grid: one below the minimum tasks, else as many as have work."""
+def _threads(tasks, fmas, unit, t):
+    """Threads of a task grid: one below the minimum tasks, else as many as have ``unit``
+    multiply-adds of work."""
     if tasks < t[T_MINIMUM_TASKS]:
         return 1
-    return max(1, min(t[T_THREADS], tasks, fmas // t[T_FMAS_PER_UNIT]))
+    return max(1, min(t[T_THREADS], tasks, fmas // unit))
 
 
 def decide(m, k, n, serial, t):
@@ -452,9 +454,10 @@ def decide(m, k, n, serial, t):
     if fmas >= (t[T_VECTOR_BLAS] if m == 1 else t[T_SKINNY_BLAS] if skinny_rows else t[T_BLAS]):
         return BLAS_PATH, 0
     if skinny_rows:
-        return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas, t)
+        return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas,
+                                     t[T_SKINNY_FMAS_PER_UNIT], t)
     tasks = (m + t[T_TILE_M] - 1) // t[T_TILE_M] * ((n + tile_n - 1) // tile_n)
-    return blocked_path, _threads(tasks, fmas, t)
+    return blocked_path, _threads(tasks, fmas, t[T_FMAS_PER_UNIT], t)
 
 
 def gemm(a, b, c, alpha, beta, t):
