@@ -1,17 +1,29 @@
 // Linked into every compiled kernel module with -Wl,--wrap=malloc, so that each array
-// the kernels allocate (a product's packed panels and accumulators, its output) starts
-// on a cache line. With malloc's 16-byte steps, where the heap happened to put these
-// buffers moved Gemm's blocked path by 15-35% from one process to the next, and with it
-// the crossovers that calibration measures (see kerneltune/aligned.py). The memory is
-// released with free(), which takes aligned_alloc's blocks as it takes malloc's.
+// of 2 KiB or more that the kernels allocate (a product's packed panels and accumulators,
+// its output) starts on a cache line. With malloc's 16-byte steps, where the heap happened
+// to put these buffers moved Gemm's blocked path by 15-35% from one process to the next,
+// and with it the crossovers that calibration measures (see kerneltune/aligned.py). The
+// memory is released with free(), which takes aligned_alloc's blocks as it takes malloc's.
+//
+// Smaller blocks stay with malloc: aligned_alloc bypasses malloc's per-thread cache and
+// costs 20-60 ns more per block, and an 8 x 8 x 8 product makes a dozen blocks (shapes,
+// reference counts, its output, its accumulators), which took it from 0.7 to 1.3 us. The
+// smallest block whose placement moved a product is the DOUBLE blocked path's
+// accumulators, 4 x 64 doubles: aligned from 4 KiB on, 128 x 128 x 128 DOUBLE took
+// 40-54 us with the heap's state, from 2 KiB on 40-42 us (FLOAT's 1 KiB ones made no
+// difference).
 
 #include <cstddef>
 #include <cstdlib>
 
+extern "C" void *__real_malloc(std::size_t size);
+
 extern "C" void *__wrap_malloc(std::size_t size)
 {
     constexpr std::size_t alignment = 64;
-    // aligned_alloc wants a multiple of the alignment, and malloc(0) a pointer to free
-    return std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment
-                                             + (size == 0 ? alignment : 0));
+    constexpr std::size_t smallest_aligned = 2048;
+    if (size < smallest_aligned)
+        return __real_malloc(size);
+    // aligned_alloc wants a multiple of the alignment
+    return std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment);
 }
