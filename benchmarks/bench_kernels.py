@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kerneltune.dtypes import NUMPY_DTYPES
-from kerneltune.kernels import library
+from kerneltune.kernels import catalog, library
 from kerneltune.schema import element_type_number
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
@@ -116,8 +116,8 @@ OTHER_TYPES = (("Add", "INT8", np.add), ("Mul", "UINT8", np.multiply), ("Add", "
                ("And", "BOOL", np.logical_and), ("Or", "BOOL", np.logical_or),
                ("Xor", "BOOL", np.logical_xor), ("Not", "BOOL", np.logical_not),
                ("Abs", "INT8", np.abs), ("Abs", "FLOAT16", np.abs), ("Neg", "FLOAT16", np.negative))
-#: serial / numpy floor of those at 1e6 elements, where the loop outweighs the call: a loop
-#: gcc leaves scalar runs at 1/15 to 1/190 of numpy
+#: serial / numpy floor of those at 1e6 elements, where the loop outweighs the call: loops
+#: that gcc had left scalar, or that did needless work, ran at 1/3 to 1/190 of numpy's speed
 FLOOR = 0.5
 
 
@@ -129,7 +129,7 @@ def other_types(rounds: int) -> list[str]:
           f"{'2 thr x':>8}")
     for name, element_type, peer in OTHER_TYPES:
         dtype = NUMPY_DTYPES[element_type_number(element_type)]
-        arity = 1 if name in ("Not", "Abs", "Neg", "Log") else 2
+        arity = 1 if name in catalog.UNARY else 2
         for size in (100_000, 1_000_000):
             forms = {"equal": [(size,)] * arity}
             if arity == 2:

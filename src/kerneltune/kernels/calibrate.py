@@ -292,6 +292,11 @@ def whole_block_grid(low: int, high: int, steps_per_octave: int) -> list[int]:
             + geometric_grid(max(low, NR), high, steps_per_octave, NR))
 
 
+def _wide(context: CalibrationContext) -> list[int]:
+    """N of the one-row and skinny families (N x N B): whole micro-kernel blocks, 64 to 4096."""
+    return whole_block_grid(64, 4096, context.options.level.steps_per_octave)
+
+
 class GemmCalibration(KernelCalibration):
     """Tiles on shape families, then each algorithm threshold, then the parallel grain.
 
@@ -431,6 +436,19 @@ class GemmCalibration(KernelCalibration):
             whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
             lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
 
+    def _skinny_sizes(self, context: CalibrationContext, parameter: str) -> list[int] | None:
+        """The sizes N of the wide grid whose N x N B the skinny path takes; None, with
+        ``parameter`` kept, when there are fewer than two."""
+        smallest_b = int(context.values[SKINNY_B])
+        wide = _wide(context)
+        sizes = [s for s in wide if s * s >= smallest_b]
+        if len(sizes) < 2:
+            context.keep(parameter, f"kept: algorithm.skinny_minimum_b_elements is "
+                                    f"{smallest_b}, so the skinny path takes fewer than two "
+                                    f"of the sizes searched (N up to {wide[-1]})")
+            return None
+        return sizes
+
     def _skinny_parallel(self, context: CalibrationContext, compiled: dict) -> None:
         """The skinny path's work unit, on one-row products (a batch of one through a dense
         layer), before the one-row BLAS threshold is measured against the path it sets."""
@@ -441,13 +459,8 @@ class GemmCalibration(KernelCalibration):
             context.keep(SKINNY_UNIT, "kept: algorithm.skinny_m_limit is 0, no product is "
                                       "skinny")
             return
-        smallest_b = int(context.values[SKINNY_B])
-        sizes = [s for s in whole_block_grid(64, 4096, context.options.level.steps_per_octave)
-                 if s * s >= smallest_b]
-        if len(sizes) < 2:
-            context.keep(SKINNY_UNIT, f"kept: algorithm.skinny_minimum_b_elements is "
-                                      f"{smallest_b}, so the skinny path takes fewer than two "
-                                      f"of the sizes searched (N up to 4096)")
+        sizes = self._skinny_sizes(context, SKINNY_UNIT)
+        if sizes is None:
             return
         decide_crossover(context, Crossover(
             SKINNY_UNIT, self._product("1 x N x N", context, lambda s: 1, int, int), sizes,
@@ -465,9 +478,9 @@ class GemmCalibration(KernelCalibration):
             BLAS, square, squares, compiled_run, on_blas,
             lambda s: s ** 3, max(1, round(int(context.values[BLAS]) ** (1 / 3))),
             self._tolerance()))
-        wide = whole_block_grid(64, 4096, context.options.level.steps_per_octave)
         decide_crossover(context, Crossover(
-            VECTOR_BLAS, self._product("1 x N x N", context, lambda s: 1, int, int), wide,
+            VECTOR_BLAS, self._product("1 x N x N", context, lambda s: 1, int, int),
+            _wide(context),
             compiled_run, on_blas, lambda s: s * s,
             max(1, math.isqrt(int(context.values[VECTOR_BLAS]))), self._tolerance()))
         limit = int(context.values[SKINNY])
@@ -478,12 +491,8 @@ class GemmCalibration(KernelCalibration):
         # one threshold in multiply-adds serves few rows and many, measured on both (from 2
         # rows: one row has its own threshold), on the sizes of B the skinny path takes; a
         # smaller B meets the blocked path's threshold
-        smallest_b = int(context.values[SKINNY_B])
-        skinny_sizes = [s for s in wide if s * s >= smallest_b]
-        if len(skinny_sizes) < 2:
-            context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_minimum_b_elements is "
-                                      f"{smallest_b}, so the skinny path takes fewer than two "
-                                      f"of the sizes searched (N up to {wide[-1]})")
+        skinny_sizes = self._skinny_sizes(context, SKINNY_BLAS)
+        if skinny_sizes is None:
             return
         skinny = self._runner(context, compiled)
         decide_shared_crossover(context, [
