@@ -31,7 +31,7 @@ __all__ = [
     "register_library",
 ]
 
-_FLOAT, _FLOAT16, _BOOL = (element_type_number(t) for t in ("FLOAT", "FLOAT16", "BOOL"))
+_FLOAT16, _BOOL = element_type_number("FLOAT16"), element_type_number("BOOL")
 
 
 def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object]:
