@@ -7,6 +7,7 @@ checked exactly, without timing anything.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -556,7 +557,7 @@ def test_the_first_step_from_the_start_may_step_over_one_size():
     _synthetic(context, lambda name, n: 1.5 if name == "parallel" and n != 131072 else 1.0)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
     assert "up to the largest size" in decision.reason and decision.changed
-    assert decision.measured == SIZES[-1] * 2 // 2
+    assert decision.measured == SIZES[-1] // 2
 
 
 def _settings_comparison(context, timings):
@@ -771,11 +772,36 @@ def test_serial_wins_above_the_value_in_use_raise_it():
     assert decision.value == 65536 and "serial beats parallel" in decision.reason
 
 
-def test_serial_winning_everywhere_moves_the_crossover_beyond_the_grid():
+def test_serial_winning_everywhere_takes_the_crossover_at_the_largest_size():
+    """No measurement reaches beyond it: the value stops an octave short of it, as for a
+    crossover measured there."""
     context = _context()
     _synthetic(context, lambda name, n: 1.0 if name == "serial" else 1.5)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
-    assert decision.value == SIZES[-1] // 2 and "up to the largest size" in decision.reason
+    assert decision.measured == SIZES[-1] // 2 and "up to the largest size" in decision.reason
+    assert decision.value == SIZES[-2] // 2 and "short of it (262144)" in decision.reason
+
+
+@pytest.mark.parametrize(("crossover", "value"), [
+    (16384, 32768), (262144, 32768),  # two octaves either side: kept
+    (8192, 16384), (524288, 65536),  # three: moved two octaves short, toward the value in use
+])
+def test_a_wider_resolution_keeps_crossovers_within_it(crossover, value):
+    """A crossover that two runs measure two octaves apart needs a band that wide."""
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" else
+               0.5 if n >= crossover else 1.5)
+    problem = dataclasses.replace(_crossover_problem(context, SIZES, 65536), resolution=2.0)
+    decision = decide_crossover(context, problem)
+    assert decision.value == value
+    assert ("within 2 octaves" if value == 32768 else "2 octaves short of it") in decision.reason
+
+
+@pytest.mark.parametrize("resolution", [0, -1.0, float("nan")])
+def test_a_crossover_resolution_must_be_positive(resolution):
+    with pytest.raises(ValueError, match="resolution must be a positive number of octaves"):
+        Crossover("parallel.minimum_elements", Case("unary", list, len), SIZES,
+                  ("serial", np.copy), ("parallel", np.copy), int, 65536, resolution=resolution)
 
 
 def test_parallel_merely_not_winning_keeps_the_value_in_use():

@@ -20,7 +20,7 @@ from kerneltune.calibration import (
     is_calibratable,
 )
 from kerneltune.calibration.context import CalibrationContext
-from kerneltune.calibration.measure import Deadline
+from kerneltune.calibration.measure import Deadline, Measurement
 from kerneltune.calibration.report import Decision
 from kerneltune.cli import UNSTEADY
 from kerneltune.cpu import current_execution
@@ -385,6 +385,32 @@ def test_the_conversion_grain_follows_every_measured_computation_grain(grain, co
                                  Deadline(float("inf"), "per-key"))
     ElementwiseCalibration(kernel, kernel.element_types[0])._conversion(context, grain)
     assert context.values["conversion.parallel_minimum_elements"] == conversion
+
+
+@pytest.mark.parametrize(("crossover", "grain"), [(16384, 32768), (8192, 16384)])
+def test_elementwise_grains_keep_a_crossover_within_two_octaves(crossover, grain):
+    """Serial/parallel crossovers repeat to an octave: the dead band is two around the
+    value in use (which switches at 65536 elements), and a grain moves two octaves short."""
+    kernel = library()["Abs"]
+    element_type = kernel.tuning_key("FLOAT").element_type
+    schema = kernel.schema(element_type)
+    context = CalibrationContext(kernel.tuning_key(element_type), schema, current_execution(2),
+                                 CalibrationOptions(threads=2, **QUICK),
+                                 schema.default_values(), Deadline(float("inf"), "per-key"))
+    checked, at = context.check, []
+
+    def check(case, point, outputs, tolerance=None):
+        at.append(point)
+        return checked(case, point, outputs, tolerance)
+
+    context.check = check  # the real kernels' outputs are compared; the timings are made up
+    context.measure = lambda runs: {name: Measurement(
+        (1.0 if name == "serial" or at[-1] < crossover else 0.5,) * 5, (), 1) for name in runs}
+    calibration = ElementwiseCalibration(kernel, element_type)
+    decision = calibration._grain(context, GRAIN, list(calibration.cases(context).values()),
+                                  calibration.sizes(context), ({}, {}))
+    assert decision.value == grain and decision.measured == crossover // 2
+    assert ("within 2 octaves" if grain == 32768 else "2 octaves short") in decision.reason
 
 
 def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():

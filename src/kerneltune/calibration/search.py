@@ -27,6 +27,16 @@ Run = Callable[..., np.ndarray]
 #: outcomes of one crossover measurement
 ABOVE, BELOW, OVERLAP = "above", "below", "overlap"
 
+#: How far apart two calibrations of one key measure its crossover, in octaves of size, unless
+#: a :class:`Crossover` says otherwise. On the 2-CPU virtual machine of the README's figures,
+#: keys measured in the same machine state came out up to half an octave apart on a grid of
+#: two sizes per octave; values that are to repeat need a dead band of twice that. A grid
+#: finer than the band measures no better, and values a step apart on it differ by noise:
+#: normal effort's grid has one size per octave.
+RESOLUTION_OCTAVES = 1.0
+#: grid sizes are rounded to the kernels' alignment, so octaves between them are not exact
+_ROUNDING_OCTAVES = 0.1
+
 
 def geometric_grid(low: int, high: int, steps_per_octave: int, multiple: int = 1) -> list[int]:
     """Sizes from ``low`` to ``high`` growing by ``2 ** (1 / steps_per_octave)``.
@@ -57,7 +67,9 @@ class Crossover:
     """Where ``above`` starts to beat ``below`` on growing sizes, and the value that says so.
 
     ``value_of(size)`` turns the smallest size of two consecutive wins into
-    the parameter's value; ``baseline_size`` is where the value in use switches.
+    the parameter's value; ``baseline_size`` is where the value in use switches;
+    ``resolution`` is how many octaves of size apart two calibrations measure
+    this crossover (see :func:`record_crossover`).
     """
 
     parameter: str
@@ -68,6 +80,12 @@ class Crossover:
     value_of: Callable[[int], int]
     baseline_size: int
     tolerance: Tolerance | None = None
+    resolution: float = RESOLUTION_OCTAVES
+
+    def __post_init__(self):
+        if not self.resolution > 0:
+            raise ValueError(f"{self.parameter}: resolution must be a positive number of "
+                             f"octaves, got {self.resolution!r}")
 
 
 def _outcome(context: CalibrationContext, case: Case, point: TuningValue, inputs: Sequence,
@@ -92,8 +110,11 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     switches and moves only on evidence: down while ``above`` keeps winning
     there (the crossover is then the smallest size of two consecutive wins),
     up while ``below`` keeps winning (from two consecutive wins on; the
-    crossover follows the last two consecutive wins of ``below``, or lies
-    beyond the grid). A walk, its first step from the start included, steps
+    crossover follows the last two consecutive wins of ``below``, and is
+    taken at the largest size when they reach it: that is as far as the
+    measurements reach, and one step beyond it, where the search once put it,
+    moved values a grid step further than any evidence, two steps from a run
+    whose last size tied). A walk, its first step from the start included, steps
     over one size that does not confirm: one noisy size next to the start
     should not decide more than one in the middle of a walk, and the
     crossover still needs two consecutive wins, or a win of ``below`` at the
@@ -170,10 +191,9 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
         if side == BELOW and (highest := _walk(outcome, BELOW, start, 1, len(sizes))) > start:
             wins = [i for i in range(start + 1, highest + 1)
                     if outcome(i) == BELOW and outcome(i - 1) == BELOW]
-            if wins and wins[-1] + 1 == len(sizes):  # beyond the grid: one step beyond
-                beyond = sizes[-1] * sizes[-1] // sizes[-2]
-                return beyond, (f"{below_name} beats {above_name} on {where} up to the largest "
-                                f"size, {sizes[-1]}"), candidates
+            if wins and wins[-1] + 1 == len(sizes):  # at least the largest size
+                return sizes[-1], (f"{below_name} beats {above_name} on {where} up to the "
+                                   f"largest size, {sizes[-1]}"), candidates
             if wins:
                 return sizes[wins[-1] + 1], (f"{below_name} beats {above_name} on {where} below "
                                              f"size {sizes[wins[-1] + 1]}"), candidates
@@ -252,22 +272,11 @@ def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Cros
     return record_crossover(context, problem, size, reason, candidates)
 
 
-#: How far apart two calibrations of one key measure its crossover, in octaves of size.
-#: On the 2-CPU virtual machine of the README's figures, keys measured in the same
-#: machine state came out up to half an octave apart on a grid of two sizes per octave;
-#: values that are to repeat need a dead band of twice that. A grid finer than the band
-#: measures no better, and values a step apart on it differ by noise: normal effort's
-#: grid has one size per octave.
-RESOLUTION_OCTAVES = 1.0
-#: grid sizes are rounded to the kernels' alignment, so octaves between them are not exact
-_ROUNDING_OCTAVES = 0.1
-
-
 def record_crossover(context: CalibrationContext, problem: Crossover, size: int | None,
                      reason: str, candidates: Sequence[Candidate]) -> Decision:
     """The decision for a crossover measured at ``size`` (None: none found, keep the value).
 
-    A value in use that switches within :data:`RESOLUTION_OCTAVES` of the
+    A value in use that switches within the problem's ``resolution`` of the
     measured crossover (either side) is as good as the measurements can tell,
     and is kept. A crossover farther away moves the value to the grid size as
     far short of it, toward the value in use. Stopping short keeps the
@@ -279,15 +288,17 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
         return context.keep(problem.parameter, f"kept: {reason}", candidates)
     measured = problem.value_of(size)
     octaves = math.log2(problem.baseline_size / size)
-    if abs(octaves) <= RESOLUTION_OCTAVES + _ROUNDING_OCTAVES:
+    band = problem.resolution
+    unit = "octave" if band == 1 else "octaves"
+    if abs(octaves) <= band + _ROUNDING_OCTAVES:
         return context.keep(problem.parameter,
-                            f"kept: the value in use switches within {RESOLUTION_OCTAVES:g} "
-                            f"octave of the measured crossover; {reason}", candidates, measured)
-    target = math.log2(size) + math.copysign(RESOLUTION_OCTAVES, octaves)
+                            f"kept: the value in use switches within {band:g} {unit} of the "
+                            f"measured crossover; {reason}", candidates, measured)
+    target = math.log2(size) + math.copysign(band, octaves)
     short = min(problem.sizes, key=lambda s: abs(math.log2(s) - target))
     return context.decide(problem.parameter, problem.value_of(short),
-                          f"{reason}; set {RESOLUTION_OCTAVES:g} octave short of it ({short}), "
-                          f"toward the value in use", candidates, measured)
+                          f"{reason}; set {band:g} {unit} short of it ({short}), toward the "
+                          f"value in use", candidates, measured)
 
 
 @dataclass(frozen=True)

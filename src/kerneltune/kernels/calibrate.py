@@ -52,6 +52,15 @@ SMALLEST_ELEMENTS = 1 << 10
 BROADCAST_COLUMNS = 256
 #: operators whose float inputs must be positive to stay in the domain the timing is about
 POSITIVE_INPUTS = frozenset({"Log", "Sqrt", "Pow"})
+#: How far apart, in octaves of size, two calibrations measure the serial/parallel
+#: crossover of an elementwise loop (the crossover's ``resolution``): it moves with the
+#: machine's parallel speed. In two 2-thread calibrations on the 2-CPU virtual machine of the
+#: README's figures, 14 of 305 grain decisions differed, each by a crossover measured a grid
+#: step (an octave) apart on the edge of a one-octave band, kept in one run and moved in the
+#: other. Of the 207 crossovers measured, 147 lay within an octave of the value in use, 39
+#: two octaves and 4 three octaves away, so a band of two octaves has far fewer on its edge:
+#: decided with it, the same measurements differed in 5 decisions.
+GRAIN_RESOLUTION_OCTAVES = 2.0
 
 PARALLEL_MINIMUM = "parallel.minimum_elements"
 MAXIMUM_THREADS = "parallel.maximum_threads"
@@ -229,7 +238,8 @@ class ElementwiseCalibration(KernelCalibration):
         parallel = self.run_of(context.configure({parameter: 1, **parallel_values}), 2)
         return decide_shared_crossover(context, [
             Crossover(parameter, case, sizes, ("serial", serial), ("parallel", parallel),
-                      _grain_of, 2 * int(context.values[parameter])) for case in groups])
+                      _grain_of, 2 * int(context.values[parameter]),
+                      resolution=GRAIN_RESOLUTION_OCTAVES) for case in groups])
 
     def workload(self, context: CalibrationContext) -> Workload:
         """Every case group at sizes four times apart, from 4096 elements to the largest."""
@@ -533,7 +543,8 @@ class GemmCalibration(KernelCalibration):
         decide_crossover(context, Crossover(
             CONVERSION_MINIMUM, case, sizes, ("serial", self._runner(context, serial, 2)),
             ("parallel", self._runner(context, parallel, 2)),
-            _grain_of, 2 * int(context.values[CONVERSION_MINIMUM])))
+            _grain_of, 2 * int(context.values[CONVERSION_MINIMUM]),
+            resolution=GRAIN_RESOLUTION_OCTAVES))
 
     def workload(self, context: CalibrationContext) -> Workload:
         """The tile families plus a skinny and a small square product."""
