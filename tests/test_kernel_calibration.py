@@ -397,20 +397,48 @@ def test_elementwise_grains_keep_a_crossover_within_two_octaves(crossover, grain
     context = CalibrationContext(kernel.tuning_key(element_type), schema, current_execution(2),
                                  CalibrationOptions(threads=2, **QUICK),
                                  schema.default_values(), Deadline(float("inf"), "per-key"))
+    _timed_by_point(context, lambda name, size: 1.0 if name == "serial" or size < crossover
+                    else 0.5)
+    calibration = ElementwiseCalibration(kernel, element_type)
+    decision = calibration._grain(context, GRAIN, list(calibration.cases(context).values()),
+                                  calibration.sizes(context), ({}, {}))
+    assert decision.value == grain and decision.measured == crossover // 2
+    assert ("within 2 octaves" if grain == 32768 else "2 octaves short") in decision.reason
+
+
+def _timed_by_point(context, timing):
+    """Outputs of the real kernels are still compared; timings come from ``timing(name,
+    point)``, the point (size, rows) being the one the search last checked."""
     checked, at = context.check, []
 
     def check(case, point, outputs, tolerance=None):
         at.append(point)
         return checked(case, point, outputs, tolerance)
 
-    context.check = check  # the real kernels' outputs are compared; the timings are made up
-    context.measure = lambda runs: {name: Measurement(
-        (1.0 if name == "serial" or at[-1] < crossover else 0.5,) * 5, (), 1) for name in runs}
-    calibration = ElementwiseCalibration(kernel, element_type)
-    decision = calibration._grain(context, GRAIN, list(calibration.cases(context).values()),
-                                  calibration.sizes(context), ({}, {}))
-    assert decision.value == grain and decision.measured == crossover // 2
-    assert ("within 2 octaves" if grain == 32768 else "2 octaves short") in decision.reason
+    context.check = check
+    context.measure = lambda runs: {name: Measurement((timing(name, at[-1]),) * 5, (), 1)
+                                    for name in runs}
+
+
+@pytest.mark.parametrize(("blocked_from", "limit", "measured"), [
+    (16, 8, 8),  # where the default (8) switches: kept
+    (64, 16, 32),  # two octaves above: an octave short, on the grid
+    (4096, 16, 32),  # skinny wins at every row count: taken at the largest, 64
+    (2, 2, 1),  # three octaves below
+])
+def test_the_skinny_row_limit_stays_on_the_grid_of_row_counts(blocked_from, limit, measured):
+    """Limits are grid row counts, the default's among them: runs a step apart differ by one."""
+    kernel = library()["MatMul"]
+    element_type = kernel.tuning_key("FLOAT").element_type
+    schema = kernel.schema(element_type)
+    context = CalibrationContext(kernel.tuning_key(element_type), schema, current_execution(1),
+                                 CalibrationOptions(threads=1, **QUICK),
+                                 schema.default_values(), Deadline(float("inf"), "per-key"))
+    _timed_by_point(context, lambda name, rows: 1.0 if (name == "blocked") == (
+        rows >= blocked_from) else 2.0)
+    GemmCalibration(kernel, element_type)._skinny(context, {})
+    decision = next(d for d in context.decisions if d.parameter == "algorithm.skinny_m_limit")
+    assert (decision.value, decision.measured) == (limit, measured)
 
 
 def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():

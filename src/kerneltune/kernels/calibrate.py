@@ -302,6 +302,17 @@ def whole_block_grid(low: int, high: int, steps_per_octave: int) -> list[int]:
             + geometric_grid(max(low, NR), high, steps_per_octave, NR))
 
 
+def _rows_below(rows: Sequence[int], blocked_from: int) -> int:
+    """The skinny row limit when the blocked path wins from ``blocked_from`` rows on: the
+    grid's row count below it.
+
+    A limit on the grid (the default, 8, is one) keeps every value the search decides on
+    it, so two calibrations a grid step apart differ by one step; ``blocked_from - 1``, the
+    largest limit the measurements allow, put 15 beside a kept 8.
+    """
+    return max((m for m in rows if m < blocked_from), default=0)
+
+
 def _wide(context: CalibrationContext) -> list[int]:
     """N of the one-row and skinny families (N x N B): whole micro-kernel blocks, 64 to 4096."""
     return whole_block_grid(64, 4096, context.options.level.steps_per_octave)
@@ -431,8 +442,8 @@ class GemmCalibration(KernelCalibration):
         blocked = self._runner(context, {**compiled, SKINNY: 0})
         decide_crossover(context, Crossover(
             SKINNY, case, rows, ("skinny", skinny), ("blocked", blocked),
-            lambda m: min(m - 1, tile_m),  # skinny winning to the end: every row count fits
-            int(context.values[SKINNY]) + 1))
+            functools.partial(_rows_below, rows),
+            next((m for m in rows if m > int(context.values[SKINNY])), rows[-1])))
         limit = int(context.values[SKINNY])
         if limit < 1:
             context.keep(SKINNY_B, f"kept: algorithm.skinny_m_limit is {limit}, no product "
