@@ -406,6 +406,30 @@ def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
                for r in report.calibrated)
 
 
+@needs_two_cpus
+def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(toys, probes):
+    """The spell deepens while keys are measured again: the first measurements stand."""
+    registry, keys, _, _ = toys
+    measured = []
+
+    def calibrate(context):
+        measured.append(context.key)
+        return {"parallel.minimum_elements": 5000 + measured.count(context.key)}
+
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    # one probe before the first key and one after each; then 0.5 for every measurement again
+    register_machine_probe("test_library", _scripted_probe([1.0] * 4 + [0.7] * 5 + [0.5]))
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="thorough"))
+    (watched,) = report.steadiness
+    slow = [r for r in report.calibrated if str(r.key) in watched.unsettled]
+    assert len(slow) == len(keys) - 3 and watched.remeasured == watched.unsettled
+    assert len(measured) > len(keys)
+    assert all(r.values["parallel.minimum_elements"] == 5001 for r in report.calibrated)
+    assert all(min(r.machine_probe) == pytest.approx(0.7) for r in slow)
+
+
 def test_the_reference_state_is_the_fastest_that_three_probes_reached():
     assert steadiness.reference_speedup([]) is None
     assert steadiness.reference_speedup([0.7]) == 0.7

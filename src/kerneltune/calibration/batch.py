@@ -12,6 +12,7 @@ Calibration never writes the cache; pass ``successful_profiles`` to
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 import time
@@ -212,6 +213,12 @@ def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot:
     return None
 
 
+def _state(report: CalibrationReport) -> float:
+    """How fast the machine was while a key was measured: the slower probe around it
+    (infinite without a probe, so that measurements nobody judged count as equals)."""
+    return min(report.machine_probe, default=math.inf)
+
+
 def _measure_keys(
     queue: Iterable[KernelTuningKey],
     calibrate: Callable[[KernelTuningKey, dict], CalibrationReport],
@@ -223,8 +230,10 @@ def _measure_keys(
     """Each key once; then, while probes say the machine was slow for some, those again.
 
     Measuring again stops when every key is settled or after ``remeasure_factor``
-    times the first pass's time: a slow spell may outlast any budget, and a
-    key measured again in it gets no worse values. Returns the reports of
+    times the first pass's time: a slow spell may outlast any budget. Of a
+    key's measurements, the one whose probes saw the machine fastest stands
+    (the latest among equals): one taken deeper in a slow spell describes the
+    machine less well than the one it would replace. Returns the reports of
     keys calibrated, the keys a budget stopped, the keys measured again and
     those never settled. A second measurement cut short by a budget leaves the
     first one standing.
@@ -269,7 +278,7 @@ def _measure_keys(
             if time.perf_counter() >= until:
                 break
             report = measure(key)
-            if not report.stopped_early:
+            if not report.stopped_early and _state(report) >= _state(reports[key]):
                 reports[key] = report
             if key not in remeasured:
                 remeasured.append(key)

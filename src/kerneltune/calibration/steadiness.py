@@ -86,7 +86,7 @@ class Steadiness:
     ``samples`` are (seconds since the batch began, speedup) pairs; ``error``
     says why probing stopped, if a probe failed. ``remeasured`` names the keys
     measured more than once, ``unsettled`` those that never were in the
-    reference state (their last measurement is published).
+    reference state (their measurement in the fastest state seen is published).
     """
 
     library: str
