@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -377,9 +378,9 @@ def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys
     slow = tuple(str(r.key) for r in report.calibrated[3:])
     (watched,) = report.steadiness
     assert watched.unsettled == slow and not watched.steady
-    # measured again until the time allowed ran out; quick effort allows none
-    again = effort != "quick"
-    assert watched.remeasured == (slow if again else ()) and (len(calls) > len(keys)) == again
+    # the spell outlasts the time allowed to measure again (quick effort allows none): the
+    # batch waits for the reference state and measures no key again in the spell
+    assert watched.remeasured == () and len(calls) == len(keys)
     assert len(report.successful_profiles) == len(keys)
     assert json.loads(json.dumps(report.to_dict()))["steadiness"][0]["unsettled"] == list(slow)
 
@@ -407,19 +408,25 @@ def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
 
 
 @needs_two_cpus
-def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(toys, probes):
-    """The spell deepens while keys are measured again: the first measurements stand."""
+def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
+        toys, probes, monkeypatch):
+    """The machine sinks deeper into the spell while keys are measured again: the first
+    measurements stand."""
     registry, keys, _, _ = toys
+    monkeypatch.setattr(steadiness, "POLL_SECONDS", 0.01)
     measured = []
 
     def calibrate(context):
         measured.append(context.key)
+        time.sleep(0.02)  # a first pass long enough for the time allowed to measure again
         return {"parallel.minimum_elements": 5000 + measured.count(context.key)}
 
     for key in keys:
         register_kernel_calibration_function(key, calibrate)
-    # one probe before the first key and one after each; then 0.5 for every measurement again
-    register_machine_probe("test_library", _scripted_probe([1.0] * 4 + [0.7] * 5 + [0.5]))
+    # one probe before the first key and one after each; measured again, each key starts in
+    # the reference state (1.0) and ends deeper in the spell (0.5)
+    register_machine_probe("test_library",
+                           _scripted_probe([1.0] * 4 + [0.7] * 5 + [1.0, 0.5] * 1000))
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     (watched,) = report.steadiness
@@ -428,6 +435,31 @@ def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(t
     assert len(measured) > len(keys)
     assert all(r.values["parallel.minimum_elements"] == 5001 for r in report.calibrated)
     assert all(min(r.machine_probe) == pytest.approx(0.7) for r in slow)
+
+
+@needs_two_cpus
+def test_keys_are_measured_again_once_the_machine_is_back_in_its_reference_state(
+        toys, probes, monkeypatch):
+    registry, keys, calls, _ = toys
+    monkeypatch.setattr(steadiness, "POLL_SECONDS", 0.01)
+
+    def calibrate(context):
+        calls.append(context.key)
+        time.sleep(0.02)  # a first pass long enough for the time allowed to measure again
+        return {"parallel.minimum_elements": 5000}
+
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    # the spell begins after the third key and lasts three probes into measuring again
+    register_machine_probe("test_library", _scripted_probe([1.0] * 4 + [0.7] * 8 + [1.0]))
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="thorough"))
+    (watched,) = report.steadiness
+    slow = [str(r.key) for r in report.calibrated[3:]]
+    assert watched.remeasured == tuple(slow) and watched.unsettled == ()
+    assert len(calls) == len(keys) + len(slow)  # each once more, after the spell
+    assert watched.speedups[len(keys):len(keys) + 5] == pytest.approx([0.7] * 4 + [1.0])
+    assert all(r.machine_probe == pytest.approx((1.0, 1.0)) for r in report.calibrated[3:])
 
 
 def test_the_reference_state_is_the_fastest_that_three_probes_reached():

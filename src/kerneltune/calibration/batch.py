@@ -229,8 +229,10 @@ def _measure_keys(
            list[KernelTuningKey]]:
     """Each key once; then, while probes say the machine was slow for some, those again.
 
-    Measuring again stops when every key is settled or after ``remeasure_factor``
-    times the first pass's time: a slow spell may outlast any budget. Of a
+    Measuring again waits for the probe to see the machine in its reference
+    state before each key, and stops when every key is settled or after
+    ``remeasure_factor`` times the first pass's time: a slow spell may outlast
+    any budget. Of a
     key's measurements, the one whose probes saw the machine fastest stands
     (the latest among equals): one taken deeper in a slow spell describes the
     machine less well than the one it would replace. Returns the reports of
@@ -275,8 +277,12 @@ def _measure_keys(
     pending = unsettled()
     while pending and time.perf_counter() < until:
         for key in pending:
-            if time.perf_counter() >= until:
-                break
+            latest = last[1] if last and last[0] == key.library else None
+            speedup = monitor.await_reference(key.library, until, latest)
+            last = (key.library, speedup)
+            if time.perf_counter() >= until or (
+                    speedup is not None and not monitor.settled(key.library, [speedup])):
+                break  # the slow spell outlasted the time allowed
             report = measure(key)
             if not report.stopped_early and _state(report) >= _state(reports[key]):
                 reports[key] = report

@@ -14,7 +14,8 @@ reference state is the fastest the probe saw, as the :data:`REFERENCE_RANK`-th
 highest speedup, so that one or two lucky probes do not set it. A key with a
 probe more than :data:`STEADY_TOLERANCE` below the reference was measured in
 a slower state, or across a change, and is measured again after the others,
-as often as the effort level allows. Calibrating the machine in its fastest
+as often as the effort level allows, each time once the probe says the
+machine is back in the reference state. Calibrating the machine in its fastest
 state is the repeatable choice, for the reason a benchmark's minimum time is:
 a neighbour only ever slows the machine down, and its slow spells come and go.
 
@@ -39,6 +40,9 @@ REFERENCE_RANK = 3
 #: virtual machine of the README's figures, probes within one state stay within 11% of
 #: each other; the two states are 50% apart.
 STEADY_TOLERANCE = 0.20
+
+#: seconds between two probes while a batch waits for the reference state to come back
+POLL_SECONDS = 0.1
 
 #: ``probe(threads)``: serial time / time on ``threads`` threads of one fixed call
 MachineProbe = Callable[[int], float]
@@ -170,6 +174,22 @@ class SteadinessMonitor:
             return True
         return in_reference_state(speedups, reference_speedup(s for _, s in
                                                               self._samples[library]))
+
+    def await_reference(self, library: str, until: float, latest: float | None = None
+                        ) -> float | None:
+        """Probe until the machine is back in the reference state or ``until`` (a
+        ``time.perf_counter()`` time) comes; the last speedup probed (None: no probe).
+
+        ``latest`` is a probe taken just now, which may already tell. Waiting
+        costs no measurement: a key measured again at once in a slow spell is
+        measured in it again, one measured when the spell ends is settled.
+        """
+        speedup = latest if latest is not None else self.sample(library)
+        while (speedup is not None and not self.settled(library, [speedup])
+               and time.perf_counter() + POLL_SECONDS < until):
+            time.sleep(POLL_SECONDS)
+            speedup = self.sample(library)
+        return speedup
 
     def finish(self, remeasured: Iterable[KernelTuningKey] = (),
                unsettled: Iterable[KernelTuningKey] = ()) -> tuple[Steadiness, ...]:
