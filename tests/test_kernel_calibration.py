@@ -366,6 +366,20 @@ def test_the_command_line_saves_to_the_cache_that_later_processes_load(tmp_path)
 GRAIN = "parallel.minimum_elements"
 
 
+def _calibration_context(name: str, threads: int, values: dict | None = None,
+                         element_type: str = "FLOAT", **options):
+    """A context for calibrating one key of the library directly: (kernel, element type
+    number, context), with ``values`` in use over the defaults."""
+    kernel = library()[name]
+    key = kernel.tuning_key(element_type)
+    schema = kernel.schema(key.element_type)
+    context = CalibrationContext(key, schema, current_execution(threads),
+                                 CalibrationOptions(threads=threads, **options),
+                                 {**schema.default_values(), **(values or {})},
+                                 Deadline(float("inf"), "per-key"))
+    return kernel, key.element_type, context
+
+
 @pytest.mark.parametrize(("grain", "conversion"), [
     (Decision(GRAIN, 32768, 32768, "kept: within one grid step", measured=23168), 32768),
     (Decision(GRAIN, 23168, 32768, "moved", measured=11584), 23168),
@@ -377,13 +391,9 @@ def test_the_conversion_grain_follows_every_measured_computation_grain(grain, co
     The conversion grain in use (65536, from a profile say) differs from the
     computation's, so keeping it and following are told apart.
     """
-    kernel = library()["Add"]
-    schema = kernel.schema("FLOAT16")
-    in_use = {**schema.default_values(), "conversion.parallel_minimum_elements": 65536}
-    context = CalibrationContext(kernel.tuning_key("FLOAT16"), schema, current_execution(2),
-                                 CalibrationOptions(threads=2), in_use,
-                                 Deadline(float("inf"), "per-key"))
-    ElementwiseCalibration(kernel, kernel.element_types[0])._conversion(context, grain)
+    kernel, element_type, context = _calibration_context(
+        "Add", 2, {"conversion.parallel_minimum_elements": 65536}, "FLOAT16")
+    ElementwiseCalibration(kernel, element_type)._conversion(context, grain)
     assert context.values["conversion.parallel_minimum_elements"] == conversion
 
 
@@ -391,12 +401,7 @@ def test_the_conversion_grain_follows_every_measured_computation_grain(grain, co
 def test_elementwise_grains_keep_a_crossover_within_two_octaves(crossover, grain):
     """Serial/parallel crossovers repeat to an octave: the dead band is two around the
     value in use (which switches at 65536 elements), and a grain moves two octaves short."""
-    kernel = library()["Abs"]
-    element_type = kernel.tuning_key("FLOAT").element_type
-    schema = kernel.schema(element_type)
-    context = CalibrationContext(kernel.tuning_key(element_type), schema, current_execution(2),
-                                 CalibrationOptions(threads=2, **QUICK),
-                                 schema.default_values(), Deadline(float("inf"), "per-key"))
+    kernel, element_type, context = _calibration_context("Abs", 2, **QUICK)
     _timed_by_point(context, lambda name, size: 1.0 if name == "serial" or size < crossover
                     else 0.5)
     calibration = ElementwiseCalibration(kernel, element_type)
@@ -428,12 +433,7 @@ def _timed_by_point(context, timing):
 ])
 def test_the_skinny_row_limit_stays_on_the_grid_of_row_counts(blocked_from, limit, measured):
     """Limits are grid row counts, the default's among them: runs a step apart differ by one."""
-    kernel = library()["MatMul"]
-    element_type = kernel.tuning_key("FLOAT").element_type
-    schema = kernel.schema(element_type)
-    context = CalibrationContext(kernel.tuning_key(element_type), schema, current_execution(1),
-                                 CalibrationOptions(threads=1, **QUICK),
-                                 schema.default_values(), Deadline(float("inf"), "per-key"))
+    kernel, element_type, context = _calibration_context("MatMul", 1, **QUICK)
     _timed_by_point(context, lambda name, rows: 1.0 if (name == "blocked") == (
         rows >= blocked_from) else 2.0)
     GemmCalibration(kernel, element_type)._skinny(context, {})
@@ -443,13 +443,9 @@ def test_the_skinny_row_limit_stays_on_the_grid_of_row_counts(blocked_from, limi
 
 def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():
     """A B threshold above the searched sizes leaves the skinny path nothing to race BLAS on."""
-    kernel = library()["Gemm"]
-    schema = kernel.schema("FLOAT")
-    in_use = {**schema.default_values(), "algorithm.skinny_minimum_b_elements": 10**12}
-    context = CalibrationContext(kernel.tuning_key("FLOAT"), schema, current_execution(1),
-                                 CalibrationOptions(threads=1, memory_budget=1), in_use,
-                                 Deadline(float("inf"), "per-key"))
-    calibration = GemmCalibration(kernel, kernel.tuning_key("FLOAT").element_type)
+    kernel, element_type, context = _calibration_context(
+        "Gemm", 1, {"algorithm.skinny_minimum_b_elements": 10**12}, memory_budget=1)
+    calibration = GemmCalibration(kernel, element_type)
     calibration._blas(context, calibration._square(context), [16, 32], {})
     decided = {d.parameter: d for d in context.decisions}
     skinny_blas = decided["algorithm.skinny_blas_minimum_fmas"]
