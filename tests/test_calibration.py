@@ -462,6 +462,34 @@ def test_keys_are_measured_again_once_the_machine_is_back_in_its_reference_state
     assert all(r.machine_probe == pytest.approx((1.0, 1.0)) for r in report.calibrated[3:])
 
 
+@pytest.mark.parametrize("threads", [1, pytest.param(2, marks=needs_two_cpus)])
+def test_a_key_whose_measurements_contradicted_each_other_is_measured_again(toys, probes,
+                                                                             threads):
+    """Steady probes (or none, on one thread) cannot see a spell shorter than a key."""
+    registry, keys, _, _ = toys
+    register_machine_probe("test_library", lambda threads: 1.0)
+    measured = []
+
+    def calibrate(context):
+        measured.append(context.key)
+        time.sleep(0.02)  # a first pass long enough for the time allowed to measure again
+        if context.key == keys[2] and measured.count(context.key) == 1:
+            context.contradict("parallel.minimum_elements: unary at 65536: serial won, then "
+                               "parallel")
+            return {"parallel.minimum_elements": 1}
+        return {"parallel.minimum_elements": 5000}
+
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=threads, effort="thorough"))
+    assert sorted(map(str, measured[:len(keys)])) == sorted(map(str, keys))
+    assert measured[len(keys):] == [keys[2]]
+    assert all(r.values["parallel.minimum_elements"] == 5000 and not r.contradictions
+               for r in report.calibrated)
+    assert [list(w.remeasured) for w in report.steadiness] == [[str(keys[2])]] * (threads - 1)
+
+
 def test_the_reference_state_is_the_fastest_that_three_probes_reached():
     assert steadiness.reference_speedup([]) is None
     assert steadiness.reference_speedup([0.7]) == 0.7
@@ -882,6 +910,28 @@ def test_a_win_that_does_not_repeat_is_noise_at_normal_effort(effort, moves):
     _synthetic(context, timing)
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
     assert decision.changed is moves
+
+
+@pytest.mark.parametrize(("second", "contradicted"), [(0.5, True), (0.98, False)])
+def test_wins_of_opposite_sides_at_one_size_are_a_contradiction(second, contradicted):
+    """Serial wins the first measurement at the start and parallel the second: the machine
+    changed in between. A tie in the second is noise, not a contradiction."""
+    context = _context(effort="normal")
+    seen = []
+
+    def timing(name, n):
+        if name == "serial":
+            return 1.0
+        seen.append(n)
+        return 1.5 if seen.count(n) == 1 else second
+
+    _synthetic(context, timing)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert not decision.changed
+    assert bool(context.contradictions) is contradicted
+    if contradicted:
+        assert context.contradictions == [
+            "parallel.minimum_elements: unary at 65536: serial won, then parallel"]
 
 
 def test_a_one_byte_memory_budget_keeps_the_default():

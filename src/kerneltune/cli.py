@@ -114,15 +114,15 @@ def _print_steadiness(watched: Sequence[Steadiness]) -> None:
         if probe.remeasured:
             print(f"  {len(probe.remeasured)} keys measured again: the machine was more than "
                   f"{STEADY_TOLERANCE:.0%} slower than its reference state while they were "
-                  f"measured; {len(set(probe.remeasured) - set(probe.unsettled))} of them "
-                  f"settled")
+                  f"measured, or their measurements contradicted each other; "
+                  f"{len(set(probe.remeasured) - set(probe.unsettled))} of them settled")
         if probe.error is not None:
             print(f"  warning: the machine probe of {probe.library} stopped: {probe.error}")
         elif not probe.steady:
             print(f"  warning: {len(probe.unsettled)} keys were measured only while the "
                   f"machine's parallel speed was more than {STEADY_TOLERANCE:.0%} below its "
-                  f"reference state, and crossovers move with it: their values may not "
-                  f"repeat; calibrate again on a quieter machine before shipping them")
+                  f"reference state or changing, and crossovers move with it: their values "
+                  f"may not repeat; calibrate again on a quieter machine before shipping them")
             for key in probe.unsettled:
                 print(f"    {key}")
 

@@ -192,7 +192,7 @@ def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSn
         baseline=context.baseline, values=context.values, decisions=tuple(context.decisions),
         seconds=time.perf_counter() - start, versions=_versions(key),
         stopped_early=context.stopped_early, comparison=tuple(context.comparison),
-        environment=environment)
+        environment=environment, contradictions=tuple(context.contradictions))
 
 
 def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot: TuningSnapshot,
@@ -213,10 +213,11 @@ def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot:
     return None
 
 
-def _state(report: CalibrationReport) -> float:
-    """How fast the machine was while a key was measured: the slower probe around it
-    (infinite without a probe, so that measurements nobody judged count as equals)."""
-    return min(report.machine_probe, default=math.inf)
+def _state(report: CalibrationReport) -> tuple[bool, float]:
+    """How steady and fast the machine was while a key was measured: whether its
+    measurements agreed, then the slower probe around it (infinite without a probe, so
+    that measurements nobody judged count as equals)."""
+    return not report.contradictions, min(report.machine_probe, default=math.inf)
 
 
 def _measure_keys(
@@ -227,7 +228,8 @@ def _measure_keys(
     total: Deadline | None,
 ) -> tuple[dict[KernelTuningKey, CalibrationReport], list[KeyOutcome], list[KernelTuningKey],
            list[KernelTuningKey]]:
-    """Each key once; then, while probes say the machine was slow for some, those again.
+    """Each key once; then, while probes say the machine was slow for some (or their own
+    measurements contradict each other), those again.
 
     Measuring again waits for the probe to see the machine in its reference
     state before each key, and stops when every key is settled or after
@@ -257,8 +259,8 @@ def _measure_keys(
             s for s in (before, last[1]) if s is not None))
 
     def unsettled() -> list[KernelTuningKey]:
-        return [key for key, report in reports.items()
-                if not monitor.settled(key.library, report.machine_probe)]
+        return [key for key, report in reports.items() if report.contradictions
+                or not monitor.settled(key.library, report.machine_probe)]
 
     start = time.perf_counter()
     for key in queue:

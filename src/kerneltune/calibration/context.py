@@ -55,6 +55,7 @@ class CalibrationContext:
         self.decisions: list[Decision] = []
         self.comparison: list[Mapping[str, object]] = []
         self.stopped_early: str | None = None
+        self.contradictions: list[str] = []
         self._values = dict(baseline)
         self._base_config = schema.configure(baseline)
         self._inputs = {} if inputs is None else inputs
@@ -135,6 +136,12 @@ class CalibrationContext:
 
     def stop(self, budget: str) -> None:
         self.stopped_early = self.stopped_early or f"{budget} time budget exhausted"
+
+    def contradict(self, what: str) -> None:
+        """Record two measurements of one point won by opposite sides: the machine changed
+        while the key was measured, and a batch measures the key again (see
+        :mod:`.steadiness`)."""
+        self.contradictions.append(what)
 
 
 def _difference(reference: np.ndarray, other: np.ndarray) -> str:

@@ -82,6 +82,8 @@ class CalibrationReport:
     environment: Mapping[str, object] = field(default_factory=dict)
     #: the machine probe's speedups just before and after this measurement (see .steadiness)
     machine_probe: tuple[float, ...] = ()
+    #: points where two measurements were won by opposite sides: the machine changed meanwhile
+    contradictions: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -97,6 +99,7 @@ class CalibrationReport:
             "seconds": self.seconds,
             "stopped_early": self.stopped_early,
             "machine_probe": list(self.machine_probe),
+            "contradictions": list(self.contradictions),
         }
 
     @property
@@ -126,8 +129,8 @@ class CalibrationBatchReport:
     (``generation`` is the registry generation that holds them); pass them to
     ``update_kernel_tuning_cache`` to keep them. ``steadiness`` holds what the
     machine probes saw (see :mod:`.steadiness`) and which keys they sent back
-    to be measured again; a key that never measured in the machine's
-    reference state may not repeat.
+    to be measured again; a key never measured steadily (in the machine's
+    reference state, without contradicting itself) may not repeat.
     """
 
     calibrated: tuple[CalibrationReport, ...]

@@ -171,7 +171,13 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
         if index not in outcomes:
             first = judged(index)
             for _ in range(1, context.options.level.rounds):
-                if first == OVERLAP or judged(index) != first:
+                again = OVERLAP if first == OVERLAP else judged(index)
+                if again != first:
+                    if OVERLAP not in (first, again):
+                        names = {ABOVE: above_name, BELOW: below_name}
+                        context.contradict(f"{problem.parameter}: {problem.case.name} at "
+                                           f"{sizes[index]}: {names[first]} won, then "
+                                           f"{names[again]}")
                     first = OVERLAP
                     break
             outcomes[index] = first

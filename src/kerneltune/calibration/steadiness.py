@@ -18,6 +18,9 @@ as often as the effort level allows, each time once the probe says the
 machine is back in the reference state. Calibrating the machine in its fastest
 state is the repeatable choice, for the reason a benchmark's minimum time is:
 a neighbour only ever slows the machine down, and its slow spells come and go.
+A spell shorter than a key can fall between its probes; when it shows as two
+measurements of one point won by opposite sides (``contradictions`` in the
+key's report), the key is measured again too.
 
 A probe only advises: one that fails or returns no speedup is recorded, never a
 reason to lose the batch's measurements, and its keys count as measured.
@@ -89,8 +92,9 @@ class Steadiness:
 
     ``samples`` are (seconds since the batch began, speedup) pairs; ``error``
     says why probing stopped, if a probe failed. ``remeasured`` names the keys
-    measured more than once, ``unsettled`` those that never were in the
-    reference state (their measurement in the fastest state seen is published).
+    measured more than once, ``unsettled`` those never measured steadily: in
+    the reference state and without contradicting themselves (their steadiest
+    measurement is published).
     """
 
     library: str
