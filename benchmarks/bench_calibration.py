@@ -326,7 +326,7 @@ def main() -> int:
                       f"{len(watched['samples'])} probes (moved {watched['moved']:.0%}), "
                       f"reference state {watched['reference'] or 0:.2f}; "
                       f"{len(watched['remeasured'])} keys measured again, "
-                      f"{len(watched['unsettled'])} never in the reference state"
+                      f"{len(watched['unsettled'])} never measured steadily"
                       f"{'; ' + watched['error'] if watched['error'] else ''}")
 
     print("\n# repeatability: a second calibration in another process")
@@ -349,7 +349,7 @@ def main() -> int:
         settled = [key for key in common if str(key) not in unsettled]
         if len(settled) < len(common):
             same = sum(1 for key in settled if before[key] == after[key])
-            print(f"    of the {len(settled)} keys measured in the reference state in both runs: "
+            print(f"    of the {len(settled)} keys measured steadily in both runs: "
                   f"{same} identical ({same / len(settled) if settled else 0:.0%}), "
                   f"{sum(1 for key in settled if key in far)} beyond one grid step")
     print("\nall targets met" if ok else "\nsome targets missed")
