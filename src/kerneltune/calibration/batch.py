@@ -234,13 +234,12 @@ def _measure_keys(
     Measuring again waits for the probe to see the machine in its reference
     state before each key, and stops when every key is settled or after
     ``remeasure_factor`` times the first pass's time: a slow spell may outlast
-    any budget. Of a
-    key's measurements, the one whose probes saw the machine fastest stands
-    (the latest among equals): one taken deeper in a slow spell describes the
-    machine less well than the one it would replace. Returns the reports of
-    keys calibrated, the keys a budget stopped, the keys measured again and
-    those never settled. A second measurement cut short by a budget leaves the
-    first one standing.
+    any budget. Of a key's measurements, the steadiest stands (see
+    :func:`_state`; the latest among equals): one taken deeper in a slow spell
+    describes the machine less well than the one it would replace. Returns the
+    reports of keys calibrated, the keys a budget stopped, the keys measured
+    again and those never settled. A second measurement cut short by a budget
+    leaves the first one standing.
     """
     reports: dict[KernelTuningKey, CalibrationReport] = {}
     stopped: list[KeyOutcome] = []
