@@ -407,6 +407,22 @@ def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
                for r in report.calibrated)
 
 
+def _register_timed(keys, value=lambda context, count: 5000):
+    """Register for ``keys`` a calibration function that takes 20 ms (a first pass long
+    enough for the time allowed to measure again) and returns ``value(context, count)``
+    as the grain, ``count`` being how often the key was measured; the keys measured."""
+    measured = []
+
+    def calibrate(context):
+        measured.append(context.key)
+        time.sleep(0.02)
+        return {"parallel.minimum_elements": value(context, measured.count(context.key))}
+
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    return measured
+
+
 @needs_two_cpus
 def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
         toys, probes, monkeypatch):
@@ -414,15 +430,7 @@ def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
     measurements stand."""
     registry, keys, _, _ = toys
     monkeypatch.setattr(steadiness, "POLL_SECONDS", 0.01)
-    measured = []
-
-    def calibrate(context):
-        measured.append(context.key)
-        time.sleep(0.02)  # a first pass long enough for the time allowed to measure again
-        return {"parallel.minimum_elements": 5000 + measured.count(context.key)}
-
-    for key in keys:
-        register_kernel_calibration_function(key, calibrate)
+    measured = _register_timed(keys, lambda context, count: 5000 + count)
     # one probe before the first key and one after each; measured again, each key starts in
     # the reference state (1.0) and ends deeper in the spell (0.5)
     register_machine_probe("test_library",
@@ -440,16 +448,9 @@ def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
 @needs_two_cpus
 def test_keys_are_measured_again_once_the_machine_is_back_in_its_reference_state(
         toys, probes, monkeypatch):
-    registry, keys, calls, _ = toys
+    registry, keys, _, _ = toys
     monkeypatch.setattr(steadiness, "POLL_SECONDS", 0.01)
-
-    def calibrate(context):
-        calls.append(context.key)
-        time.sleep(0.02)  # a first pass long enough for the time allowed to measure again
-        return {"parallel.minimum_elements": 5000}
-
-    for key in keys:
-        register_kernel_calibration_function(key, calibrate)
+    calls = _register_timed(keys)
     # the spell begins after the third key and lasts three probes into measuring again
     register_machine_probe("test_library", _scripted_probe([1.0] * 4 + [0.7] * 8 + [1.0]))
     report = _run(registry, library="test_library",
@@ -468,19 +469,15 @@ def test_a_key_whose_measurements_contradicted_each_other_is_measured_again(toys
     """Steady probes (or none, on one thread) cannot see a spell shorter than a key."""
     registry, keys, _, _ = toys
     register_machine_probe("test_library", lambda threads: 1.0)
-    measured = []
 
-    def calibrate(context):
-        measured.append(context.key)
-        time.sleep(0.02)  # a first pass long enough for the time allowed to measure again
-        if context.key == keys[2] and measured.count(context.key) == 1:
+    def value(context, count):
+        if context.key == keys[2] and count == 1:
             context.contradict("parallel.minimum_elements: unary at 65536: serial won, then "
                                "parallel")
-            return {"parallel.minimum_elements": 1}
-        return {"parallel.minimum_elements": 5000}
+            return 1
+        return 5000
 
-    for key in keys:
-        register_kernel_calibration_function(key, calibrate)
+    measured = _register_timed(keys, value)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=threads, effort="thorough"))
     assert sorted(map(str, measured[:len(keys)])) == sorted(map(str, keys))
