@@ -317,17 +317,19 @@ def main() -> int:
     for index, (name, element_type, size) in enumerate(PROBES):
         print(f"{name} {element_type} {size:>8}: "
               f"{'  '.join(f'{run[index]:5.2f}' for run in probes)}")
-    print("and the calibrations' own machine probe (2-thread speedup of its call over each batch):")
+    print("and the calibrations' own machine probes (each aspect's rate over each batch):")
     for label, run in (("first", first), ("second", second)):
         for batch in run:
             for watched in batch["steadiness"]:
                 print(f"{label} calibration, threads {watched['threads']}: "
-                      f"{watched['lowest'] or 0:.2f} to {watched['highest'] or 0:.2f} over "
-                      f"{len(watched['samples'])} probes (moved {watched['moved']:.0%}), "
-                      f"reference state {watched['reference'] or 0:.2f}; "
                       f"{len(watched['remeasured'])} keys measured again, "
-                      f"{len(watched['unsettled'])} never measured steadily"
-                      f"{'; ' + watched['error'] if watched['error'] else ''}")
+                      f"{len(watched['unsettled'])} never measured steadily")
+                for trace in watched["probes"]:
+                    print(f"    {trace['aspect']:<12}: {trace['lowest'] or 0:.3g} to "
+                          f"{trace['highest'] or 0:.3g} over {len(trace['samples'])} probes "
+                          f"(moved {trace['moved']:.0%}), reference state "
+                          f"{trace['reference'] or 0:.3g}"
+                          f"{'; ' + trace['error'] if trace['error'] else ''}")
 
     print("\n# repeatability: a second calibration in another process")
     step = 2 ** (1 / CalibrationOptions(effort=args.effort).level.steps_per_octave)

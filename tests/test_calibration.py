@@ -26,6 +26,7 @@ from kerneltune import (
 )
 from kerneltune.aligned import ALIGNMENT
 from kerneltune.calibration import (
+    PARALLEL,
     CalibrationOptions,
     Case,
     Comparison,
@@ -333,20 +334,23 @@ def test_a_batch_on_two_threads_probes_the_machine_around_each_key(toys, probes)
                   options=CalibrationOptions(threads=2, effort="quick"))
     # before the first key and after each: a probe between two keys serves both
     assert asked == [2] * (len(keys) + 1)
-    assert [r.machine_probe for r in report.calibrated] == [
-        pytest.approx((a, b)) for a, b in zip(speedups[:-1], speedups[1:], strict=True)]
+    assert [dict(r.machine_probe) for r in report.calibrated] == [
+        {PARALLEL: pytest.approx((a, b))}
+        for a, b in zip(speedups[:-1], speedups[1:], strict=True)]
     (watched,) = report.steadiness
-    assert (watched.library, watched.threads, watched.error) == ("test_library", 2, None)
-    assert watched.speedups == pytest.approx(speedups)
-    times = [at for at, _ in watched.samples]
+    assert (watched.library, watched.threads) == ("test_library", 2)
+    (trace,) = watched.probes
+    assert (trace.aspect, trace.error) == (PARALLEL, None)
+    assert trace.rates == pytest.approx(speedups)
+    times = [at for at, _ in trace.samples]
     assert times == sorted(times)
-    assert watched.moved == pytest.approx(1.9 / 1.4 - 1)
+    assert trace.moved == pytest.approx(1.9 / 1.4 - 1)
     # the third-highest speedup: one lucky probe (1.9) does not set the reference
-    assert watched.reference == pytest.approx(1.6)
+    assert trace.reference == pytest.approx(1.6)
     assert watched.steady and watched.remeasured == watched.unsettled == ()
     written = json.loads(json.dumps(report.to_dict()))
-    assert written["steadiness"][0]["reference"] == pytest.approx(1.6)
-    assert written["calibrated"][0]["machine_probe"] == pytest.approx([1.5, 1.6])
+    assert written["steadiness"][0]["probes"][0]["reference"] == pytest.approx(1.6)
+    assert written["calibrated"][0]["machine_probe"] == {PARALLEL: pytest.approx([1.5, 1.6])}
 
 
 @needs_two_cpus
@@ -362,8 +366,9 @@ def test_keys_measured_while_the_machine_was_slow_are_measured_again(toys, probe
     assert calls == order + order[2:4]
     (watched,) = report.steadiness
     assert watched.remeasured == tuple(map(str, order[2:4])) and watched.unsettled == ()
-    assert watched.steady and watched.lowest == pytest.approx(0.7)
-    assert all(r.machine_probe == pytest.approx((1.0, 1.0)) for r in report.calibrated)
+    assert watched.steady and watched.probes[0].lowest == pytest.approx(0.7)
+    assert all(r.machine_probe[PARALLEL] == pytest.approx((1.0, 1.0))
+               for r in report.calibrated)
     assert registry.generation == before + 1 and len(report.successful_profiles) == len(keys)
 
 
@@ -442,7 +447,7 @@ def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
     assert len(slow) == len(keys) - 3 and watched.remeasured == watched.unsettled
     assert len(measured) > len(keys)
     assert all(r.values["parallel.minimum_elements"] == 5001 for r in report.calibrated)
-    assert all(min(r.machine_probe) == pytest.approx(0.7) for r in slow)
+    assert all(min(r.machine_probe[PARALLEL]) == pytest.approx(0.7) for r in slow)
 
 
 @needs_two_cpus
@@ -459,8 +464,9 @@ def test_keys_are_measured_again_once_the_machine_is_back_in_its_reference_state
     slow = [str(r.key) for r in report.calibrated[3:]]
     assert watched.remeasured == tuple(slow) and watched.unsettled == ()
     assert len(calls) == len(keys) + len(slow)  # each once more, after the spell
-    assert watched.speedups[len(keys):len(keys) + 5] == pytest.approx([0.7] * 4 + [1.0])
-    assert all(r.machine_probe == pytest.approx((1.0, 1.0)) for r in report.calibrated[3:])
+    assert watched.probes[0].rates[len(keys):len(keys) + 5] == pytest.approx([0.7] * 4 + [1.0])
+    assert all(r.machine_probe[PARALLEL] == pytest.approx((1.0, 1.0))
+               for r in report.calibrated[3:])
 
 
 @pytest.mark.parametrize("threads", [1, pytest.param(2, marks=needs_two_cpus)])
@@ -487,11 +493,58 @@ def test_a_key_whose_measurements_contradicted_each_other_is_measured_again(toys
     assert [list(w.remeasured) for w in report.steadiness] == [[str(keys[2])]] * (threads - 1)
 
 
+@pytest.mark.parametrize("threads", [1, pytest.param(2, marks=needs_two_cpus)])
+def test_an_aspect_probed_on_one_thread_too_sends_its_slow_keys_back(toys, probes, threads):
+    """A second aspect (the shared cache, say) watches one-thread batches as well; a key it
+    saw slow is measured again though the parallel probe saw it steady."""
+    registry, keys, calls, _ = toys
+    register_machine_probe("test_library", lambda threads: 1.0)
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
+                           "shared cache", minimum_threads=1)
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=threads, effort="thorough"))
+    order = [r.key for r in report.calibrated]
+    assert calls == order + order[2:4]
+    (watched,) = report.steadiness
+    aspects = ["shared cache"] + [PARALLEL] * (threads > 1)
+    assert sorted(trace.aspect for trace in watched.probes) == sorted(aspects)
+    assert watched.remeasured == tuple(map(str, order[2:4])) and watched.steady
+    assert all(sorted(r.machine_probe) == sorted(aspects) for r in report.calibrated)
+    assert all(r.machine_probe["shared cache"] == pytest.approx((1.0, 1.0))
+               for r in report.calibrated)
+
+
+@needs_two_cpus
+def test_a_failing_aspect_leaves_the_others_watching(toys, probes):
+    registry, keys, calls, _ = toys
+    register_machine_probe("test_library", lambda threads: 1 / 0)
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
+                           "shared cache", minimum_threads=1)
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="thorough"))
+    order = [r.key for r in report.calibrated]
+    assert calls == order + order[2:4]
+    (watched,) = report.steadiness
+    errors = {trace.aspect: trace.error for trace in watched.probes}
+    assert "ZeroDivisionError" in errors[PARALLEL] and errors["shared cache"] is None
+    assert not watched.steady and watched.unsettled == ()
+    assert all(list(r.machine_probe) == ["shared cache"] for r in report.calibrated)
+
+
+def test_a_later_probe_replaces_only_its_own_aspect(probes):
+    first, second, cache = (lambda threads: 1.0), (lambda threads: 2.0), (lambda threads: 3.0)
+    register_machine_probe("lib", first)
+    register_machine_probe("lib", cache, "shared cache", minimum_threads=1)
+    register_machine_probe("lib", second)
+    assert {aspect: r.probe for aspect, r in probes["lib"].items()} == {
+        PARALLEL: second, "shared cache": cache}
+
+
 def test_the_reference_state_is_the_fastest_that_three_probes_reached():
-    assert steadiness.reference_speedup([]) is None
-    assert steadiness.reference_speedup([0.7]) == 0.7
-    assert steadiness.reference_speedup([1.0, 0.7]) == 0.7  # too few to tell
-    assert steadiness.reference_speedup([1.3, 1.0, 1.05, 0.7, 1.02, 0.71]) == 1.02
+    assert steadiness.reference_rate([]) is None
+    assert steadiness.reference_rate([0.7]) == 0.7
+    assert steadiness.reference_rate([1.0, 0.7]) == 0.7  # too few to tell
+    assert steadiness.reference_rate([1.3, 1.0, 1.05, 0.7, 1.02, 0.71]) == 1.02
     assert steadiness.in_reference_state([1.0, 0.85], 1.02)
     assert not steadiness.in_reference_state([1.0, 0.84], 1.02)
     assert steadiness.in_reference_state([0.5], None)
@@ -525,14 +578,20 @@ def test_a_failing_probe_is_reported_and_costs_nothing_else(toys, probes, probe,
                   options=CalibrationOptions(threads=2, effort="quick"))
     assert registry.generation == before + 1 and len(report.calibrated) == len(keys)
     (watched,) = report.steadiness
-    assert error in watched.error and not watched.steady and watched.samples == ()
-    assert json.loads(json.dumps(report.to_dict()))["steadiness"][0]["error"] == watched.error
+    (trace,) = watched.probes
+    assert error in trace.error and not watched.steady and trace.samples == ()
+    written = json.loads(json.dumps(report.to_dict()))
+    assert written["steadiness"][0]["probes"][0]["error"] == trace.error
 
 
-@pytest.mark.parametrize(("library", "probe"), [("", abs), (None, abs), ("lib", 3)])
-def test_a_bad_probe_registration_is_refused(probes, library, probe):
-    with pytest.raises(TypeError):
-        register_machine_probe(library, probe)
+@pytest.mark.parametrize(("arguments", "error"), [
+    (("", abs), TypeError), ((None, abs), TypeError), (("lib", 3), TypeError),
+    (("lib", abs, ""), TypeError), (("lib", abs, None), TypeError),
+    (("lib", abs, "cache", 0), ValueError), (("lib", abs, "cache", True), ValueError),
+    (("lib", abs, "cache", 1.5), ValueError)])
+def test_a_bad_probe_registration_is_refused(probes, arguments, error):
+    with pytest.raises(error):
+        register_machine_probe(*arguments)
     assert probes == {}
 
 

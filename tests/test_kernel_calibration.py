@@ -27,8 +27,10 @@ from kerneltune.cpu import current_execution
 from kerneltune.kernels import LIBRARY, library, register_library
 from kerneltune.kernels.calibrate import (
     NR,
+    SHARED_CACHE,
     ElementwiseCalibration,
     GemmCalibration,
+    shared_cache_probe,
     tile_candidates,
     whole_block_grid,
 )
@@ -240,7 +242,9 @@ def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
              "KERNELTUNE_CACHE": "off"})
     assert done.returncode == 0, done.stderr
     assert "threads 1: 1 keys calibrated" in done.stdout
-    assert "machine probe" not in done.stdout  # one thread runs nothing in parallel
+    # one thread runs nothing in parallel, but reads through the shared cache
+    assert f"machine probe of {LIBRARY} (shared cache)" in done.stdout
+    assert f"machine probe of {LIBRARY} (parallel)" not in done.stdout
     (batch,) = json.loads(report.read_text())
     assert [c["key"]["kernel"] for c in batch["calibrated"]] == ["Relu"]
     # what else shaped the timings: the OpenMP wait policy, the thread pools loaded
@@ -270,7 +274,8 @@ def test_the_library_probes_the_machine_during_a_two_thread_calibration(tmp_path
          "--require-steady"],
         capture_output=True, text=True, check=False, env={**env, "KERNELTUNE_CACHE": "off"})
     assert done.stderr == ""
-    assert f"machine probe of {LIBRARY}: 2-thread speedup" in done.stdout
+    assert f"machine probe of {LIBRARY} (parallel)" in done.stdout
+    assert f"machine probe of {LIBRARY} (shared cache)" in done.stdout
     spinning = {(p["internal_api"], p.get("threading_layer")) for p in threadpool_info()}
     # OpenBLAS's threads spin into the compiled kernels measured after a BLAS call: named
     assert (("warning: OPENBLAS_THREAD_TIMEOUT is not set" in done.stdout)
@@ -278,14 +283,31 @@ def test_the_library_probes_the_machine_during_a_two_thread_calibration(tmp_path
     (batch,) = json.loads(report.read_text())
     (watched,) = batch["steadiness"]
     assert watched["library"] == LIBRARY and watched["threads"] == 2
-    assert watched["error"] is None
-    # one key, probed before and after: too few probes to tell a state from a lucky one,
-    # so the slower of the two is the reference and the key counts as measured in it
-    speedups = [speedup for _, speedup in watched["samples"]]
-    assert len(speedups) == 2 and all(speedup > 0 for speedup in speedups)
-    assert watched["reference"] == min(speedups)
+    assert sorted(trace["aspect"] for trace in watched["probes"]) == ["parallel", "shared cache"]
+    for trace in watched["probes"]:
+        assert trace["error"] is None
+        # one key, probed before and after: too few probes to tell a state from a lucky one,
+        # so the slower of the two is the reference and the key counts as measured in it
+        rates = [rate for _, rate in trace["samples"]]
+        assert len(rates) == 2 and all(rate > 0 for rate in rates)
+        assert trace["reference"] == min(rates)
     assert watched["steady"] and watched["unsettled"] == []
     assert "were measured only while" not in done.stdout and done.returncode == 0
+
+
+def test_the_library_watches_its_parallel_speed_and_its_shared_cache():
+    import math
+
+    from kerneltune.calibration import PARALLEL, steadiness
+
+    watching = steadiness._PROBES[LIBRARY]
+    assert {aspect: r.minimum_threads for aspect, r in watching.items()} == {
+        PARALLEL: 2, SHARED_CACHE: 1}
+    # the real Add, on operands beyond a given L2 and beyond this processor's
+    for probe in (shared_cache_probe(library()["Add"], l2_bytes=64 * 1024),
+                  watching[SHARED_CACHE].probe):
+        rates = [probe(threads) for threads in (1, 2)]
+        assert all(isinstance(rate, float) and 0 < rate < math.inf for rate in rates)
 
 
 SCRIPTED_PROBE = """
@@ -297,6 +319,7 @@ from kerneltune.calibration import register_machine_probe
 
 speedups = iter([1.0, 1.0, 1.0, 0.7])
 register_machine_probe({library!r}, lambda threads: next(speedups, 0.7))
+register_machine_probe({library!r}, lambda threads: 1.0, "shared cache", minimum_threads=1)
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -106,24 +106,28 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _print_steadiness(watched: Sequence[Steadiness]) -> None:
     from .calibration.steadiness import STEADY_TOLERANCE
 
-    for probe in watched:
-        if probe.samples:
-            print(f"  machine probe of {probe.library}: {probe.threads}-thread speedup "
-                  f"{probe.lowest:.2f} to {probe.highest:.2f} over {len(probe.samples)} probes, "
-                  f"reference state {probe.reference:.2f}")
-        if probe.remeasured:
-            print(f"  {len(probe.remeasured)} keys measured again: the machine was more than "
-                  f"{STEADY_TOLERANCE:.0%} slower than its reference state while they were "
-                  f"measured, or their measurements contradicted each other; "
-                  f"{len(set(probe.remeasured) - set(probe.unsettled))} of them settled")
-        if probe.error is not None:
-            print(f"  warning: the machine probe of {probe.library} stopped: {probe.error}")
-        elif not probe.steady:
-            print(f"  warning: {len(probe.unsettled)} keys were measured only while the "
-                  f"machine's parallel speed was more than {STEADY_TOLERANCE:.0%} below its "
-                  f"reference state or changing, and crossovers move with it: their values "
-                  f"may not repeat; calibrate again on a quieter machine before shipping them")
-            for key in probe.unsettled:
+    for steadiness in watched:
+        for trace in steadiness.probes:
+            if trace.samples:
+                print(f"  machine probe of {steadiness.library} ({trace.aspect}): "
+                      f"{trace.lowest:.3g} to {trace.highest:.3g} over {len(trace.samples)} "
+                      f"probes, reference state {trace.reference:.3g}")
+            if trace.error is not None:
+                print(f"  warning: the {trace.aspect} probe of {steadiness.library} stopped: "
+                      f"{trace.error}")
+        if steadiness.remeasured:
+            print(f"  {len(steadiness.remeasured)} keys measured again: a probe said the "
+                  f"machine was more than {STEADY_TOLERANCE:.0%} slower than its reference "
+                  f"state while they were measured, or their measurements contradicted each "
+                  f"other; {len(set(steadiness.remeasured) - set(steadiness.unsettled))} of "
+                  f"them settled")
+        if steadiness.unsettled:
+            print(f"  warning: {len(steadiness.unsettled)} keys were measured only while a "
+                  f"probe said the machine was more than {STEADY_TOLERANCE:.0%} slower than "
+                  f"its reference state, or changing, and crossovers move with it: their "
+                  f"values may not repeat; calibrate again on a quieter machine before "
+                  f"shipping them")
+            for key in steadiness.unsettled:
                 print(f"    {key}")
 
 

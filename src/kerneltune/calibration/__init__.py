@@ -4,9 +4,9 @@
 of every selected key (see :mod:`.batch`); the functions use the shared
 searches of :mod:`.search` through a :class:`CalibrationContext`, and every
 measurement and decision ends in a :class:`CalibrationReport`. A kernel
-library may register a machine probe (:mod:`.steadiness`), run around each key,
-whose speedups send keys measured while the machine was slow back to be
-measured again.
+library may register machine probes (:mod:`.steadiness`), run around each key,
+whose rates send keys measured while the machine was slow back to be measured
+again.
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ from .search import (
     search_threads,
     verify_decisions,
 )
-from .steadiness import Steadiness, register_machine_probe
+from .steadiness import PARALLEL, ProbeTrace, Steadiness, register_machine_probe
 from .tensors import randn_tensor
 
 __all__ = [
     "EFFORTS",
+    "PARALLEL",
     "CalibrationBatchReport",
     "CalibrationContext",
     "CalibrationFunction",
@@ -60,6 +61,7 @@ __all__ = [
     "Effort",
     "KeyOutcome",
     "Measurement",
+    "ProbeTrace",
     "Setting",
     "Steadiness",
     "Tolerance",

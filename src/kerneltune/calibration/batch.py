@@ -12,7 +12,6 @@ Calibration never writes the cache; pass ``successful_profiles`` to
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import threading
 import time
@@ -213,11 +212,6 @@ def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot:
     return None
 
 
-def _state(report: CalibrationReport) -> tuple[bool, float]:
-    """How steady and fast the machine was while a key was measured: whether its
-    measurements agreed, then the slower probe around it (infinite without a probe, so
-    that measurements nobody judged count as equals)."""
-    return not report.contradictions, min(report.machine_probe, default=math.inf)
 
 
 def _measure_keys(
@@ -235,7 +229,7 @@ def _measure_keys(
     state before each key, and stops when every key is settled or after
     ``remeasure_factor`` times the first pass's time: a slow spell may outlast
     any budget. Of a key's measurements, the steadiest stands (see
-    :func:`_state`; the latest among equals): one taken deeper in a slow spell
+    ``state``; the latest among equals): one taken deeper in a slow spell
     describes the machine less well than the one it would replace. Returns the
     reports of keys calibrated, the keys a budget stopped, the keys measured
     again and those never settled. A second measurement cut short by a budget
@@ -245,7 +239,7 @@ def _measure_keys(
     stopped: list[KeyOutcome] = []
     # keys of one element type run together and share their inputs, dropped at the next type
     inputs: dict[tuple, object] = {}
-    last: tuple[str, float | None] | None = None  # the library probed last, and its speedup
+    last: tuple[str, dict[str, float]] | None = None  # the library probed last, its rates
 
     def measure(key: KernelTuningKey) -> CalibrationReport:
         nonlocal last
@@ -254,8 +248,16 @@ def _measure_keys(
         before = last[1] if last and last[0] == key.library else monitor.sample(key.library)
         report = calibrate(key, inputs)
         last = (key.library, monitor.sample(key.library))
-        return dataclasses.replace(report, machine_probe=tuple(
-            s for s in (before, last[1]) if s is not None))
+        probes = {aspect: tuple(rates[aspect] for rates in (before, last[1]) if aspect in rates)
+                  for aspect in sorted({*before, *last[1]})}
+        return dataclasses.replace(report, machine_probe=types.MappingProxyType(probes))
+
+    def state(report: CalibrationReport) -> tuple[bool, float]:
+        """How steady and fast the machine was while a key was measured: whether its
+        measurements agreed, then its slowest probe against the reference state (infinite
+        without a probe, so that measurements nobody judged count as equals)."""
+        return (not report.contradictions,
+                monitor.standing(report.key.library, report.machine_probe))
 
     def unsettled() -> list[KernelTuningKey]:
         return [key for key, report in reports.items() if report.contradictions
@@ -279,13 +281,12 @@ def _measure_keys(
     while pending and time.perf_counter() < until:
         for key in pending:
             latest = last[1] if last and last[0] == key.library else None
-            speedup = monitor.await_reference(key.library, until, latest)
-            last = (key.library, speedup)
-            if time.perf_counter() >= until or (
-                    speedup is not None and not monitor.settled(key.library, [speedup])):
+            rates, settled = monitor.await_reference(key.library, until, latest)
+            last = (key.library, rates)
+            if not settled or time.perf_counter() >= until:
                 break  # the slow spell outlasted the time allowed
             report = measure(key)
-            if not report.stopped_early and _state(report) >= _state(reports[key]):
+            if not report.stopped_early and state(report) >= state(reports[key]):
                 reports[key] = report
             if key not in remeasured:
                 remeasured.append(key)

@@ -80,8 +80,9 @@ class CalibrationReport:
     comparison: tuple[Mapping[str, object], ...] = field(default=())
     #: what else shaped the timings: environment variables and the thread pools loaded
     environment: Mapping[str, object] = field(default_factory=dict)
-    #: the machine probe's speedups just before and after this measurement (see .steadiness)
-    machine_probe: tuple[float, ...] = ()
+    #: the machine probes' rates just before and after this measurement, by aspect (see
+    #: .steadiness)
+    machine_probe: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     #: points where two measurements were won by opposite sides: the machine changed meanwhile
     contradictions: tuple[str, ...] = ()
 
@@ -98,7 +99,7 @@ class CalibrationReport:
             "comparison": [dict(c) for c in self.comparison],
             "seconds": self.seconds,
             "stopped_early": self.stopped_early,
-            "machine_probe": list(self.machine_probe),
+            "machine_probe": {aspect: list(rates) for aspect, rates in self.machine_probe.items()},
             "contradictions": list(self.contradictions),
         }
 

@@ -39,6 +39,7 @@ from ..calibration import (
     verify_decisions,
 )
 from ..calibration.measure import Deadline, measure
+from ..cpu import get_cpu_descriptor
 from ..dtypes import NUMPY_DTYPES
 from .base import CHUNK_ALIGNMENT, LIBRARY, Kernel
 from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel
@@ -568,22 +569,29 @@ class GemmCalibration(KernelCalibration):
                         self._tolerance())
 
 
-#: the machine probe's call: Add on FLOAT operands of this many elements per thread (the
+#: the parallel probe's call: Add on FLOAT operands of this many elements per thread (the
 #: portable grain), forced parallel
 PROBE_ELEMENTS_PER_THREAD = 16384
+#: the aspect of the machine :func:`shared_cache_probe` watches
+SHARED_CACHE = "shared cache"
+
+
+def _medians(runs: Sequence[Callable[[], object]], repetitions: int) -> list[float]:
+    """Seconds per call of each of ``runs``, measured interleaved as a search at normal
+    effort measures."""
+    return [m.median for m in measure(runs, repetitions, EFFORTS["normal"].minimum_sample_seconds,
+                                      Deadline(math.inf, "none"))]
 
 
 def machine_probe(kernel: ElementwiseKernel, element_type: int = FLOAT,
                   elements_per_thread: int = PROBE_ELEMENTS_PER_THREAD,
                   repetitions: int = EFFORTS["normal"].repetitions) -> Callable[[int], float]:
-    """A probe: serial time / parallel time of ``kernel``, forced parallel.
+    """The parallel probe: serial time / parallel time of ``kernel``, forced parallel.
 
     The library's probe is Add on FLOAT operands, :data:`PROBE_ELEMENTS_PER_THREAD`
     per thread: a call near the crossovers, where the parallel run's fixed costs
-    still weigh, so the probe moves when they do; measured as a search at normal
-    effort measures.
+    still weigh, so the probe moves when they do.
     """
-    sample_seconds = EFFORTS["normal"].minimum_sample_seconds
 
     def probe(threads: int) -> float:
         # made here: registration is at import
@@ -591,10 +599,42 @@ def machine_probe(kernel: ElementwiseKernel, element_type: int = FLOAT,
         inputs = (x, x) if isinstance(kernel, BinaryKernel) else (x,)
         config = kernel.configure(element_type, {PARALLEL_MINIMUM: 1})
         prepared = kernel.prepare(element_type, config, threads)
-        serial, parallel = measure([functools.partial(prepared.run_serial, *inputs),
-                                    functools.partial(prepared.run, *inputs)],
-                                   repetitions, sample_seconds, Deadline(math.inf, "none"))
-        return serial.median / parallel.median
+        serial, parallel = _medians([functools.partial(prepared.run_serial, *inputs),
+                                     functools.partial(prepared.run, *inputs)], repetitions)
+        return serial / parallel
+
+    return probe
+
+
+def shared_cache_probe(kernel: BinaryKernel, element_type: int = FLOAT,
+                       l2_bytes: int | None = None,
+                       repetitions: int = EFFORTS["normal"].repetitions
+                       ) -> Callable[[int], float]:
+    """The shared cache's probe: calls per second of binary ``kernel``, serial, on two
+    operands of twice the core's L2 (``l2_bytes``, else the processor's) each.
+
+    Operands the core's own L2 cannot hold are read from the cache it shares
+    with its neighbours, and a neighbour's traffic there slows every such
+    read, on any thread count: where a skinny Gemm streaming a 2 MB B slowed
+    by 1.6x or more, this probe (Add FLOAT on 2 MB operands) was more than 20%
+    below its reference every time, and in 8% of the calls it ran at its usual
+    speed.
+    """
+
+    @functools.cache
+    def operands() -> tuple[np.ndarray, np.ndarray]:
+        # made at the first probe, and kept: registration is at import, and making 4 MB
+        # of random operands costs more than the probe
+        l2 = l2_bytes or get_cpu_descriptor().l2_bytes or DEFAULT_L2
+        elements = 2 * l2 // NUMPY_DTYPES[element_type].itemsize
+        return randn_tensor(element_type, (elements,), 0), randn_tensor(element_type,
+                                                                        (elements,), 1)
+
+    def probe(threads: int) -> float:
+        prepared = kernel.prepare(element_type, kernel.configure(element_type, {}), 1)
+        (seconds,) = _medians([functools.partial(prepared.run_serial, *operands())],
+                              repetitions)
+        return 1.0 / seconds
 
     return probe
 
@@ -602,12 +642,15 @@ def machine_probe(kernel: ElementwiseKernel, element_type: int = FLOAT,
 def register_calibrations(kernels: Iterable[Kernel]) -> int:
     """Register a calibration function for every (kernel, element type) of the library.
 
-    Add also gives the machine probe that watches the library's calibrations.
+    Add also gives the machine probes that watch the library's calibrations: its
+    parallel speed, and its shared cache (on one thread too).
     """
     count = 0
     for kernel in kernels:
         if kernel.name == "Add":
             register_machine_probe(LIBRARY, machine_probe(kernel))
+            register_machine_probe(LIBRARY, shared_cache_probe(kernel), SHARED_CACHE,
+                                   minimum_threads=1)
         kind = GemmCalibration if isinstance(kernel, Gemm) else ElementwiseCalibration
         for element_type in kernel.element_types:
             register_kernel_calibration_function(kernel.tuning_key(element_type),
