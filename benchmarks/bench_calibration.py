@@ -20,7 +20,10 @@
    moves over minutes, a comparison made later judges the machine instead.
 3. Repeatability: the same calibration runs again in another fresh process; at
    least 90% of keys get identical values and every threshold is within one grid
-   step of the first run's.
+   step of the first run's. A key a calibration measured but did not publish
+   (never measured steadily) runs with the values in use it kept, and is
+   compared with those; the keys measured steadily in both are also counted
+   apart.
 
     python benchmarks/bench_calibration.py [--effort normal|quick] [--rounds 9] [--reports DIR]
 
@@ -34,6 +37,7 @@ set: OpenBLAS reads it once, when numpy loads).
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import json
 import math
@@ -112,8 +116,12 @@ def full_calibration(effort: str, directory: Path, name: str) -> list[dict]:
 
 
 def values_by_key(batch: dict) -> dict[KernelTuningKey, dict]:
-    return {KernelTuningKey.from_dict(entry["key"]): entry["values"]
-            for entry in batch["calibrated"]}
+    """The values each key runs with after the batch: those published, else, for a key
+    measured but not published (never steadily, or cut short), the values in use it kept."""
+    kept = {KernelTuningKey.from_dict(entry["key"]): entry["report"]["baseline"]
+            for entry in batch["skipped"] if entry["report"]}
+    return kept | {KernelTuningKey.from_dict(entry["key"]): entry["values"]
+                   for entry in batch["calibrated"]}
 
 
 def grid_values(calibration: ElementwiseCalibration, context) -> tuple[list[int], list[int]]:
@@ -280,8 +288,8 @@ def main() -> int:
               f"{len(batch['calibrated'])} keys calibrated, {len(batch['skipped'])} skipped, "
               f"{len(batch['unsupported'])} unsupported, {changed} values changed from the "
               f"defaults")
-        for skipped in batch["skipped"]:
-            print(f"    skipped {skipped['key']}: {skipped['reason']}")
+        for reason, count in collections.Counter(s["reason"] for s in batch["skipped"]).items():
+            print(f"    skipped {count} keys: {reason}")
     limit = 300 if args.effort == "normal" else 60 if args.effort == "quick" else math.inf
     print(f"total {total:.1f} s (target < {limit} s): {'ok' if total < limit else 'MISSED'}")
     ok &= total < limit
@@ -323,7 +331,7 @@ def main() -> int:
             for watched in batch["steadiness"]:
                 print(f"{label} calibration, threads {watched['threads']}: "
                       f"{len(watched['remeasured'])} keys measured again, "
-                      f"{len(watched['unsettled'])} never measured steadily")
+                      f"{len(watched['unsettled'])} never measured steadily (not published)")
                 for trace in watched["probes"]:
                     print(f"    {trace['aspect']:<12}: {trace['lowest'] or 0:.3g} to "
                           f"{trace['highest'] or 0:.3g} over {len(trace['samples'])} probes "
