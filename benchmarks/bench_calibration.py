@@ -20,10 +20,9 @@
    moves over minutes, a comparison made later judges the machine instead.
 3. Repeatability: the same calibration runs again in another fresh process; at
    least 90% of keys get identical values and every threshold is within one grid
-   step of the first run's. A key a calibration measured but did not publish
-   (never measured steadily) runs with the values in use it kept, and is
-   compared with those; the keys measured steadily in both are also counted
-   apart.
+   step of the first run's. A key whose search a budget cut short is not
+   published: it runs with the values in use it kept, and is compared with
+   those. The keys measured steadily in both are also counted apart.
 
     python benchmarks/bench_calibration.py [--effort normal|quick] [--rounds 9] [--reports DIR]
 
@@ -117,7 +116,7 @@ def full_calibration(effort: str, directory: Path, name: str) -> list[dict]:
 
 def values_by_key(batch: dict) -> dict[KernelTuningKey, dict]:
     """The values each key runs with after the batch: those published, else, for a key
-    measured but not published (never steadily, or cut short), the values in use it kept."""
+    whose search a budget cut short, the values in use it kept."""
     kept = {KernelTuningKey.from_dict(entry["key"]): entry["report"]["baseline"]
             for entry in batch["skipped"] if entry["report"]}
     return kept | {KernelTuningKey.from_dict(entry["key"]): entry["values"]
@@ -331,7 +330,7 @@ def main() -> int:
             for watched in batch["steadiness"]:
                 print(f"{label} calibration, threads {watched['threads']}: "
                       f"{len(watched['remeasured'])} keys measured again, "
-                      f"{len(watched['unsettled'])} never measured steadily (not published)")
+                      f"{len(watched['unsettled'])} never measured steadily")
                 for trace in watched["probes"]:
                     print(f"    {trace['aspect']:<12}: {trace['lowest'] or 0:.3g} to "
                           f"{trace['highest'] or 0:.3g} over {len(trace['samples'])} probes "

@@ -374,46 +374,20 @@ def test_keys_measured_while_the_machine_was_slow_are_measured_again(toys, probe
 
 @needs_two_cpus
 @pytest.mark.parametrize("effort", ["thorough", "quick"])
-def test_keys_never_measured_in_the_reference_state_are_named_and_not_published(
-        toys, probes, effort):
+def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys, probes,
+                                                                            effort):
     registry, keys, calls, _ = toys
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort=effort))
-    slow = calls[3:]
+    slow = tuple(str(r.key) for r in report.calibrated[3:])
     (watched,) = report.steadiness
-    assert watched.unsettled == tuple(map(str, slow)) and not watched.steady
+    assert watched.unsettled == slow and not watched.steady
     # the spell outlasts the time allowed to measure again (quick effort allows none): the
     # batch waits for the reference state and measures no key again in the spell
     assert watched.remeasured == () and len(calls) == len(keys)
-    # their values would describe the spell: skipped, with their reports, the values in
-    # use kept
-    assert [r.key for r in report.calibrated] == calls[:3]
-    assert [p.key for p in report.successful_profiles] == calls[:3]
-    assert [s.key for s in report.skipped] == slow
-    assert all(s.reason.startswith("not published: never measured steadily")
-               and s.report.machine_probe[PARALLEL] == pytest.approx((1.0, 0.7))
-               for s in report.skipped[:1])
-    snapshot = registry.snapshot()
-    assert all(snapshot.resolve(key, current_execution(2)).source.tier is Tier.DEFAULTS
-               for key in slow)
-    written = json.loads(json.dumps(report.to_dict()))
-    assert written["steadiness"][0]["unsettled"] == list(map(str, slow))
-
-
-@needs_two_cpus
-def test_only_missing_calibrates_just_the_keys_a_slow_spell_kept_from_publication(toys,
-                                                                                 probes):
-    registry, keys, calls, _ = toys
-    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
-    _run(registry, library="test_library", options=CalibrationOptions(threads=2, effort="quick"))
-    slow = calls[3:]
-    calls.clear()
-    probes.clear()
-    again = calibrate_registered_kernels(library="test_library", only_missing=True,
-                                         options=CalibrationOptions(threads=2, effort="quick"),
-                                         registry=registry)
-    assert calls == slow and [r.key for r in again.calibrated] == slow
+    assert len(report.successful_profiles) == len(keys)
+    assert json.loads(json.dumps(report.to_dict()))["steadiness"][0]["unsettled"] == list(slow)
 
 
 @needs_two_cpus
@@ -433,13 +407,9 @@ def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]))
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
-    assert len(measured) > len(keys)
-    # never settled, so not published; but as their first measurement, not a stopped one
-    withheld = [skipped.report for skipped in report.skipped]
-    assert len(withheld) == 2 and all("never measured steadily" in skipped.reason
-                                      for skipped in report.skipped)
+    assert len(measured) > len(keys) and not report.skipped
     assert all(r.values["parallel.minimum_elements"] == 5000 and not r.stopped_early
-               for r in [*report.calibrated, *withheld])
+               for r in report.calibrated)
 
 
 def _register_timed(keys, value=lambda context, count: 5000):
@@ -473,12 +443,10 @@ def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     (watched,) = report.steadiness
-    slow = [skipped.report for skipped in report.skipped]
-    assert [str(r.key) for r in slow] == list(watched.unsettled)
+    slow = [r for r in report.calibrated if str(r.key) in watched.unsettled]
     assert len(slow) == len(keys) - 3 and watched.remeasured == watched.unsettled
     assert len(measured) > len(keys)
-    assert all(r.values["parallel.minimum_elements"] == 5001
-               for r in [*report.calibrated, *slow])
+    assert all(r.values["parallel.minimum_elements"] == 5001 for r in report.calibrated)
     assert all(min(r.machine_probe[PARALLEL]) == pytest.approx(0.7) for r in slow)
 
 

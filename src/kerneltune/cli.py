@@ -3,8 +3,7 @@
 Each subcommand is a thin shell over the public API, so anything it prints can
 also be had from Python; errors are one line on stderr and exit status 2, and
 ``calibrate --require-steady`` exits with status 3 when keys could not be
-measured with the machine in its reference state (they are not published;
-``--only-missing`` calibrates just them again).
+measured with the machine in its reference state.
 """
 
 from __future__ import annotations
@@ -79,16 +78,8 @@ def _calibrate(args: argparse.Namespace) -> int:
                 if decision.changed:
                     print(f"  {calibrated.key}  {decision.parameter}: {decision.baseline} -> "
                           f"{decision.value}")
-        skipped_for: dict[str, list[str]] = {}
         for skipped in report.skipped:
-            skipped_for.setdefault(skipped.reason, []).append(str(skipped.key))
-        for reason, keys in skipped_for.items():
-            if len(keys) == 1:
-                print(f"  skipped {keys[0]}: {reason}")
-                continue
-            print(f"  skipped {len(keys)} keys: {reason}")
-            for key in keys:
-                print(f"    {key}")
+            print(f"  skipped {skipped.key}: {skipped.reason}")
         _print_steadiness(report.steadiness)
         still = all(probe.steady for probe in report.steadiness)
         unsteady |= not still
@@ -131,10 +122,13 @@ def _print_steadiness(watched: Sequence[Steadiness]) -> None:
                   f"other; {len(set(steadiness.remeasured) - set(steadiness.unsettled))} of "
                   f"them settled")
         if steadiness.unsettled:
-            print(f"  warning: {len(steadiness.unsettled)} keys were not published: they were "
-                  f"measured only while a probe said the machine was more than "
-                  f"{STEADY_TOLERANCE:.0%} slower than its reference state, or changing, and "
-                  f"crossovers move with it; --only-missing calibrates just them again")
+            print(f"  warning: {len(steadiness.unsettled)} keys were measured only while a "
+                  f"probe said the machine was more than {STEADY_TOLERANCE:.0%} slower than "
+                  f"its reference state, or changing, and crossovers move with it: their "
+                  f"values may not repeat; calibrate again on a quieter machine before "
+                  f"shipping them")
+            for key in steadiness.unsettled:
+                print(f"    {key}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -180,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "(KERNELTUNE_CACHE), where later processes load them")
     calibrate.add_argument("--require-steady", action="store_true",
                            help=f"exit with status {UNSTEADY} and save nothing of a thread "
-                                f"count with keys measured only while a machine probe saw "
+                                f"count with keys measured only while the machine probe saw "
                                 f"the machine slower than its reference state (or failed)")
     calibrate.set_defaults(run=_calibrate)
     return parser

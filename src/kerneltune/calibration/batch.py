@@ -212,12 +212,6 @@ def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot:
     return None
 
 
-#: why a key never measured steadily is not published (see :mod:`.steadiness`)
-UNSETTLED = ("never measured steadily: each time, a machine probe saw the machine slower than "
-             "its reference state or the key's measurements contradicted each other (calibrate "
-             "it again with only_missing once the machine is quieter)")
-
-
 def _measure_keys(
     queue: Iterable[KernelTuningKey],
     calibrate: Callable[[KernelTuningKey, dict], CalibrationReport],
@@ -234,13 +228,10 @@ def _measure_keys(
     ``remeasure_factor`` times the first pass's time: a slow spell may outlast
     any budget. Of a key's measurements, the steadiest stands (see
     ``state``; the latest among equals): one taken deeper in a slow spell
-    describes the machine less well than the one it would replace. A key never
-    settled is not published: its values would describe the spells it was
-    measured in, and the value in use is what a calibration that does not
-    find a stable crossover keeps. Returns the reports of keys calibrated, the
-    keys a budget stopped and those never settled (with their reports), the
-    keys measured again and those never settled. A second measurement cut
-    short by a budget leaves the first one standing.
+    describes the machine less well than the one it would replace. Returns the
+    reports of keys calibrated, the keys a budget stopped, the keys measured
+    again and those never settled. A second measurement cut short by a budget
+    leaves the first one standing.
     """
     reports: dict[KernelTuningKey, CalibrationReport] = {}
     stopped: list[KeyOutcome] = []
@@ -298,8 +289,6 @@ def _measure_keys(
             if key not in remeasured:
                 remeasured.append(key)
         pending = unsettled()
-    stopped += [KeyOutcome(key, f"not published: {UNSETTLED}", reports.pop(key))
-                for key in pending]
     return reports, stopped, remeasured, pending
 
 

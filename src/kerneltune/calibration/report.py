@@ -131,8 +131,7 @@ class CalibrationBatchReport:
     ``update_kernel_tuning_cache`` to keep them. ``steadiness`` holds what the
     machine probes saw (see :mod:`.steadiness`) and which keys they sent back
     to be measured again; a key never measured steadily (in the machine's
-    reference state, without contradicting itself) is not published and is
-    among the skipped keys, with its report.
+    reference state, without contradicting itself) may not repeat.
     """
 
     calibrated: tuple[CalibrationReport, ...]

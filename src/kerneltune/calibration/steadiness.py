@@ -25,9 +25,7 @@ is the repeatable choice, for the reason a benchmark's minimum time is: a
 neighbour only ever slows the machine down, and its slow spells come and go.
 A spell shorter than a key can fall between its probes; when it shows as two
 measurements of one point won by opposite sides (``contradictions`` in the
-key's report), the key is measured again too. A key never measured steadily
-is not published: its values would describe a spell, and where no stable
-crossover can be measured, calibration keeps the value in use.
+key's report), the key is measured again too.
 
 A probe only advises: one that fails or returns no rate is recorded, never a
 reason to lose the batch's measurements, and its keys count as measured.
@@ -159,8 +157,7 @@ class Steadiness:
 
     ``remeasured`` names the keys measured more than once, ``unsettled`` those
     never measured steadily: in the reference state of every aspect and
-    without contradicting themselves. Those are not published (the batch
-    skips them, with their reports) and ``only_missing`` calibrates them again.
+    without contradicting themselves (their steadiest measurement is published).
     """
 
     library: str
