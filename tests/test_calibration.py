@@ -700,6 +700,17 @@ def test_the_first_step_from_the_start_may_step_over_one_size():
     assert decision.measured == SIZES[-1] // 2
 
 
+def test_a_win_at_the_start_is_confirmed_below_when_the_next_sizes_up_tie():
+    """``above``'s advantage shrinks with size (the skinny Gemm path in FLOAT16, blocked
+    being above): it wins from 4096 to the start and ties beyond, and the walk goes down."""
+    context = _context()
+    _synthetic(context, lambda name, n: 0.5 if name == "parallel" and 4096 <= n <= 65536
+               else 1.0)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert "from size 4096 on" in decision.reason and decision.measured == 2048
+    assert decision.changed
+
+
 def _settings_comparison(context, timings):
     """Two settings, "in use" and "other", on two cases; ``timings`` gives each round's seconds."""
     rounds = iter(timings)

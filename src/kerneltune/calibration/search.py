@@ -108,8 +108,12 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
 
     The search starts at the grid size nearest to where the value in use
     switches and moves only on evidence: down while ``above`` keeps winning
-    there (the crossover is then the smallest size of two consecutive wins),
-    up while ``below`` keeps winning (from two consecutive wins on; the
+    there (the crossover is then the smallest size of two consecutive wins;
+    a win at the start is confirmed by the next size up, or else by the next
+    one down: where ``above``'s advantage shrinks with size, as the skinny
+    Gemm path's does in FLOAT16 on two threads, a tie just above the start
+    kept a value in use that lost by a fifth below it, in one calibration of
+    two), up while ``below`` keeps winning (from two consecutive wins on; the
     crossover follows the last two consecutive wins of ``below``, and is
     taken at the largest size when they reach it: that is as far as the
     measurements reach, and one step beyond it, where the search once put it,
@@ -187,7 +191,8 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
     where = f"{problem.case.name} (margin {margin:.0%})"
     try:
         side = outcome(start)
-        if side == ABOVE and _step(outcome, ABOVE, start, 1, len(sizes)) > start:
+        if side == ABOVE and (_step(outcome, ABOVE, start, 1, len(sizes)) > start
+                              or _step(outcome, ABOVE, start, -1, len(sizes)) < start):
             lowest = _walk(outcome, ABOVE, start, -1, len(sizes))
             wins = [i for i in range(lowest, start + 1)
                     if outcome(i) == ABOVE and outcome(i + 1) == ABOVE]
