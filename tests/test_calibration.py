@@ -711,6 +711,14 @@ def test_a_win_at_the_start_is_confirmed_below_when_the_next_sizes_up_tie():
     assert decision.changed
 
 
+def test_a_win_at_the_largest_size_is_confirmed_below():
+    """The start is the grid's last size: nothing above it to confirm a win there."""
+    context = _context()
+    _synthetic(context, lambda name, n: 0.5 if name == "parallel" and n >= 131072 else 1.0)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, SIZES[-1]))
+    assert "from size 131072 on" in decision.reason and decision.measured == 65536
+
+
 def _settings_comparison(context, timings):
     """Two settings, "in use" and "other", on two cases; ``timings`` gives each round's seconds."""
     rounds = iter(timings)

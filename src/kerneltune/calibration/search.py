@@ -194,7 +194,7 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
         if side == ABOVE and (_step(outcome, ABOVE, start, 1, len(sizes)) > start
                               or _step(outcome, ABOVE, start, -1, len(sizes)) < start):
             lowest = _walk(outcome, ABOVE, start, -1, len(sizes))
-            wins = [i for i in range(lowest, start + 1)
+            wins = [i for i in range(lowest, min(start + 1, len(sizes) - 1))
                     if outcome(i) == ABOVE and outcome(i + 1) == ABOVE]
             if wins:
                 return sizes[wins[0]], (f"{above_name} beats {below_name} on {where} from size "
