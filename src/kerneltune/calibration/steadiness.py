@@ -6,11 +6,12 @@ jumps between states while nothing in the calibrating process changes. On the
 parallel speed: the 2-thread speedup of a call near the crossovers flips
 between about 1.05 and about 0.70 (a neighbour loads the core under the second
 vCPU, the host moves it), and a key's crossover moves by two to four times
-with it. And the shared cache: a neighbour's traffic slows every read the
-core's own L2 cannot serve, by a third to twice and a half for seconds at a
-time, on one thread as on two; a skinny product that streams a 2 MB B took
-170 us or 450 us, the blocked product beside it 210 us in both. Within one
-state, calibration repeats.
+with it. And the shared cache: a neighbour's traffic there slows every read
+the core's own L2 cannot serve, for seconds at a time, on one thread as on
+two: the rate of a serial Add on operands twice the L2 moved by up to 70%
+within one calibration, and it was more than 20% below its fastest whenever
+a skinny product streaming its B from there took 1.6 times its usual time
+or more. Within one state, calibration repeats.
 
 So a batch watches: a kernel library registers a probe per aspect (for more
 than one thread only, when the aspect is parallel speed), and the batch
@@ -214,12 +215,15 @@ class SteadinessMonitor:
             rates[name[1]] = float(rate)
         return rates
 
+    def _reference(self, name: tuple[str, str]) -> float | None:
+        return reference_rate(rate for _, rate in self._samples[name])
+
     def standing(self, library: str, probes: Probes) -> float:
         """How fast the machine was for a key probed at ``probes``: its slowest probe over
         its aspect's reference state so far (1 in it; infinite when nothing can judge)."""
         ratios = []
         for name in self._working(library):
-            reference = reference_rate(rate for _, rate in self._samples[name])
+            reference = self._reference(name)
             if reference is not None:
                 ratios += [rate / reference for rate in probes.get(name[1], ())]
         return min(ratios, default=math.inf)
@@ -229,7 +233,8 @@ class SteadinessMonitor:
 
         Without a working probe, nothing can be judged, and every key counts as settled.
         """
-        return self.standing(library, probes) * (1.0 + STEADY_TOLERANCE) >= 1.0
+        return all(in_reference_state(probes.get(name[1], ()), self._reference(name))
+                   for name in self._working(library))
 
     def await_reference(self, library: str, until: float,
                         latest: Mapping[str, float] | None = None
