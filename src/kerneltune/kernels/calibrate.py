@@ -615,10 +615,10 @@ def shared_cache_probe(kernel: BinaryKernel, element_type: int = FLOAT,
 
     Operands the core's own L2 cannot hold are read from the cache it shares
     with its neighbours, and a neighbour's traffic there slows every such
-    read, on any thread count: where a skinny Gemm streaming a 2 MB B slowed
-    by 1.6x or more, this probe (Add FLOAT on 2 MB operands) was more than 20%
-    below its reference every time, and in 8% of the calls it ran at its usual
-    speed.
+    read, on any thread count: in the rounds where a skinny Gemm streaming a
+    2 MB B ran 1.6x its usual time or more, this probe (Add FLOAT on 2 MB
+    operands) was more than 20% below its reference every time; in the rounds
+    where the product ran at its usual speed, 7-9% of the time.
     """
 
     @functools.cache
