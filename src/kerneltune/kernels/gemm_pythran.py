@@ -37,13 +37,14 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   strided by N (strided runs fill only some of L1's sets and evict each other); ``trans_b``
   always packs, since the micro-kernel needs rows of op(B).
 - ``skinny``: for few rows, without B packing or k-tiles, so that B is streamed once. Tasks
-  are column strips of ``tile_n``, read ``SW`` columns at a time (1 KiB runs of float32) over
-  all of K. One or two rows keep one row of sums each (A transposed into a ``K x M`` copy);
-  more go ``MR`` rows at a time through the micro-kernel, each group reading the strip of B
-  (the second group mostly from cache). With ``trans_b`` each ``NR``-wide strip of B is
-  transposed into a ``K x NR`` buffer on the way.
+  are column strips of ``tile_n``, read over all of K in narrower strips. One or two rows
+  keep one row of sums each (A transposed into a ``K x M`` copy), ``SW`` columns at a time
+  (1 KiB runs of float32); more go ``MR`` rows at a time through the micro-kernel, 512-byte
+  runs of B at a time, each group reading the strip of B (the second group mostly from
+  cache). With ``trans_b`` each ``NR``-wide strip of B is transposed into a ``K x NR``
+  buffer on the way.
 
-The micro-kernel keeps an ``MR x NR`` block of sums (``MR x SW`` on the skinny path) in a
+The micro-kernel keeps an ``MR x NR`` block of sums (``MR x GW`` on the skinny path) in a
 small buffer of constant shape (constant row offsets, so the C++ compiler needs no aliasing
 check between its rows) and adds ``KU`` k steps per pass: ``acc[r, j] += a[r, k] * b[k, j]``
 with ``b`` contiguous along ``j`` and ``a[r, k]`` broadcast, a loop gcc vectorises (a full
@@ -84,8 +85,12 @@ MR = 4
 NR = 64
 #: k steps of one pass of the micro-kernel; tile_k must be a multiple
 KU = 4
-#: columns of B the skinny path reads per row of B (a 1 KiB run of float32)
+#: columns of B the skinny path reads per row of B for one or two rows (a 1 KiB run of float32)
 SW = 256
+#: bytes of B the skinny path reads per row of B for MR rows at a time, and the columns of
+#: their block of sums: 128 of float32, 64 of float64 (which use half of each row)
+GROUP_RUN_BYTES = 512
+GW = 128
 
 #: indices of ``t``: transpositions (0 or 1), thresholds, tiles and the thread budget
 T_TRANS_A = 0
@@ -371,18 +376,25 @@ def _skinny_strip(at, b, bn0, acc, m, kk, nw):
 
 
 def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n):
-    """Columns ``t * tile_n`` onwards of every row, over all of K, SW (or NR) at a time.
+    """Columns ``t * tile_n`` onwards of every row, over all of K, a strip at a time.
 
-    One or two rows go through ``_skinny_strip`` (each row's sums in turn, B read once);
-    more go MR rows at a time through the micro-kernel, each group reading the strip of B.
-    A transposed B is transposed into a K x NR buffer, NR columns at a time.
+    One or two rows go through ``_skinny_strip`` (each row's sums in turn, B read once), SW
+    columns at a time; more go MR rows at a time through the micro-kernel, each group
+    reading the strip of B, ``GROUP_RUN_BYTES`` of each row of B. A transposed B is
+    transposed into a K x NR buffer, NR columns at a time.
+
+    The groups' sums stay within 2 KiB: with 4 x 256 (4 KiB of float32, 8 KiB of float64),
+    8 to 16-row products of 512 x 512 ran up to 3x slower than usual in 8 to 50% of fresh
+    processes (10 to 12 per shape, element type and thread count), and which ones depended
+    on where the heap put the block (page-aligned too); with runs of 512 bytes and sums in
+    4 x 128 every process ran at the usual speed.
     """
     m, n = out.shape
     n0 = t * tile_n
     nc = min(tile_n, n - n0)
-    width = NR if trans_b else SW
     bt = np.empty((kk if trans_b else 0, NR), out.dtype)
     if m <= 2:
+        width = NR if trans_b else SW
         acc = np.empty((m, width), out.dtype)
         for j0 in range(0, nc, width):
             nw = min(width, nc - j0)
@@ -393,8 +405,9 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
                 _skinny_strip(at, b, n0 + j0, acc, m, kk, nw)
             _finish(acc, out[0:m, n0 + j0:n0 + j0 + nw], c, 0, n0 + j0, alpha, beta)
     else:
+        width = NR if trans_b else GROUP_RUN_BYTES // out.itemsize
         ap = np.empty((MR, kk), out.dtype)
-        acc = np.empty((MR, SW), out.dtype)
+        acc = np.empty((MR, GW), out.dtype)
         for j0 in range(0, nc, width):
             nw = min(width, nc - j0)
             if trans_b:

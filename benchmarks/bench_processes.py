@@ -1,0 +1,90 @@
+"""Gemm's skinny path from one fresh process to the next, against the blocked path.
+
+A kernel whose speed is decided per process (by where the heap or the kernel's
+own buffers land) makes every calibration process draw its own crossover, and
+every application process its own speed. For each element type, thread count
+and row count (B is 512 x 512), this starts fresh processes; each times the
+skinny and the blocked path, forced, on the same operands in interleaved
+rounds, and reports both medians. The figure per process is skinny / blocked
+(below 1 the skinny path wins); a configuration is steady when no process's
+ratio is more than 25% above the configuration's median ratio.
+
+    python benchmarks/bench_processes.py [--processes 10] [--rounds 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+from kerneltune.calibration import randn_tensor
+from kerneltune.kernels import library
+
+CONFIGS = [(element_type, threads, rows) for element_type in ("FLOAT", "DOUBLE")
+           for threads in (1, 2) for rows in (4, 8, 16, 32)]
+#: a process whose ratio is this much above the median ratio ran in another state
+OFF_STATE = 1.25
+NEVER = 1 << 62
+NO_BLAS = {"algorithm.blas_minimum_fmas": NEVER, "algorithm.skinny_blas_minimum_fmas": NEVER,
+           "algorithm.vector_blas_minimum_fmas": NEVER}
+PATHS = {"skinny": {"algorithm.skinny_m_limit": 64, "algorithm.skinny_minimum_b_elements": 0,
+                    **NO_BLAS},
+         "blocked": {"algorithm.skinny_m_limit": 0, **NO_BLAS}}
+
+
+def child(element_type: str, threads: int, rows: int, rounds: int) -> None:
+    """One fresh process: the two paths' medians, in microseconds, on one line."""
+    gemm = library()["Gemm"]
+    runs = [gemm.prepare(element_type, gemm.configure(element_type, values), threads).run
+            for values in PATHS.values()]
+    a = randn_tensor(element_type, (rows, 512), 0)
+    b = randn_tensor(element_type, (512, 512), 1)
+    if runs[0](a, b).tobytes() != runs[1](a, b).tobytes():
+        sys.exit("the skinny and blocked paths differ")
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(rounds):
+        for run, taken in zip(runs, times, strict=True):
+            run(a, b)
+            start = time.perf_counter()
+            run(a, b)
+            taken.append(time.perf_counter() - start)
+    print(" ".join(f"{statistics.median(taken) * 1e6:.1f}" for taken in times))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=10, help="fresh processes per figure")
+    parser.add_argument("--rounds", type=int, default=25, help="interleaved rounds per process")
+    parser.add_argument("--child", nargs=3, metavar=("TYPE", "THREADS", "ROWS"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]), int(args.child[2]), args.rounds)
+        return 0
+    print(f"{'type':7} {'threads':>7} {'rows':>5} {'skinny / blocked per process':>40}"
+          f" {'median':>7} {'off state':>10}")
+    unsteady = 0
+    for element_type, threads, rows in CONFIGS:
+        ratios = []
+        for _ in range(args.processes):
+            out = subprocess.run(
+                [sys.executable, __file__, "--rounds", str(args.rounds), "--child",
+                 element_type, str(threads), str(rows)],
+                capture_output=True, text=True, check=True).stdout.split()
+            skinny, blocked = float(out[0]), float(out[1])
+            ratios.append(skinny / blocked)
+        median = statistics.median(ratios)
+        off = sum(ratio > OFF_STATE * median for ratio in ratios)
+        unsteady += off > 0
+        print(f"{element_type:7} {threads:>7} {rows:>5} "
+              f"{' '.join(f'{ratio:.2f}' for ratio in sorted(ratios)):>40} {median:>7.2f}"
+              f" {off:>6} of {len(ratios)}")
+    print(f"\n{len(CONFIGS) - unsteady} of {len(CONFIGS)} configurations steady")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
