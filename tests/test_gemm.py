@@ -252,6 +252,28 @@ def test_packed_panels_of_several_blocks_give_the_bits_of_b_in_place(trans_b):
     assert_close(outputs[0], reference(a, b, trans_b=trans_b), k)
 
 
+@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@pytest.mark.parametrize("m", [2, 3, 8, 13])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
+def test_skinny_strips_of_wide_tasks_give_the_bits_of_the_blocked_path(element_type, dtype, m,
+                                                                      trans_a, trans_b):
+    """Tasks of 512 columns, read in strips of SW columns (one or two rows), of a 4 KiB
+    block of sums (groups of MR rows: 256 float32 or 128 float64 columns) or of NR
+    transposed columns, the last strip and group partial."""
+    wide = {**SKINNY, "algorithm.tile_n": 8 * NR}
+    k, n = 70, 12 * NR + 13  # a task of 512 columns and one of 269
+    a, b, c = operands(m, k, n, trans_a, trans_b, "full", dtype)
+    outputs = []
+    for threads in (1, 2):
+        prepared = prepare(wide, element_type, threads=threads, alpha=0.5, beta=-1.0,
+                           transA=trans_a, transB=trans_b)
+        assert prepared.plan(a, b, c).path == "skinny"
+        outputs.append(prepared.run(a, b, c))
+    outputs.append(prepared.run_serial(a, b, c))  # the blocked path
+    assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
+    assert_close(outputs[0], reference(a, b, c, 0.5, -1.0, trans_a, trans_b), k, dtype)
+
+
 @pytest.mark.parametrize("values", [SKINNY, BLOCKED], ids=["skinny", "blocked"])
 def test_plain_products_return_arrays_the_caller_owns(values):
     """The plain entries make their output in compiled code: it must outlive everything else."""

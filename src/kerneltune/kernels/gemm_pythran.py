@@ -37,18 +37,20 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   strided by N (strided runs fill only some of L1's sets and evict each other); ``trans_b``
   always packs, since the micro-kernel needs rows of op(B).
 - ``skinny``: for few rows, without B packing or k-tiles, so that B is streamed once. Tasks
-  are column strips of ``tile_n``, read over all of K in narrower strips. One or two rows
-  keep one row of sums each (A transposed into a ``K x M`` copy), ``SW`` columns at a time
-  (1 KiB runs of float32); more go ``MR`` rows at a time through the micro-kernel, 512-byte
-  runs of B at a time, each group reading the strip of B (the second group mostly from
-  cache). With ``trans_b`` each ``NR``-wide strip of B is transposed into a ``K x NR``
-  buffer on the way.
+  are column strips of ``tile_n``, read over all of K in narrower strips: ``SW`` columns (a
+  1 KiB run of float32) for one or two rows, which keep one row of sums each (A transposed
+  into a ``K x M`` copy); for more, as many as fill a block of ``MR`` rows of sums of
+  ``GROUP_SUM_BYTES``, ``MR`` rows at a time through the micro-kernel, each group reading
+  the strip of B (the second group mostly from cache). With ``trans_b`` each ``NR``-wide
+  strip of B is transposed into a ``K x NR`` buffer on the way.
 
-The micro-kernel keeps an ``MR x NR`` block of sums (``MR x GW`` on the skinny path) in a
-small buffer of constant shape (constant row offsets, so the C++ compiler needs no aliasing
-check between its rows) and adds ``KU`` k steps per pass: ``acc[r, j] += a[r, k] * b[k, j]``
-with ``b`` contiguous along ``j`` and ``a[r, k]`` broadcast, a loop gcc vectorises (a full
-block of ``NR`` columns runs a loop of constant length). Every output element is one chain
+The micro-kernel keeps an ``MR x NR`` block of sums (a 4 KiB one on the skinny path) in a
+small buffer of constant shape (constant row offsets, so the C++ compiler needs no
+aliasing check between its rows; the skinny path's shape becomes constant once gcc
+inlines the element type's size) and adds ``KU`` k steps per pass:
+``acc[r, j] += a[r, k] * b[k, j]`` with ``b`` contiguous along ``j`` and ``a[r, k]``
+broadcast, a loop gcc vectorises (a full block of ``NR`` columns runs a loop of constant
+length). Every output element is one chain
 ``s = 0; s += a[i, k] * b[k, j] for k = 0 .. K-1`` in that order (partial sums of a k-tile
 are stored in ``out`` and reloaded exactly), followed by ``out = alpha * s + beta * c``, in
 every path, whatever the tiles and the thread count: serial, parallel, packed, unpacked and
@@ -87,10 +89,9 @@ NR = 64
 KU = 4
 #: columns of B the skinny path reads per row of B for one or two rows (a 1 KiB run of float32)
 SW = 256
-#: bytes of B the skinny path reads per row of B for MR rows at a time, and the columns of
-#: their block of sums: 128 of float32, 64 of float64 (which use half of each row)
-GROUP_RUN_BYTES = 512
-GW = 128
+#: bytes of the skinny path's block of sums for MR rows: its columns are those of B it reads
+#: per row of B (256 of float32, 128 of float64)
+GROUP_SUM_BYTES = 4096
 
 #: indices of ``t``: transpositions (0 or 1), thresholds, tiles and the thread budget
 T_TRANS_A = 0
@@ -380,14 +381,13 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
 
     One or two rows go through ``_skinny_strip`` (each row's sums in turn, B read once), SW
     columns at a time; more go MR rows at a time through the micro-kernel, each group
-    reading the strip of B, ``GROUP_RUN_BYTES`` of each row of B. A transposed B is
-    transposed into a K x NR buffer, NR columns at a time.
+    reading the strip of B, with their sums in a block of ``GROUP_SUM_BYTES``. A
+    transposed B is transposed into a K x NR buffer, NR columns at a time.
 
-    The groups' sums stay within 2 KiB: with 4 x 256 (4 KiB of float32, 8 KiB of float64),
-    8 to 16-row products of 512 x 512 ran up to 3x slower than usual in 8 to 50% of fresh
-    processes (10 to 12 per shape, element type and thread count), and which ones depended
-    on where the heap put the block (page-aligned too); with runs of 512 bytes and sums in
-    4 x 128 every process ran at the usual speed.
+    With 4 x 256 float64 sums (8 KiB), 8-16 row products of 512 x 512 ran 1.3 to 3.3x
+    slower in 8-30% of fresh processes: which ones was set by the block's virtual address
+    alone (among the page-aligned addresses of one mapping, 5-13% were slow; its physical
+    pages, B's, A's, the output's and the stack's placement made no difference).
     """
     m, n = out.shape
     n0 = t * tile_n
@@ -405,9 +405,10 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
                 _skinny_strip(at, b, n0 + j0, acc, m, kk, nw)
             _finish(acc, out[0:m, n0 + j0:n0 + j0 + nw], c, 0, n0 + j0, alpha, beta)
     else:
-        width = NR if trans_b else GROUP_RUN_BYTES // out.itemsize
+        columns = GROUP_SUM_BYTES // (MR * out.itemsize)
+        width = NR if trans_b else columns
         ap = np.empty((MR, kk), out.dtype)
-        acc = np.empty((MR, GW), out.dtype)
+        acc = np.empty((MR, columns), out.dtype)
         for j0 in range(0, nc, width):
             nw = min(width, nc - j0)
             if trans_b:
