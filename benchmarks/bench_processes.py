@@ -7,14 +7,18 @@ and row count (B is 512 x 512), this starts fresh processes; each times the
 skinny and the blocked path, forced, on the same operands in interleaved
 rounds, and reports both medians. The figure per process is skinny / blocked
 (below 1 the skinny path wins); a configuration is steady when no process's
-ratio is more than 25% above the configuration's median ratio.
+ratio is more than 25% above the configuration's median ratio. With
+``--baseline DIR`` (another build installed with ``pip install --target DIR``)
+every process of this build alternates with one of that build, and both are
+reported: two builds compared in separate runs differ by the machine's state.
 
-    python benchmarks/bench_processes.py [--processes 10] [--rounds 25]
+    python benchmarks/bench_processes.py [--processes 10] [--rounds 25] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -58,31 +62,40 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=10, help="fresh processes per figure")
     parser.add_argument("--rounds", type=int, default=25, help="interleaved rounds per process")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="another build's install directory, measured alternately")
     parser.add_argument("--child", nargs=3, metavar=("TYPE", "THREADS", "ROWS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], int(args.child[1]), int(args.child[2]), args.rounds)
         return 0
-    print(f"{'type':7} {'threads':>7} {'rows':>5} {'skinny / blocked per process':>40}"
-          f" {'median':>7} {'off state':>10}")
-    unsteady = 0
+    builds = {"this build": os.environ}
+    if args.baseline:
+        path = os.pathsep.join(filter(None, [args.baseline, os.environ.get("PYTHONPATH")]))
+        builds["baseline"] = {**os.environ, "PYTHONPATH": path}
+    print(f"{'type':7} {'threads':>7} {'rows':>5} {'build':>10} "
+          f"{'skinny / blocked per process':>40} {'median':>7} {'off state':>10}")
+    unsteady = dict.fromkeys(builds, 0)
     for element_type, threads, rows in CONFIGS:
-        ratios = []
+        ratios: dict[str, list[float]] = {build: [] for build in builds}
         for _ in range(args.processes):
-            out = subprocess.run(
-                [sys.executable, __file__, "--rounds", str(args.rounds), "--child",
-                 element_type, str(threads), str(rows)],
-                capture_output=True, text=True, check=True).stdout.split()
-            skinny, blocked = float(out[0]), float(out[1])
-            ratios.append(skinny / blocked)
-        median = statistics.median(ratios)
-        off = sum(ratio > OFF_STATE * median for ratio in ratios)
-        unsteady += off > 0
-        print(f"{element_type:7} {threads:>7} {rows:>5} "
-              f"{' '.join(f'{ratio:.2f}' for ratio in sorted(ratios)):>40} {median:>7.2f}"
-              f" {off:>6} of {len(ratios)}")
-    print(f"\n{len(CONFIGS) - unsteady} of {len(CONFIGS)} configurations steady")
+            for build, env in builds.items():
+                out = subprocess.run(
+                    [sys.executable, __file__, "--rounds", str(args.rounds), "--child",
+                     element_type, str(threads), str(rows)],
+                    capture_output=True, text=True, check=True, env=env).stdout.split()
+                ratios[build].append(float(out[0]) / float(out[1]))
+        for build, values in ratios.items():
+            median = statistics.median(values)
+            off = sum(ratio > OFF_STATE * median for ratio in values)
+            unsteady[build] += off > 0
+            print(f"{element_type:7} {threads:>7} {rows:>5} {build:>10} "
+                  f"{' '.join(f'{ratio:.2f}' for ratio in sorted(values)):>40} {median:>7.2f}"
+                  f" {off:>6} of {len(values)}")
+    print()
+    for build, count in unsteady.items():
+        print(f"{build}: {len(CONFIGS) - count} of {len(CONFIGS)} configurations steady")
     return 0
 
 
