@@ -384,7 +384,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
     reading the strip of B, with their sums in a block of ``GROUP_SUM_BYTES``. A
     transposed B is transposed into a K x NR buffer, NR columns at a time.
 
-    With 4 x 256 float64 sums (8 KiB), 8-16 row products of 512 x 512 ran 1.3 to 3.3x
+    With 4 x 256 float64 sums (8 KiB), 8-32 row products of 512 x 512 ran 1.3 to 3.3x
     slower in 8-30% of fresh processes: which ones was set by the block's virtual address
     alone (among the page-aligned addresses of one mapping, 5-13% were slow; its physical
     pages, B's, A's, the output's and the stack's placement made no difference).
