@@ -26,12 +26,12 @@ import time
 
 from kerneltune.calibration import randn_tensor
 from kerneltune.kernels import library
+from kerneltune.kernels.calibrate import NEVER
 
 CONFIGS = [(element_type, threads, rows) for element_type in ("FLOAT", "DOUBLE")
            for threads in (1, 2) for rows in (4, 8, 16, 32)]
 #: a process whose ratio is this much above the median ratio ran in another state
 OFF_STATE = 1.25
-NEVER = 1 << 62
 NO_BLAS = {"algorithm.blas_minimum_fmas": NEVER, "algorithm.skinny_blas_minimum_fmas": NEVER,
            "algorithm.vector_blas_minimum_fmas": NEVER}
 PATHS = {"skinny": {"algorithm.skinny_m_limit": 64, "algorithm.skinny_minimum_b_elements": 0,
