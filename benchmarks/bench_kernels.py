@@ -4,6 +4,8 @@ Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements; then
 integer and boolean kernels (one-byte types and integer Div among them), Log,
 and FLOAT16 Abs and Neg at 1e5 and 1e6, equal shapes and rows broadcast against
 a column.
+Costly operators (the catalog's ``GRAINS``): their portable grain against
+32768, the grain of an add, between twice their grain and 65536 elements.
 Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
@@ -152,6 +154,55 @@ def other_types(rounds: int) -> list[str]:
     return misses
 
 
+#: calls this much slower with an operator's own grain than with 32768 miss: the noise margin
+GRAIN_MARGIN = 1.03
+
+
+def costly_operand(element_type: str, size: int, exponent: bool,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Positive floats (Log, Sqrt and Pow's domain), and small integer exponents for Pow."""
+    dtype = NUMPY_DTYPES[element_type_number(element_type)]
+    if dtype.kind == "f":
+        return (np.abs(rng.standard_normal(size)) + 0.5).astype(dtype)
+    return rng.integers(0, 8 if exponent else 100, size).astype(dtype) + (0 if exponent else 1)
+
+
+def costly_grains(rounds: int) -> list[str]:
+    """Each costly operator with its own portable grain against the grain of an add."""
+    kernels = library()
+    rng = np.random.default_rng(3)
+    misses = []
+    print(f"\n{'kernel':14} {'grain':>6} {'elements':>9} {'serial us':>10} {'32768 x':>8} "
+          f"{'own x':>8} {'32768 / own':>12}")
+    for name, grains in catalog.GRAINS.items():
+        arity = 1 if name in catalog.UNARY else 2
+        for grain, element_types in grains.items():
+            for element_type in element_types:
+                kernel = kernels[name]
+                add_like = kernel.configure(element_type, {
+                    parameter: 32768 for parameter in kernel.schema(element_type).parameters
+                    if parameter.endswith("minimum_elements")})
+                own = kernel.prepare(element_type, threads=2)
+                old = kernel.prepare(element_type, add_like, threads=2)
+                for size in sorted({2 * grain, 4 * grain, 49152} - {65536}):
+                    inputs = [costly_operand(element_type, size, index == 1, rng)
+                              for index in range(arity)]
+                    times = timed({
+                        "serial": lambda k=own, i=inputs: k.run_serial(*i),
+                        "32768": lambda k=old, i=inputs: k.run(*i),
+                        "own": lambda k=own, i=inputs: k.run(*i),
+                    }, rounds)
+                    gain = times["32768"] / times["own"]
+                    print(f"{f'{name} {element_type}':14} {grain:>6} {size:>9} "
+                          f"{times['serial'] * 1e6:>10.1f} "
+                          f"{times['serial'] / times['32768']:>8.2f} "
+                          f"{times['serial'] / times['own']:>8.2f} {gain:>12.2f}")
+                    if gain * GRAIN_MARGIN < 1:
+                        misses.append(f"{name} {element_type} at {size}: its grain {grain} "
+                                      f"{1 / gain:.2f}x slower than 32768")
+    return misses
+
+
 def gemm(rounds: int) -> list[str]:
     kernels = library()
     rng = np.random.default_rng(1)
@@ -196,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kerneltune variant: {library()['Abs'].implementation}")
     misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES)
     misses += other_types(args.rounds)
+    misses += costly_grains(args.rounds)
     if not args.skip_gemm:
         misses += gemm(args.rounds)
     return report(misses)

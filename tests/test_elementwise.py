@@ -462,6 +462,49 @@ def test_float16_defaults_convert_on_two_threads_where_they_compute_on_two(name)
     assert defaults.conversion_minimum_elements == defaults.minimum_elements
 
 
+GRAIN_FIELDS = ("parallel.minimum_elements", "parallel.broadcast_minimum_elements",
+                "conversion.parallel_minimum_elements")
+
+
+def test_costly_operators_default_to_the_catalogs_grain_and_the_others_to_32768():
+    costly = {(name, element_type): grain for name, grains in catalog.GRAINS.items()
+              for grain, element_types in grains.items() for element_type in element_types}
+    assert costly and all(grain < catalog.DEFAULT_GRAIN for grain in costly.values())
+    for name, kernel in LIBRARY.items():
+        if name in ("Gemm", "MatMul"):
+            continue
+        for element_type in kernel.element_types:
+            expected = costly.get((name, element_type_name(element_type)),
+                                  catalog.DEFAULT_GRAIN)
+            defaults = kernel.schema(element_type).default_values()
+            grains = {defaults[field] for field in GRAIN_FIELDS if field in defaults}
+            assert grains == {expected}, (name, element_type_name(element_type))
+
+
+def test_a_costly_operators_config_keeps_the_names_checks_and_thread_cap_of_its_kind():
+    pow_, add = LIBRARY["Pow"].schema("FLOAT16"), LIBRARY["Add"].schema("FLOAT16")
+    assert list(pow_.parameters) == list(add.parameters)
+    assert pow_.parameters["parallel.minimum_elements"].doc == add.parameters[
+        "parallel.minimum_elements"].doc
+    assert pow_.defaults.maximum_threads == add.defaults.maximum_threads
+    assert LIBRARY["Pow"].config_type(element_type_number("FLOAT16")) is pow_.config_type
+    assert LIBRARY["Pow"].configure("FLOAT16", {"parallel.minimum_elements": 100}) \
+        .broadcast_minimum_elements == 8192
+    with pytest.raises(TuningValidationError, match="parallel.broadcast_minimum_elements"):
+        LIBRARY["Pow"].configure("DOUBLE", {"parallel.broadcast_minimum_elements": 0})
+
+
+@pytest.mark.parametrize(("name", "element_type", "path"), [
+    ("Pow", "DOUBLE", "parallel"), ("Div", "UINT64", "parallel"), ("Add", "DOUBLE", "serial"),
+    ("Div", "DOUBLE", "serial")])
+def test_ten_thousand_elements_go_parallel_by_default_only_where_each_costs_many_adds(
+        name, element_type, path):
+    x = positive(dtype_of(element_type), 10_000) if element_type == "DOUBLE" else values(
+        dtype_of(element_type), 10_000)
+    kernel = LIBRARY[name].prepare(element_type, threads=2)
+    assert kernel.plan(x, x).path == path
+
+
 def test_two_python_threads_run_kernels_at_once():
     kernel = LIBRARY["Sigmoid"].prepare("FLOAT", threads=2)
     x = values(np.dtype(np.float32), 300_000)

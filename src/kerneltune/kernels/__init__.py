@@ -49,6 +49,13 @@ def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object
     return functions
 
 
+def _grains(name: str) -> dict[int, int]:
+    """Portable grain per element type where the operator's is not the catalog's default."""
+    return {element_type_number(element_type): grain
+            for grain, element_types in catalog.GRAINS.get(name, {}).items()
+            for element_type in element_types}
+
+
 def _on_bits(function):
     """A unary function of ``uint16`` arrays, applied to FLOAT16 arrays' bit patterns."""
     def run(x, out, threads):
@@ -62,12 +69,13 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
     implementation = implementation or selected_variant()
     unary, binary = load_module("unary", implementation), load_module("binary", implementation)
     kernels: dict[str, Kernel] = {
-        name: UnaryKernel(name, implementation, _functions(unary, table))
+        name: UnaryKernel(name, implementation, _functions(unary, table), grains=_grains(name))
         for name, table in catalog.UNARY.items()
     }
     kernels.update(
         (name, BinaryKernel(name, implementation, _functions(binary, table),
-                            output=_BOOL if name in catalog.BOOLEAN_OUTPUT else None))
+                            output=_BOOL if name in catalog.BOOLEAN_OUTPUT else None,
+                            grains=_grains(name)))
         for name, table in catalog.BINARY.items()
     )
     kernels["Gemm"] = Gemm(implementation)

@@ -50,5 +50,30 @@ BINARY = {
     "BitwiseXor": {"bitwise_xor": INTEGERS},
 }
 
+#: The portable grain (elements per thread) of an operator that costs about what an add
+#: costs per element, where memory, not arithmetic, sets the serial/parallel crossover.
+DEFAULT_GRAIN = 32768
+
+#: operator -> {portable grain: element types} where an element costs many adds (powers,
+#: 64-bit integer division, double-precision transcendentals): the serial loop is slower,
+#: so parallel pays off on fewer elements. Each grain is four times the median crossover
+#: that two-thread calibrations measured on x86_64_v4 (30 calibrations; Pow FLOAT and
+#: DOUBLE 512 elements per thread, 64-bit Div and integer Pow 1024, Log, Sigmoid and Tanh
+#: DOUBLE and Pow FLOAT16 2048, Exp and Sqrt DOUBLE and Tanh FLOAT 4096, against 16384-65536
+#: for an add), as calibration keeps a value two octaves above the crossover it measures:
+#: a machine whose threads cost up to four times as many elements to start still crosses
+#: over at or below these grains. From a grain this close to the crossover, a calibration
+#: that cannot tell the two sides apart (in a neighbour's slow spell) keeps a value within
+#: a grid step of the one it measures otherwise; from 32768 it kept one three steps away.
+GRAINS = {
+    "Pow": {2048: FLOATS, 4096: ("INT32", "INT64"), 8192: ("FLOAT16",)},
+    "Div": {4096: ("INT64", "UINT64")},
+    "Log": {8192: ("DOUBLE",)},
+    "Sigmoid": {8192: ("DOUBLE",)},
+    "Tanh": {8192: ("DOUBLE",), 16384: ("FLOAT",)},
+    "Exp": {16384: ("DOUBLE",)},
+    "Sqrt": {16384: ("DOUBLE",)},
+}
+
 #: operators whose output is BOOL whatever the input type
 BOOLEAN_OUTPUT = frozenset({"Greater", "Less", "Equal"})

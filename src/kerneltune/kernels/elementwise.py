@@ -9,6 +9,8 @@ with its own grain for the conversions.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from .base import (
     operand,
     parallel_threads,
 )
+from .catalog import DEFAULT_GRAIN
 
 FLOAT16 = element_type_number("FLOAT16")
 FLOAT = element_type_number("FLOAT")
@@ -33,10 +36,13 @@ FLOAT = element_type_number("FLOAT")
 
 @dataclass(frozen=True)
 class ElementwiseConfig:
-    """Today's fixed policy as portable defaults: a thread per 32768 elements, no thread cap."""
+    """Portable defaults: a thread per 32768 elements, no thread cap.
+
+    Operators that cost more per element get a smaller grain (see :func:`with_grain`).
+    """
 
     minimum_elements: int = tunable(
-        "parallel.minimum_elements", 32768, minimum=1,
+        "parallel.minimum_elements", DEFAULT_GRAIN, minimum=1,
         doc="elements per thread; a call with fewer than twice this many runs serially")
     maximum_threads: int = tunable(
         "parallel.maximum_threads", 256, minimum=1,
@@ -46,14 +52,14 @@ class ElementwiseConfig:
 @dataclass(frozen=True)
 class BinaryConfig(ElementwiseConfig):
     broadcast_minimum_elements: int = tunable(
-        "parallel.broadcast_minimum_elements", 32768, minimum=1,
+        "parallel.broadcast_minimum_elements", DEFAULT_GRAIN, minimum=1,
         doc="elements per thread when both operands are broadcast (row-wise split)")
 
 
 @dataclass(frozen=True)
 class HalfConversionConfig:
     conversion_minimum_elements: int = tunable(
-        "conversion.parallel_minimum_elements", 32768, minimum=1,
+        "conversion.parallel_minimum_elements", DEFAULT_GRAIN, minimum=1,
         doc="elements per thread when widening FLOAT16 inputs and narrowing outputs; by "
             "default the computation's grain: a call that computes on two threads and "
             "converts on one ran 1.5-1.9x slower than one doing all on two (x86_64_v4, "
@@ -68,6 +74,26 @@ class HalfUnaryConfig(ElementwiseConfig, HalfConversionConfig):
 @dataclass(frozen=True)
 class HalfBinaryConfig(BinaryConfig, HalfConversionConfig):
     pass
+
+
+#: the config fields that are grains (elements per thread)
+_GRAINS = ("minimum_elements", "broadcast_minimum_elements", "conversion_minimum_elements")
+
+
+@functools.cache
+def with_grain(config_type: type, grain: int) -> type:
+    """``config_type`` with every grain defaulting to ``grain`` instead of 32768.
+
+    The portable grain depends on the operator's cost per element (the
+    catalog's ``GRAINS``), so it is a default of the key's own config type;
+    names, constraints and documentation stay those of ``config_type``.
+    """
+    if grain == DEFAULT_GRAIN:
+        return config_type
+    fields = [(field.name, int, dataclasses.field(default=grain, metadata=field.metadata))
+              for field in dataclasses.fields(config_type) if field.name in _GRAINS]
+    return dataclasses.make_dataclass(f"{config_type.__name__}{grain}", fields,
+                                      bases=(config_type,), frozen=True)
 
 
 class PreparedUnary(PreparedKernel):
@@ -250,16 +276,27 @@ class ElementwiseKernel(Kernel):
 
     ``functions`` maps an ONNX element type to the compiled function; FLOAT16,
     unless it has its own, is served by the FLOAT function through widening
-    and narrowing.
+    and narrowing. ``grains`` maps an element type to its portable grain where
+    that is not 32768.
     """
 
+    #: the config types for widened FLOAT16 and for every other element type
+    _config_types: tuple[type, type]
+
     def __init__(self, name: str, implementation: str, functions: Mapping[int, Callable],
-                 output: int | None = None):
+                 output: int | None = None, grains: Mapping[int, int] | None = None):
         super().__init__(implementation)
         self.name = name
         self._functions = dict(functions)
         self._output = output
         self._widens_half = FLOAT in functions and FLOAT16 not in functions
+        self._grains = dict(grains or {})
+
+    def config_type(self, element_type: int) -> type:
+        half_config, config = self._config_types
+        widened = element_type == FLOAT16 and self._widens_half
+        return with_grain(half_config if widened else config,
+                          self._grains.get(element_type, DEFAULT_GRAIN))
 
     @property
     def element_types(self) -> tuple[int, ...]:
@@ -281,16 +318,10 @@ class ElementwiseKernel(Kernel):
 
 
 class UnaryKernel(ElementwiseKernel):
-    def config_type(self, element_type: int) -> type:
-        return HalfUnaryConfig if element_type == FLOAT16 and self._widens_half else (
-            ElementwiseConfig)
-
+    _config_types = (HalfUnaryConfig, ElementwiseConfig)
     _prepared_type = PreparedUnary
 
 
 class BinaryKernel(ElementwiseKernel):
-    def config_type(self, element_type: int) -> type:
-        return HalfBinaryConfig if element_type == FLOAT16 and self._widens_half else (
-            BinaryConfig)
-
+    _config_types = (HalfBinaryConfig, BinaryConfig)
     _prepared_type = PreparedBinary
