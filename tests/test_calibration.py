@@ -391,6 +391,41 @@ def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys
 
 
 @needs_two_cpus
+def test_keys_never_measured_steadily_withhold_only_their_decisions_for_fewer_threads(
+        toys, probes):
+    registry, keys, _, _ = toys
+
+    def calibrate(context):
+        context.decide("parallel.maximum_threads", 1, "one thread won", fewer_threads=True)
+        context.decide("parallel.minimum_elements", 2048, "parallel won from 4096 on")
+        context.decide("algorithm.tile_m", 32, "smaller tiles won")
+
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="quick"))
+    (watched,) = report.steadiness
+    slow = [r for r in report.calibrated if str(r.key) in watched.unsettled]
+    steady = [r for r in report.calibrated if str(r.key) not in watched.unsettled]
+    assert len(slow) == len(keys) - 3 and len(steady) == 3
+    for r in steady:
+        assert (r.values["parallel.maximum_threads"], r.values["parallel.minimum_elements"],
+                r.values["algorithm.tile_m"]) == (1, 2048, 32)
+    for r in slow:
+        assert (r.values["parallel.maximum_threads"], r.values["parallel.minimum_elements"],
+                r.values["algorithm.tile_m"]) == (64, 2048, 32)
+        (cap,) = [d for d in r.decisions if d.parameter == "parallel.maximum_threads"]
+        assert not cap.changed and not cap.fewer_threads
+        assert cap.reason.startswith("withheld") and "1 would run" in cap.reason
+        assert "one thread won" in cap.reason
+    published = {p.key: p.values for p in report.successful_profiles}
+    assert all(published[r.key] == r.values for r in report.calibrated)
+    resolved = registry.snapshot().resolve(slow[0].key, slow[0].execution)
+    assert resolved.values["parallel.maximum_threads"] == 64
+
+
+@needs_two_cpus
 def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
     registry, keys, _, _ = toys
     measured = []
@@ -1080,6 +1115,25 @@ def test_the_thread_cap_moves_only_on_clear_wins(timing, expected):
     decision = search_threads(context, "parallel.maximum_threads", case, SIZES,
                               dict.fromkeys(timing, np.copy), 64)
     assert decision.value == expected
+    assert decision.fewer_threads == (expected < 64)
+    assert decision.to_dict()["fewer_threads"] == (expected < 64)
+
+
+@pytest.mark.parametrize(("crossover", "fewer"), [(262144, True), (4096, False)])
+def test_a_grain_moved_up_is_marked_as_running_calls_on_fewer_threads(crossover, fewer):
+    def timing(name, n):
+        return 1.0 if name == "serial" else 0.5 if n >= crossover else 1.5
+
+    context = _context()
+    _synthetic(context, timing)
+    problem = dataclasses.replace(_crossover_problem(context, SIZES, 65536), parallel_above=True)
+    decision = decide_crossover(context, problem)
+    assert decision.changed and decision.fewer_threads == fewer
+    assert (decision.value > 32768) == fewer
+    # the same search, not declared to be between a serial and a parallel path, marks nothing
+    context = _context()
+    _synthetic(context, timing)
+    assert not decide_crossover(context, _crossover_problem(context, SIZES, 65536)).fewer_threads
 
 
 # --- measuring -----------------------------------------------------------------------------------

@@ -124,9 +124,10 @@ def _print_steadiness(watched: Sequence[Steadiness]) -> None:
         if steadiness.unsettled:
             print(f"  warning: {len(steadiness.unsettled)} keys were measured only while a "
                   f"probe said the machine was more than {STEADY_TOLERANCE:.0%} slower than "
-                  f"its reference state, or changing, and crossovers move with it: their "
-                  f"values may not repeat; calibrate again on a quieter machine before "
-                  f"shipping them")
+                  f"its reference state, or changing, and crossovers move with it: they "
+                  f"keep their values in use where they found fewer threads faster, and "
+                  f"their other values may not repeat; calibrate again on a quieter machine "
+                  f"before shipping them")
             for key in steadiness.unsettled:
                 print(f"    {key}")
 

@@ -292,6 +292,31 @@ def _measure_keys(
     return reports, stopped, remeasured, pending
 
 
+def _withhold_fewer_threads(report: CalibrationReport) -> CalibrationReport:
+    """A key never measured steadily keeps its values in use where it decided fewer threads.
+
+    A neighbour that slows the machine's parallel speed moves every
+    serial/parallel crossover up and can make one thread beat two: of all
+    decisions, those running calls on fewer threads are the ones a slow spell
+    also produces, so a key never measured in the reference state publishes
+    the others only. (Decisions for more threads stand: the spell worked
+    against them. Withholding a whole such key was tried; it lost grains far
+    below their values in use, measured alike in every state.)
+    """
+    withheld = {d.parameter for d in report.decisions if d.fewer_threads}
+    if not withheld:
+        return report
+    decisions = tuple(
+        dataclasses.replace(d, value=d.baseline, fewer_threads=False,
+                            reason=f"withheld, the key never measured steadily: {d.value} "
+                                   f"would run calls on fewer threads, as a slow spell makes "
+                                   f"them win; {d.reason}")
+        if d.parameter in withheld else d for d in report.decisions)
+    values = {**report.values, **{d.parameter: d.value for d in decisions
+                                  if d.parameter in withheld}}
+    return dataclasses.replace(report, decisions=decisions, values=types.MappingProxyType(values))
+
+
 def calibrate_kernel_thresholds(
     keys: Iterable[KernelTuningKey],
     options: CalibrationOptions | None = None,
@@ -330,7 +355,8 @@ def calibrate_kernel_thresholds(
             monitor, options.level.remeasure_factor, total)
         steadiness = monitor.finish(remeasured, unsettled)
     skipped += stopped
-    calibrated = tuple(reports.values())
+    calibrated = tuple(_withhold_fewer_threads(report) if key in unsettled else report
+                       for key, report in reports.items())
     profiles = [KernelTuningProfile(report.key, report.values, execution=execution,
                                     origin="calibration", report_digest=report.digest)
                 for report in calibrated]

@@ -119,12 +119,13 @@ class CalibrationContext:
                     f"a kernel that computes different results")
 
     def decide(self, parameter: str, value: TuningValue, reason: str,
-               candidates: Sequence[Candidate] = (), measured: TuningValue | None = None
-               ) -> Decision:
-        """Record the value chosen for ``parameter`` (validated with the values so far)."""
+               candidates: Sequence[Candidate] = (), measured: TuningValue | None = None,
+               fewer_threads: bool = False) -> Decision:
+        """Record the value chosen for ``parameter`` (validated with the values so far);
+        ``fewer_threads``: it runs some calls on fewer threads than the value in use."""
         self.configure({parameter: value})
         decision = Decision(parameter, value, self.baseline[parameter], reason,
-                            tuple(candidates), measured)
+                            tuple(candidates), measured, fewer_threads)
         self.decisions.append(decision)
         self._values[parameter] = value
         return decision

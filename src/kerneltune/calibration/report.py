@@ -43,7 +43,11 @@ class Decision:
 
     ``measured`` is the value the measurements placed before the rules that
     keep a value in use near it (None when they placed none):
-    what another parameter derived from this one follows.
+    what another parameter derived from this one follows. ``fewer_threads``
+    says that the value runs some calls on fewer threads than the value in
+    use: what a search also finds when a neighbour slows the machine's
+    parallel speed, so a batch withholds it from a key never measured
+    steadily (see :func:`~.batch.calibrate_kernel_thresholds`).
     """
 
     parameter: str
@@ -52,6 +56,7 @@ class Decision:
     reason: str
     candidates: tuple[Candidate, ...] = ()
     measured: TuningValue | None = None
+    fewer_threads: bool = False
 
     @property
     def changed(self) -> bool:
@@ -59,7 +64,8 @@ class Decision:
 
     def to_dict(self) -> dict[str, object]:
         return {"parameter": self.parameter, "value": self.value, "baseline": self.baseline,
-                "changed": self.changed, "measured": self.measured, "reason": self.reason,
+                "changed": self.changed, "measured": self.measured,
+                "fewer_threads": self.fewer_threads, "reason": self.reason,
                 "candidates": [c.to_dict() for c in self.candidates]}
 
 

@@ -69,7 +69,9 @@ class Crossover:
     ``value_of(size)`` turns the smallest size of two consecutive wins into
     the parameter's value; ``baseline_size`` is where the value in use switches;
     ``resolution`` is how many octaves of size apart two calibrations measure
-    this crossover (see :func:`record_crossover`).
+    this crossover (see :func:`record_crossover`). ``parallel_above``: ``below``
+    is the serial path and ``above`` the parallel one, so a value moved up runs
+    more calls on fewer threads.
     """
 
     parameter: str
@@ -81,6 +83,7 @@ class Crossover:
     baseline_size: int
     tolerance: Tolerance | None = None
     resolution: float = RESOLUTION_OCTAVES
+    parallel_above: bool = False
 
     def __post_init__(self):
         if not self.resolution > 0:
@@ -307,9 +310,11 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
                             f"measured crossover; {reason}", candidates, measured)
     target = math.log2(size) + math.copysign(band, octaves)
     short = min(problem.sizes, key=lambda s: abs(math.log2(s) - target))
-    return context.decide(problem.parameter, problem.value_of(short),
+    value = problem.value_of(short)
+    return context.decide(problem.parameter, value,
                           f"{reason}; set {band:g} {unit} short of it ({short}), toward the "
-                          f"value in use", candidates, measured)
+                          f"value in use", candidates, measured,
+                          problem.parallel_above and value > context.values[problem.parameter])
 
 
 @dataclass(frozen=True)
@@ -494,4 +499,5 @@ def search_threads(context: CalibrationContext, parameter: str, case: Case,
     best = min(winners, key=lambda count: sum(c.measurements[f"{count} threads"].median
                                               for c in candidates))
     return context.decide(parameter, best, f"{best} threads beat {effective} by {margin:.0%} "
-                                           f"at sizes {sizes}", candidates)
+                                           f"at sizes {sizes}", candidates,
+                          fewer_threads=best < effective)

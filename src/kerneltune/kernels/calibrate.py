@@ -218,7 +218,8 @@ class ElementwiseCalibration(KernelCalibration):
             return
         context.decide(CONVERSION_MINIMUM, grain.value,
                        "follows parallel.minimum_elements, measured with the conversions "
-                       "switching to parallel with the computation")
+                       "switching to parallel with the computation",
+                       fewer_threads=grain.fewer_threads)
 
     def _maximum_threads(self, context: CalibrationContext, case: Case, sizes: list[int]) -> None:
         runs = {count: self.run_of(context.configure({
@@ -240,7 +241,8 @@ class ElementwiseCalibration(KernelCalibration):
         return decide_shared_crossover(context, [
             Crossover(parameter, case, sizes, ("serial", serial), ("parallel", parallel),
                       _grain_of, 2 * int(context.values[parameter]),
-                      resolution=GRAIN_RESOLUTION_OCTAVES) for case in groups])
+                      resolution=GRAIN_RESOLUTION_OCTAVES, parallel_above=True)
+            for case in groups])
 
     def workload(self, context: CalibrationContext) -> Workload:
         """Every case group at sizes four times apart, from 4096 elements to the largest."""
@@ -489,7 +491,7 @@ class GemmCalibration(KernelCalibration):
             ("serial", self._runner(context, {**compiled, SKINNY_UNIT: NEVER})),
             ("parallel", self._runner(context, {**compiled, SKINNY_UNIT: 1}, 2)),
             lambda s: max(1, s * s // 2),
-            max(1, math.isqrt(2 * int(context.values[SKINNY_UNIT])))))
+            max(1, math.isqrt(2 * int(context.values[SKINNY_UNIT]))), parallel_above=True))
 
     def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
               compiled: dict) -> None:
@@ -538,7 +540,8 @@ class GemmCalibration(KernelCalibration):
             ("serial", self._runner(context, {**compiled, FMAS_PER_UNIT: NEVER})),
             ("parallel", self._runner(context, {**compiled, FMAS_PER_UNIT: 1}, 2)),
             lambda s: max(1, s ** 3 // 2),
-            max(1, round((2 * int(context.values[FMAS_PER_UNIT])) ** (1 / 3)))))
+            max(1, round((2 * int(context.values[FMAS_PER_UNIT])) ** (1 / 3))),
+            parallel_above=True))
 
     def _conversion(self, context: CalibrationContext, compiled: dict) -> None:
         if context.threads == 1:
@@ -556,7 +559,7 @@ class GemmCalibration(KernelCalibration):
             CONVERSION_MINIMUM, case, sizes, ("serial", self._runner(context, serial, 2)),
             ("parallel", self._runner(context, parallel, 2)),
             _grain_of, 2 * int(context.values[CONVERSION_MINIMUM]),
-            resolution=GRAIN_RESOLUTION_OCTAVES))
+            resolution=GRAIN_RESOLUTION_OCTAVES, parallel_above=True))
 
     def workload(self, context: CalibrationContext) -> Workload:
         """The tile families plus a skinny and a small square product."""
