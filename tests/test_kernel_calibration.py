@@ -476,6 +476,24 @@ def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():
     assert "skinny_minimum_b_elements is 1000000000000" in skinny_blas.reason
 
 
+@pytest.mark.parametrize(("blas_from", "fmas"), [
+    (2048, 512 * 512),  # two octaves of N above where the value in use (512) switches: kept
+    (64, 256 * 256),  # three octaves below: two octaves short of it
+])
+def test_the_one_row_blas_threshold_keeps_a_crossover_within_two_octaves_of_n(blas_from, fmas):
+    """BLAS's one-row speed is drawn per process: its crossover repeats to an octave of N."""
+    kernel, element_type, context = _calibration_context("MatMul", 1, **QUICK,
+                                                         memory_budget=20_000_000)
+    _timed_by_point(context, lambda name, n: 1.5 if name == "BLAS" else 1.0 if n < blas_from
+                    else 2.0)
+    calibration = GemmCalibration(kernel, element_type)
+    calibration._blas(context, calibration._square(context), [16, 32], {})
+    decision = next(d for d in context.decisions
+                    if d.parameter == "algorithm.vector_blas_minimum_fmas")
+    assert decision.value == fmas and decision.measured == blas_from ** 2
+    assert decision.changed == (fmas != 512 * 512)
+
+
 @pytest.mark.parametrize(("name", "element_type"), [("Log", "FLOAT"), ("Pow", "INT32"),
                                                     ("Pow", "DOUBLE"), ("Add", "UINT8")])
 def test_every_calibration_input_starts_on_a_cache_line(name, element_type):

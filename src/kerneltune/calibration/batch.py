@@ -324,7 +324,12 @@ def calibrate_kernel_thresholds(
     registry: KernelTuningRegistry = default_registry,
     only_missing: bool = False,
 ) -> CalibrationBatchReport:
-    """Calibrate exactly ``keys`` (each must have a registered schema) and publish once."""
+    """Calibrate exactly ``keys`` (each must have a registered schema) and publish once.
+
+    A key that the machine probes never saw measured in the reference state
+    (``steadiness[...].unsettled``) publishes its steadiest measurement
+    without its decisions for fewer threads (see :class:`~.report.Decision`).
+    """
     keys = list(dict.fromkeys(keys))
     snapshot = registry.snapshot()
     registered = set(snapshot.keys())

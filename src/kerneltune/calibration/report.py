@@ -47,7 +47,7 @@ class Decision:
     says that the value runs some calls on fewer threads than the value in
     use: what a search also finds when a neighbour slows the machine's
     parallel speed, so a batch withholds it from a key never measured
-    steadily (see :func:`~.batch.calibrate_kernel_thresholds`).
+    steadily.
     """
 
     parameter: str

@@ -62,6 +62,14 @@ POSITIVE_INPUTS = frozenset({"Log", "Sqrt", "Pow"})
 #: two octaves and 4 three octaves away, so a band of two octaves has far fewer on its edge:
 #: decided with it, the same measurements differed in 5 decisions.
 GRAIN_RESOLUTION_OCTAVES = 2.0
+#: How far apart, in octaves of N, two calibrations measure where BLAS starts to beat the
+#: compiled path on one-row products (1 x N x N): BLAS's speed there is drawn per process.
+#: On 1 x 1024 x 1024 FLOAT with 2 threads (OPENBLAS_THREAD_TIMEOUT=4) it took 67-82 us in
+#: four fresh processes and 168-198 us in two, the compiled path 58-75 us in all six.
+#: 32 two-thread calibrations measured the crossover from N = 512 to 4096; with a band of
+#: one octave, two pairs of calibrations differed by two grid steps (one kept 512, the
+#: other set 2048), where a band of two octaves keeps them within one.
+VECTOR_BLAS_RESOLUTION_OCTAVES = 2.0
 
 PARALLEL_MINIMUM = "parallel.minimum_elements"
 MAXIMUM_THREADS = "parallel.maximum_threads"
@@ -506,7 +514,8 @@ class GemmCalibration(KernelCalibration):
             VECTOR_BLAS, self._product("1 x N x N", context, lambda s: 1, int, int),
             _wide(context),
             compiled_run, on_blas, lambda s: s * s,
-            max(1, math.isqrt(int(context.values[VECTOR_BLAS]))), self._tolerance()))
+            max(1, math.isqrt(int(context.values[VECTOR_BLAS]))), self._tolerance(),
+            VECTOR_BLAS_RESOLUTION_OCTAVES))
         limit = int(context.values[SKINNY])
         if limit < 2:
             context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_m_limit is {limit}, no product of "
