@@ -312,8 +312,8 @@ def _withhold_fewer_threads(report: CalibrationReport) -> CalibrationReport:
                                    f"would run calls on fewer threads, as a slow spell makes "
                                    f"them win; {d.reason}")
         if d.parameter in withheld else d for d in report.decisions)
-    values = {**report.values, **{d.parameter: d.value for d in decisions
-                                  if d.parameter in withheld}}
+    values = {**report.values, **{d.parameter: d.baseline for d in report.decisions
+                                  if d.fewer_threads}}
     return dataclasses.replace(report, decisions=decisions, values=types.MappingProxyType(values))
 
 

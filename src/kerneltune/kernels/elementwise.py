@@ -77,7 +77,7 @@ class HalfBinaryConfig(BinaryConfig, HalfConversionConfig):
 
 
 #: the config fields that are grains (elements per thread)
-_GRAINS = ("minimum_elements", "broadcast_minimum_elements", "conversion_minimum_elements")
+_GRAIN_FIELDS = ("minimum_elements", "broadcast_minimum_elements", "conversion_minimum_elements")
 
 
 @functools.cache
@@ -91,7 +91,7 @@ def with_grain(config_type: type, grain: int) -> type:
     if grain == DEFAULT_GRAIN:
         return config_type
     fields = [(field.name, int, dataclasses.field(default=grain, metadata=field.metadata))
-              for field in dataclasses.fields(config_type) if field.name in _GRAINS]
+              for field in dataclasses.fields(config_type) if field.name in _GRAIN_FIELDS]
     return dataclasses.make_dataclass(f"{config_type.__name__}{grain}", fields,
                                       bases=(config_type,), frozen=True)
 
