@@ -466,16 +466,17 @@ GRAIN_FIELDS = ("parallel.minimum_elements", "parallel.broadcast_minimum_element
                 "conversion.parallel_minimum_elements")
 
 
-def test_costly_operators_default_to_the_catalogs_grain_and_the_others_to_32768():
+def test_grains_default_to_the_operators_then_the_element_types_then_32768():
     costly = {(name, element_type): grain for name, grains in catalog.GRAINS.items()
               for grain, element_types in grains.items() for element_type in element_types}
-    assert costly and all(grain < catalog.DEFAULT_GRAIN for grain in costly.values())
+    assert costly and catalog.ELEMENT_GRAINS["INT8"] > catalog.DEFAULT_GRAIN
     for name, kernel in LIBRARY.items():
         if name in ("Gemm", "MatMul"):
             continue
         for element_type in kernel.element_types:
-            expected = costly.get((name, element_type_name(element_type)),
-                                  catalog.DEFAULT_GRAIN)
+            type_name = element_type_name(element_type)
+            expected = costly.get((name, type_name), catalog.ELEMENT_GRAINS.get(
+                type_name, catalog.DEFAULT_GRAIN))
             defaults = kernel.schema(element_type).default_values()
             grains = {defaults[field] for field in GRAIN_FIELDS if field in defaults}
             assert grains == {expected}, (name, element_type_name(element_type))
@@ -494,13 +495,15 @@ def test_a_costly_operators_config_keeps_the_names_checks_and_thread_cap_of_its_
         LIBRARY["Pow"].configure("DOUBLE", {"parallel.broadcast_minimum_elements": 0})
 
 
-@pytest.mark.parametrize(("name", "element_type", "path"), [
-    ("Pow", "DOUBLE", "parallel"), ("Div", "UINT64", "parallel"), ("Add", "DOUBLE", "serial"),
-    ("Div", "DOUBLE", "serial")])
-def test_ten_thousand_elements_go_parallel_by_default_only_where_each_costs_many_adds(
-        name, element_type, path):
-    x = positive(dtype_of(element_type), 10_000) if element_type == "DOUBLE" else values(
-        dtype_of(element_type), 10_000)
+@pytest.mark.parametrize(("name", "element_type", "size", "path"), [
+    ("Pow", "DOUBLE", 10_000, "parallel"), ("Div", "UINT64", 10_000, "parallel"),
+    ("Add", "DOUBLE", 10_000, "serial"), ("Div", "DOUBLE", 10_000, "serial"),
+    ("Add", "INT8", 100_000, "serial"), ("Add", "INT32", 100_000, "parallel"),
+    ("Div", "INT8", 100_000, "parallel")])
+def test_calls_go_parallel_by_default_where_each_element_costs_enough(
+        name, element_type, size, path):
+    x = positive(dtype_of(element_type), size) if element_type == "DOUBLE" else values(
+        dtype_of(element_type), size)
     kernel = LIBRARY[name].prepare(element_type, threads=2)
     assert kernel.plan(x, x).path == path
 

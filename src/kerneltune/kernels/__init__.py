@@ -51,9 +51,10 @@ def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object
 
 def _grains(name: str) -> dict[int, int]:
     """Portable grain per element type where the operator's is not the catalog's default."""
-    return {element_type_number(element_type): grain
-            for grain, element_types in catalog.GRAINS.get(name, {}).items()
-            for element_type in element_types}
+    grains = {**catalog.ELEMENT_GRAINS, **{
+        element_type: grain for grain, element_types in catalog.GRAINS.get(name, {}).items()
+        for element_type in element_types}}
+    return {element_type_number(element_type): grain for element_type, grain in grains.items()}
 
 
 def _on_bits(function):

@@ -54,7 +54,17 @@ BINARY = {
 #: costs per element, where memory, not arithmetic, sets the serial/parallel crossover.
 DEFAULT_GRAIN = 32768
 
-#: operator -> {portable grain: element types} where an element costs many adds (powers,
+#: element type -> portable grain of every operator on it, where an add on it crosses
+#: over elsewhere: an element of one byte moves a quarter of what a float does, and
+#: two-thread calibrations on x86_64_v4 measured one-byte crossovers at 65536 elements
+#: per thread (equal shapes: Abs, Neg and Relu INT8, Not BOOL) to 131072 (broadcasts:
+#: Greater, Less, Min, Max and Sub on INT8 and UINT8, And, Or and Xor on BOOL), two octaves
+#: above 32768, on the edge of the band calibration keeps around a grain (one calibration
+#: of two kept 32768 for Greater INT8's broadcasts where the other set 131072).
+ELEMENT_GRAINS = {"INT8": 65536, "UINT8": 65536, "BOOL": 65536}
+
+#: operator -> {portable grain: element types}, over ``ELEMENT_GRAINS``, where an element
+#: costs many adds (integer division on one byte too: 8192 measured; powers,
 #: 64-bit integer division, double-precision transcendentals): the serial loop is slower,
 #: so parallel pays off on fewer elements. Each grain is four times the median crossover
 #: that two-thread calibrations measured on x86_64_v4 (30 calibrations; Pow FLOAT and
@@ -67,7 +77,7 @@ DEFAULT_GRAIN = 32768
 #: a grid step of the one it measures otherwise; from 32768 it kept one three steps away.
 GRAINS = {
     "Pow": {2048: FLOATS, 4096: ("INT32", "INT64"), 8192: ("FLOAT16",)},
-    "Div": {4096: ("INT64", "UINT64")},
+    "Div": {4096: ("INT64", "UINT64"), 32768: ("INT8", "UINT8")},
     "Log": {8192: ("DOUBLE",)},
     "Sigmoid": {8192: ("DOUBLE",)},
     "Tanh": {8192: ("DOUBLE",), 16384: ("FLOAT",)},
