@@ -183,7 +183,7 @@ def costly_grains(rounds: int) -> list[str]:
         arity = 1 if name in catalog.UNARY else 2
         for grain, element_types in grains.items():
             sizes = sorted({size for size in (2 * grain, 4 * grain, 3 * add // 2)
-                            if size < 2 * add})
+                            if 2 * grain <= size < 2 * add})
             for element_type in element_types:
                 add_like = kernel.configure(element_type, {
                     parameter: add for parameter in kernel.schema(element_type).parameters
