@@ -4,8 +4,9 @@ Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements; then
 integer and boolean kernels (one-byte types and integer Div among them), Log,
 and FLOAT16 Abs and Neg at 1e5 and 1e6, equal shapes and rows broadcast against
 a column.
-Costly operators (the catalog's ``GRAINS``): their portable grain against
-32768, the grain of an add, from twice their grain to 49152 elements.
+Portable grains other than 32768 (the catalog's ``GRAINS`` and ``ELEMENT_GRAINS``):
+each key's against 32768, the grain of an add, at sizes where one of the two runs
+in parallel and the other serially.
 Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
@@ -154,23 +155,42 @@ def other_types(rounds: int) -> list[str]:
     return misses
 
 
-#: calls this much slower with an operator's own grain than with an add's miss: the noise margin
+#: calls this much slower with a key's own grain than with an add's miss: the noise margin
 GRAIN_MARGIN = 1.03
 
 
-def costly_operand(element_type: str, size: int, exponent: bool,
-                   rng: np.random.Generator) -> np.ndarray:
-    """Positive floats (Log, Sqrt and Pow's domain), and small integer exponents for Pow."""
+#: operators timed on each element type of the catalog's ``ELEMENT_GRAINS`` (where defined)
+ELEMENT_GRAIN_OPERATORS = ("Abs", "Add", "Greater", "And", "Not")
+
+
+def grain_operand(element_type: str, size: int, exponent: bool,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Positive floats (Log, Sqrt and Pow's domain), nonzero integers (Div's divisors) and
+    small integer exponents for Pow."""
     dtype = NUMPY_DTYPES[element_type_number(element_type)]
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size).astype(bool)
     if dtype.kind == "f":
         return (np.abs(rng.standard_normal(size)) + 0.5).astype(dtype)
     return rng.integers(0, 8 if exponent else 100, size).astype(dtype) + (0 if exponent else 1)
 
 
-def costly_grains(rounds: int) -> list[str]:
-    """Each costly operator with its own portable grain against the grain of an add.
+def portable_grains() -> list[tuple[str, str, int]]:
+    """(operator, element type, default grain) of every grain other than an add's on floats."""
+    kernels = library()
+    grains = [(name, element_type, grain) for name, table in catalog.GRAINS.items()
+              for grain, element_types in table.items() for element_type in element_types]
+    overridden = {(name, element_type) for name, element_type, _ in grains}
+    return grains + [
+        (name, element_type, grain) for element_type, grain in catalog.ELEMENT_GRAINS.items()
+        for name in ELEMENT_GRAIN_OPERATORS if (name, element_type) not in overridden
+        and element_type_number(element_type) in kernels[name].element_types]
 
-    Sizes stay below twice an add's grain, where that grain runs serially.
+
+def default_grains(rounds: int) -> list[str]:
+    """Each key with its own portable grain against the same kernel with an add's grain.
+
+    Sizes lie between twice the one and twice the other, where exactly one runs in parallel.
     """
     kernels = library()
     rng = np.random.default_rng(3)
@@ -178,34 +198,31 @@ def costly_grains(rounds: int) -> list[str]:
     add = catalog.DEFAULT_GRAIN
     print(f"\n{'kernel':14} {'grain':>6} {'elements':>9} {'serial us':>10} {f'{add} x':>8} "
           f"{'own x':>8} {f'{add} / own':>12}")
-    for name, grains in catalog.GRAINS.items():
+    for name, element_type, grain in portable_grains():
         kernel = kernels[name]
         arity = 1 if name in catalog.UNARY else 2
-        for grain, element_types in grains.items():
-            sizes = sorted({size for size in (2 * grain, 4 * grain, 3 * add // 2)
-                            if 2 * grain <= size < 2 * add})
-            for element_type in element_types:
-                add_like = kernel.configure(element_type, {
-                    parameter: add for parameter in kernel.schema(element_type).parameters
-                    if parameter.endswith("minimum_elements")})
-                own = kernel.prepare(element_type, threads=2)
-                old = kernel.prepare(element_type, add_like, threads=2)
-                for size in sizes:
-                    inputs = [costly_operand(element_type, size, index == 1, rng)
-                              for index in range(arity)]
-                    times = timed({
-                        "serial": lambda k=own, i=inputs: k.run_serial(*i),
-                        "add": lambda k=old, i=inputs: k.run(*i),
-                        "own": lambda k=own, i=inputs: k.run(*i),
-                    }, rounds)
-                    gain = times["add"] / times["own"]
-                    print(f"{f'{name} {element_type}':14} {grain:>6} {size:>9} "
-                          f"{times['serial'] * 1e6:>10.1f} "
-                          f"{times['serial'] / times['add']:>8.2f} "
-                          f"{times['serial'] / times['own']:>8.2f} {gain:>12.2f}")
-                    if gain * GRAIN_MARGIN < 1:
-                        misses.append(f"{name} {element_type} at {size}: its grain {grain} "
-                                      f"{1 / gain:.2f}x slower than {add}")
+        low, high = 2 * min(grain, add), 2 * max(grain, add)
+        sizes = sorted({size for size in (low, 2 * low, 3 * add // 2, 3 * add)
+                        if low <= size < high})
+        add_like = kernel.configure(element_type, {
+            parameter: add for parameter in kernel.schema(element_type).parameters
+            if parameter.endswith("minimum_elements")})
+        own = kernel.prepare(element_type, threads=2)
+        old = kernel.prepare(element_type, add_like, threads=2)
+        for size in sizes:
+            inputs = [grain_operand(element_type, size, index == 1, rng) for index in range(arity)]
+            times = timed({
+                "serial": lambda k=own, i=inputs: k.run_serial(*i),
+                "add": lambda k=old, i=inputs: k.run(*i),
+                "own": lambda k=own, i=inputs: k.run(*i),
+            }, rounds)
+            gain = times["add"] / times["own"]
+            print(f"{f'{name} {element_type}':14} {grain:>6} {size:>9} "
+                  f"{times['serial'] * 1e6:>10.1f} {times['serial'] / times['add']:>8.2f} "
+                  f"{times['serial'] / times['own']:>8.2f} {gain:>12.2f}")
+            if gain * GRAIN_MARGIN < 1:
+                misses.append(f"{name} {element_type} at {size}: its grain {grain} "
+                              f"{1 / gain:.2f}x slower than {add}")
     return misses
 
 
@@ -253,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kerneltune variant: {library()['Abs'].implementation}")
     misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES)
     misses += other_types(args.rounds)
-    misses += costly_grains(args.rounds)
+    misses += default_grains(args.rounds)
     if not args.skip_gemm:
         misses += gemm(args.rounds)
     return report(misses)
