@@ -577,11 +577,15 @@ def mutate_bytes(raw: bytes, data: st.DataObject) -> bytes:
 
 
 def raw_entries(text: bytes) -> list:
-    """The entries as any safe reader sees them, to check published values against."""
+    """The entries as a safe reader sees them, to check published values against: JSON's
+    first, as the cache reads a file (it allows characters YAML refuses, such as DEL)."""
     try:
-        document = yaml.safe_load(text.decode("utf-8"))
-    except Exception:  # noqa: BLE001 - whatever fails here, nothing may be published
-        return []
+        document = json.loads(text.decode("utf-8"))
+    except Exception:  # noqa: BLE001 - not JSON: YAML's reader
+        try:
+            document = yaml.safe_load(text.decode("utf-8"))
+        except Exception:  # noqa: BLE001 - whatever fails here, nothing may be published
+            return []
     entries = document.get("entries") if isinstance(document, dict) else None
     return entries if isinstance(entries, list) else []
 
