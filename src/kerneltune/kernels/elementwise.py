@@ -38,7 +38,7 @@ FLOAT = element_type_number("FLOAT")
 class ElementwiseConfig:
     """Portable defaults: a thread per 32768 elements, no thread cap.
 
-    Operators that cost more per element get a smaller grain (see :func:`with_grain`).
+    Keys whose elements cost more or less than an add's get their own (see :func:`with_grain`).
     """
 
     minimum_elements: int = tunable(
@@ -84,8 +84,9 @@ _GRAIN_FIELDS = ("minimum_elements", "broadcast_minimum_elements", "conversion_m
 def with_grain(config_type: type, grain: int) -> type:
     """``config_type`` with every grain defaulting to ``grain`` instead of 32768.
 
-    The portable grain depends on the operator's cost per element (the
-    catalog's ``GRAINS``), so it is a default of the key's own config type;
+    The portable grain depends on the cost of an element (the catalog's
+    ``GRAINS`` per operator, ``ELEMENT_GRAINS`` per element type), so it is a
+    default of the key's own config type;
     names, constraints and documentation stay those of ``config_type``.
     """
     if grain == DEFAULT_GRAIN:
