@@ -448,6 +448,28 @@ def _timed_by_point(context, timing):
                                     for name in runs}
 
 
+@pytest.mark.parametrize("kernel_name", ["Gemm", "MatMul"])
+def test_tiles_are_judged_on_one_thread_whatever_the_batch_threads(kernel_name):
+    """Tiles fit one core's caches; on two threads the winner was drawn per process."""
+    kernel, element_type, context = _calibration_context(kernel_name, 2, **QUICK,
+                                                         memory_budget=20_000_000)
+    _timed_by_point(context, lambda name, point: 0.5 if name == "tiles 32x256x512" else 1.0)
+    calibration = GemmCalibration(kernel, element_type)
+    runners, threads = calibration._runner_for, []
+
+    def runner_for(config, count):
+        threads.append(count)
+        return runners(config, count)
+
+    calibration._runner_for = runner_for
+    calibration._tiles(context, {})
+    decided = {d.parameter: d for d in context.decisions}
+    assert threads and set(threads) == {1}
+    assert [decided[p].value for p in ("algorithm.tile_m", "algorithm.tile_n",
+                                       "algorithm.tile_k")] == [32, 256, 512]
+    assert decided["algorithm.tile_m"].reason.endswith("; judged on one thread")
+
+
 @pytest.mark.parametrize(("blocked_from", "limit", "measured"), [
     (16, 8, 8),  # where the default (8) switches: kept
     (64, 16, 32),  # two octaves above: an octave short, on the grid

@@ -16,8 +16,8 @@ or more. Within one state, calibration repeats.
 So a batch watches: a kernel library registers a probe per aspect (for more
 than one thread only, when the aspect is parallel speed), and the batch
 probes just before and after each key. An aspect's reference state is the
-fastest its probe saw, as the :data:`REFERENCE_RANK`-th highest rate, so that
-one or two lucky probes do not set it. A key with a probe more than
+fastest its probe held: the highest rate :data:`REFERENCE_RUN` consecutive
+probes all reached, so that lucky probes, however many, do not set it. A key with a probe more than
 :data:`STEADY_TOLERANCE` below its aspect's reference was measured in a
 slower state, or across a change, and is measured again after the others, as
 often as the effort level allows, each time once every probe says the machine
@@ -43,8 +43,11 @@ from dataclasses import dataclass
 
 from ..schema import KernelTuningKey
 
-#: how many probes must reach a rate for it to be the reference state's
-REFERENCE_RANK = 3
+#: how many consecutive probes must reach a rate for it to be the reference state's. A state
+#: lasts: on the 2-CPU virtual machine of the README's figures the parallel probe's usual
+#: state sat at 1.05-1.15 while single probes among 774 reached 1.3-1.54, scattered over
+#: minutes; taken as the third-highest rate, they set a reference no later key met.
+REFERENCE_RUN = 3
 #: a probe this fraction below the reference was taken in a slower state. On the 2-CPU
 #: virtual machine of the README's figures, probes within one state stay within 11% of
 #: each other; the states of parallel speed are 50% apart, those of the shared cache 30%
@@ -101,14 +104,17 @@ def register_machine_probe(library: str, probe: MachineProbe, aspect: str = PARA
         _PROBES.setdefault(library, {})[aspect] = _Registration(probe, minimum_threads)
 
 
-def reference_rate(rates: Iterable[float]) -> float | None:
-    """The rate of the fastest state that :data:`REFERENCE_RANK` probes reached.
+def reference_rate(rates: Sequence[float]) -> float | None:
+    """The rate of the fastest state the probe held: the highest that
+    :data:`REFERENCE_RUN` consecutive ``rates`` (in the order probed) all reached.
 
     With fewer probes than that, the slowest of them: too few to tell a state
     from a lucky probe, so every probe counts as the reference state.
     """
-    ranked = sorted(rates, reverse=True)
-    return ranked[min(REFERENCE_RANK, len(ranked)) - 1] if ranked else None
+    if not rates:
+        return None
+    run = min(REFERENCE_RUN, len(rates))
+    return max(min(rates[i:i + run]) for i in range(len(rates) - run + 1))
 
 
 def in_reference_state(rates: Iterable[float], reference: float | None) -> bool:
@@ -216,7 +222,7 @@ class SteadinessMonitor:
         return rates
 
     def _reference(self, name: tuple[str, str]) -> float | None:
-        return reference_rate(rate for _, rate in self._samples[name])
+        return reference_rate([rate for _, rate in self._samples[name]])
 
     def standing(self, library: str, probes: Probes) -> float:
         """How fast the machine was for a key probed at ``probes``: its slowest probe over
