@@ -470,15 +470,22 @@ def test_tiles_are_judged_on_one_thread_whatever_the_batch_threads(kernel_name):
     assert decided["algorithm.tile_m"].reason.endswith("; judged on one thread")
 
 
-@pytest.mark.parametrize(("blocked_from", "limit", "measured"), [
-    (16, 8, 8),  # where the default (8) switches: kept
-    (64, 16, 32),  # two octaves above: an octave short, on the grid
-    (4096, 16, 32),  # skinny wins at every row count: taken at the largest, 64
-    (2, 2, 1),  # three octaves below
+@pytest.mark.parametrize(("threads", "blocked_from", "limit", "measured"), [
+    (1, 16, 8, 8),  # where the default (8) switches: kept
+    (1, 64, 16, 32),  # two octaves above: an octave short, on the grid
+    (1, 4096, 16, 32),  # skinny wins at every row count: taken at the largest, 64
+    (1, 2, 2, 1),  # three octaves below
+    # on two threads, the blocked path's speed is drawn per process: a band of two octaves
+    (2, 16, 8, 8),
+    (2, 64, 8, 32),
+    (2, 4096, 8, 32),
+    (2, 4, 8, 2),
+    (2, 2, 4, 1),
 ])
-def test_the_skinny_row_limit_stays_on_the_grid_of_row_counts(blocked_from, limit, measured):
+def test_the_skinny_row_limit_stays_on_the_grid_of_row_counts(threads, blocked_from, limit,
+                                                              measured):
     """Limits are grid row counts, the default's among them: runs a step apart differ by one."""
-    kernel, element_type, context = _calibration_context("MatMul", 1, **QUICK)
+    kernel, element_type, context = _calibration_context("MatMul", threads, **QUICK)
     _timed_by_point(context, lambda name, rows: 1.0 if (name == "blocked") == (
         rows >= blocked_from) else 2.0)
     GemmCalibration(kernel, element_type)._skinny(context, {})

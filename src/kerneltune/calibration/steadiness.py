@@ -17,11 +17,11 @@ So a batch watches: a kernel library registers a probe per aspect (for more
 than one thread only, when the aspect is parallel speed), and the batch
 probes just before and after each key. An aspect's reference state is the
 fastest its probe held: the highest rate :data:`REFERENCE_RUN` consecutive
-probes all reached, so that lucky probes, however many, do not set it. A key with a probe more than
-:data:`STEADY_TOLERANCE` below its aspect's reference was measured in a
-slower state, or across a change, and is measured again after the others, as
-often as the effort level allows, each time once every probe says the machine
-is back in the reference state. Calibrating the machine in its fastest state
+probes all reached, so that lucky probes, however many, do not set it. A key
+with a probe more than :data:`STEADY_TOLERANCE` below its aspect's reference
+was measured in a slower state, or across a change, and is measured again
+after the others, as often as the effort level allows, each time once every
+probe says the machine is back in the reference state. Calibrating the machine in its fastest state
 is the repeatable choice, for the reason a benchmark's minimum time is: a
 neighbour only ever slows the machine down, and its slow spells come and go.
 A spell shorter than a key can fall between its probes; when it shows as two

@@ -39,6 +39,7 @@ from ..calibration import (
     verify_decisions,
 )
 from ..calibration.measure import Deadline, measure
+from ..calibration.search import RESOLUTION_OCTAVES
 from ..cpu import get_cpu_descriptor
 from ..dtypes import NUMPY_DTYPES
 from .base import CHUNK_ALIGNMENT, LIBRARY, Kernel
@@ -70,6 +71,14 @@ GRAIN_RESOLUTION_OCTAVES = 2.0
 #: one octave, two pairs of calibrations differed by two grid steps (one kept 512, the
 #: other set 2048), where a band of two octaves keeps them within one.
 VECTOR_BLAS_RESOLUTION_OCTAVES = 2.0
+#: How far apart, in octaves of rows, two calibrations on more than one thread measure the
+#: skinny path's row limit: the blocked path it races runs at a speed drawn per process
+#: there. On 16 x 512 x 512 FLOAT16 with 2 threads it took 117-154 us in seven fresh
+#: processes of twelve and 174-176 us in four (FLOAT, B packed: 75-79 us in three of twelve,
+#: 95-120 us in nine), the skinny path 123-164 us; two calibrations measured the FLOAT16
+#: crossover at 4 rows and above 64. On one thread (FLOAT16 blocked: 177-180 us in seven
+#: processes of eight) the crossover repeats within an octave.
+SKINNY_PARALLEL_RESOLUTION_OCTAVES = 2.0
 
 PARALLEL_MINIMUM = "parallel.minimum_elements"
 MAXIMUM_THREADS = "parallel.maximum_threads"
@@ -465,7 +474,9 @@ class GemmCalibration(KernelCalibration):
         decide_crossover(context, Crossover(
             SKINNY, case, rows, ("skinny", skinny), ("blocked", blocked),
             functools.partial(_rows_below, rows),
-            next((m for m in rows if m > int(context.values[SKINNY])), rows[-1])))
+            next((m for m in rows if m > int(context.values[SKINNY])), rows[-1]),
+            resolution=(SKINNY_PARALLEL_RESOLUTION_OCTAVES if context.threads > 1
+                        else RESOLUTION_OCTAVES)))
         limit = int(context.values[SKINNY])
         if limit < 1:
             context.keep(SKINNY_B, f"kept: algorithm.skinny_m_limit is {limit}, no product "
