@@ -97,6 +97,11 @@ def binary_reference(name, a, b):
         return elementwise_python(a, b, truncated_division)
     if name == "Pow" and a.dtype.kind == "i":
         return elementwise_python(a, b, integer_power)
+    if name == "Pow":
+        # numpy computes a scalar exponent of 0.5 as a square root (pow(-inf, 0.5) is nan,
+        # pow(-0.0, 0.5) is -0.0); an exponent array takes C's pow, as onnxruntime does
+        a, b = np.broadcast_arrays(a, b)
+        b = b.copy()
     function = {
         "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
         "Pow": np.power, "Max": np.maximum, "Min": np.minimum, "Greater": np.greater,
@@ -200,6 +205,18 @@ def test_float_tanh_is_within_one_ulp_everywhere(variant):
         assert ulps(out, expected) <= 1
         assert np.array_equal(np.signbit(out[x == 0]), np.signbit(x[x == 0]))
         assert np.array_equal(np.isnan(out), np.isnan(x))
+
+
+@pytest.mark.parametrize("element_type", ["FLOAT", "DOUBLE", "FLOAT16"])
+def test_pow_by_one_half_is_pow_not_a_square_root(element_type):
+    """C's pow (and onnxruntime): pow(-inf, 0.5) is inf and pow(-0.0, 0.5) is +0.0, where
+    numpy, given the scalar 0.5, takes a square root (nan and -0.0)."""
+    dtype = dtype_of(element_type)
+    x = np.array([-np.inf, -0.0, 4.0, np.inf], dtype)
+    for threads in (1, 2):
+        out = LIBRARY["Pow"].run([x, np.array(0.5, dtype)], threads=threads)
+        assert out.tolist() == [np.inf, 0.0, 2.0, np.inf]
+        assert not np.signbit(out[1])
 
 
 @pytest.mark.parametrize(("name", "element_type"), list(cases(catalog.BINARY)))
