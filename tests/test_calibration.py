@@ -158,6 +158,11 @@ def test_options_take_effort_defaults_unless_given():
 KERNELS, TYPES, IMPLEMENTATIONS = ("Abs", "Add"), ("FLOAT", "DOUBLE"), ("baseline", "v3")
 
 
+#: how long a toy key takes to calibrate: a batch measures keys again for a time in
+#: proportion to its first pass, which instant keys would leave to the probes' overhead
+TOY_SECONDS = 0.01
+
+
 @pytest.fixture
 def toys():
     """A fresh registry with 8 toy keys, 7 of them calibratable by a recording function."""
@@ -169,6 +174,7 @@ def toys():
 
     def calibrate(context):
         calls.append(context.key)
+        time.sleep(TOY_SECONDS)
         return {"parallel.minimum_elements": 4096 + context.threads}
 
     uncalibratable = KernelTuningKey("toy_unsupported", "Add", "v3", "DOUBLE")
@@ -290,7 +296,6 @@ def test_a_tiny_total_budget_skips_the_remaining_keys_and_says_so(toys):
 
     def slow(context):
         context.deadline.check()
-        import time
         time.sleep(0.05)
         return {}
 
@@ -423,6 +428,36 @@ def test_keys_never_measured_steadily_withhold_only_their_decisions_for_fewer_th
     assert all(published[r.key] == r.values for r in report.calibrated)
     resolved = registry.snapshot().resolve(slow[0].key, slow[0].execution)
     assert resolved.values["parallel.maximum_threads"] == 64
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("again", [False, True])
+def test_a_key_that_decided_fewer_threads_is_measured_again(toys, probes, again):
+    """A spell the probes missed makes one thread win once; the machine's state with more
+    threads stands. A key that finds fewer threads faster again keeps them."""
+    registry, keys, _, _ = toys
+    measured = []
+
+    def calibrate(context):
+        measured.append(context.key)
+        time.sleep(TOY_SECONDS)
+        first = measured.count(context.key) == 1
+        if first or again:
+            context.decide("parallel.maximum_threads", 1, "one thread won", fewer_threads=True)
+        context.decide("parallel.minimum_elements", 2048 if first else 4096, "parallel won")
+
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    register_machine_probe("test_library", _scripted_probe([1.0]))
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="thorough"))
+    assert sorted(map(str, measured)) == sorted(map(str, keys * 2))  # once more, not again
+    (watched,) = report.steadiness
+    assert sorted(watched.remeasured) == sorted(map(str, keys)) and watched.unsettled == ()
+    for r in report.calibrated:
+        assert r.values["parallel.minimum_elements"] == 4096  # the latest among equals
+        assert r.values["parallel.maximum_threads"] == (1 if again else 64)
+    assert registry.generation > 0 and len(report.successful_profiles) == len(keys)
 
 
 @needs_two_cpus

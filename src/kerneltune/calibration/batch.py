@@ -221,17 +221,24 @@ def _measure_keys(
 ) -> tuple[dict[KernelTuningKey, CalibrationReport], list[KeyOutcome], list[KernelTuningKey],
            list[KernelTuningKey]]:
     """Each key once; then, while probes say the machine was slow for some (or their own
-    measurements contradict each other), those again.
+    measurements contradict each other), those again, and once more each key that
+    decided to run calls on fewer threads.
 
     Measuring again waits for the probe to see the machine in its reference
     state before each key, and stops when every key is settled or after
     ``remeasure_factor`` times the first pass's time: a slow spell may outlast
     any budget. Of a key's measurements, the steadiest stands (see
     ``state``; the latest among equals): one taken deeper in a slow spell
-    describes the machine less well than the one it would replace. Returns the
-    reports of keys calibrated, the keys a budget stopped, the keys measured
-    again and those never settled. A second measurement cut short by a budget
-    leaves the first one standing.
+    describes the machine less well than the one it would replace. A spell
+    too short or too narrow for the probes still makes fewer threads win, and
+    only those decisions (Relu DOUBLE's grain once went from 32768 to 131072,
+    two threads as slow as one up to 524288 elements, between probes 13% below
+    their reference; its siblings measured just before crossed over at 16384):
+    such a key is measured again, and among equally steady measurements one
+    without such a decision stands, as a neighbour only ever slows the machine
+    down. Returns the reports of keys calibrated, the keys a budget stopped,
+    the keys measured again and those never settled. A second measurement cut
+    short by a budget leaves the first one standing.
     """
     reports: dict[KernelTuningKey, CalibrationReport] = {}
     stopped: list[KeyOutcome] = []
@@ -250,16 +257,25 @@ def _measure_keys(
                   for aspect in sorted({*before, *last[1]})}
         return dataclasses.replace(report, machine_probe=types.MappingProxyType(probes))
 
-    def state(report: CalibrationReport) -> tuple[bool, float]:
+    def state(report: CalibrationReport) -> tuple[bool, bool, bool, float]:
         """How steady and fast the machine was while a key was measured: whether its
-        measurements agreed, then its slowest probe against the reference state (infinite
-        without a probe, so that measurements nobody judged count as equals)."""
+        measurements agreed, whether it was in the reference state, whether it found
+        fewer threads faster nowhere, then its slowest probe against the reference state
+        (infinite without a probe, so that measurements nobody judged count as equals)."""
         return (not report.contradictions,
+                monitor.settled(report.key.library, report.machine_probe),
+                not _fewer_threads(report),
                 monitor.standing(report.key.library, report.machine_probe))
 
     def unsettled() -> list[KernelTuningKey]:
         return [key for key, report in reports.items() if report.contradictions
                 or not monitor.settled(key.library, report.machine_probe)]
+
+    def doubtful() -> list[KernelTuningKey]:
+        """The unsettled keys, then those measured once that decided fewer threads."""
+        keys = unsettled()
+        return keys + [key for key, report in reports.items()
+                       if key not in keys and key not in remeasured and _fewer_threads(report)]
 
     start = time.perf_counter()
     for key in queue:
@@ -275,7 +291,7 @@ def _measure_keys(
     if total is not None:
         until = min(until, total.at)
     remeasured: list[KernelTuningKey] = []
-    pending = unsettled()
+    pending = doubtful()
     while pending and time.perf_counter() < until:
         for key in pending:
             latest = last[1] if last and last[0] == key.library else None
@@ -288,8 +304,12 @@ def _measure_keys(
                 reports[key] = report
             if key not in remeasured:
                 remeasured.append(key)
-        pending = unsettled()
-    return reports, stopped, remeasured, pending
+        pending = doubtful()
+    return reports, stopped, remeasured, unsettled()
+
+
+def _fewer_threads(report: CalibrationReport) -> bool:
+    return any(decision.fewer_threads for decision in report.decisions)
 
 
 def _withhold_fewer_threads(report: CalibrationReport) -> CalibrationReport:
@@ -303,15 +323,14 @@ def _withhold_fewer_threads(report: CalibrationReport) -> CalibrationReport:
     against them. Withholding a whole such key was tried; it lost grains far
     below their values in use, measured alike in every state.)
     """
-    withheld = {d.parameter for d in report.decisions if d.fewer_threads}
-    if not withheld:
+    if not _fewer_threads(report):
         return report
     decisions = tuple(
         dataclasses.replace(d, value=d.baseline, fewer_threads=False,
                             reason=f"withheld, the key never measured steadily: {d.value} "
                                    f"would run calls on fewer threads, as a slow spell makes "
                                    f"them win; {d.reason}")
-        if d.parameter in withheld else d for d in report.decisions)
+        if d.fewer_threads else d for d in report.decisions)
     values = {**report.values, **{d.parameter: d.baseline for d in report.decisions
                                   if d.fewer_threads}}
     return dataclasses.replace(report, decisions=decisions, values=types.MappingProxyType(values))
