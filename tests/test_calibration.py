@@ -431,6 +431,30 @@ def test_keys_never_measured_steadily_withhold_only_their_decisions_for_fewer_th
 
 
 @needs_two_cpus
+def test_a_decision_for_fewer_threads_reverted_is_neither_measured_again_nor_withheld(
+        toys, probes):
+    registry, keys, calls, _ = toys
+
+    def calibrate(context):
+        calls.append(context.key)
+        time.sleep(TOY_SECONDS)
+        context.decide("parallel.minimum_elements", 131072, "serial won", fewer_threads=True)
+        context.decide("parallel.minimum_elements", 16384, "reverted: the previous won")
+
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    # the last keys never settle: their reports are withheld what runs on fewer threads
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
+    report = _run(registry, library="test_library",
+                  options=CalibrationOptions(threads=2, effort="thorough"))
+    (watched,) = report.steadiness
+    assert watched.remeasured == () and len(watched.unsettled) == len(keys) - 3
+    assert all(r.values["parallel.minimum_elements"] == 16384 for r in report.calibrated)
+    assert all(d.reason.startswith(("serial", "reverted"))
+               for r in report.calibrated for d in r.decisions)
+
+
+@needs_two_cpus
 @pytest.mark.parametrize("again", [False, True])
 def test_a_key_that_decided_fewer_threads_is_measured_again(toys, probes, again):
     """A spell the probes missed makes one thread win once; the machine's state with more

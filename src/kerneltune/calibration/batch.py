@@ -308,8 +308,16 @@ def _measure_keys(
     return reports, stopped, remeasured, unsettled()
 
 
-def _fewer_threads(report: CalibrationReport) -> bool:
-    return any(decision.fewer_threads for decision in report.decisions)
+def _in_effect(report: CalibrationReport) -> dict[str, int]:
+    """Each decided parameter's last decision, by index: a search may decide a parameter
+    again (a verification reverting it), and the earlier decisions stay as its history."""
+    return {decision.parameter: index for index, decision in enumerate(report.decisions)}
+
+
+def _fewer_threads(report: CalibrationReport) -> set[str]:
+    """The parameters whose decision in effect runs calls on fewer threads."""
+    return {parameter for parameter, index in _in_effect(report).items()
+            if report.decisions[index].fewer_threads}
 
 
 def _withhold_fewer_threads(report: CalibrationReport) -> CalibrationReport:
@@ -323,16 +331,18 @@ def _withhold_fewer_threads(report: CalibrationReport) -> CalibrationReport:
     against them. Withholding a whole such key was tried; it lost grains far
     below their values in use, measured alike in every state.)
     """
-    if not _fewer_threads(report):
+    in_effect = _in_effect(report)
+    withheld = {in_effect[parameter] for parameter in _fewer_threads(report)}
+    if not withheld:
         return report
     decisions = tuple(
         dataclasses.replace(d, value=d.baseline, fewer_threads=False,
                             reason=f"withheld, the key never measured steadily: {d.value} "
                                    f"would run calls on fewer threads, as a slow spell makes "
                                    f"them win; {d.reason}")
-        if d.fewer_threads else d for d in report.decisions)
-    values = {**report.values, **{d.parameter: d.baseline for d in report.decisions
-                                  if d.fewer_threads}}
+        if index in withheld else d for index, d in enumerate(report.decisions))
+    values = {**report.values, **{report.decisions[index].parameter:
+                                  report.decisions[index].baseline for index in withheld}}
     return dataclasses.replace(report, decisions=decisions, values=types.MappingProxyType(values))
 
 
