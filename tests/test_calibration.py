@@ -328,6 +328,15 @@ def _scripted_probe(speedups, asked=None):
     return probe
 
 
+def _two_thread_batch(registry, keys, calibrate, speedups, effort):
+    """Every toy key calibrated by ``calibrate`` on two threads, probed at ``speedups``."""
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate)
+    register_machine_probe("test_library", _scripted_probe(speedups))
+    return _run(registry, library="test_library",
+                options=CalibrationOptions(threads=2, effort=effort))
+
+
 @needs_two_cpus
 def test_a_batch_on_two_threads_probes_the_machine_around_each_key(toys, probes):
     registry, keys, _, _ = toys
@@ -405,11 +414,7 @@ def test_keys_never_measured_steadily_withhold_only_their_decisions_for_fewer_th
         context.decide("parallel.minimum_elements", 2048, "parallel won from 4096 on")
         context.decide("algorithm.tile_m", 32, "smaller tiles won")
 
-    for key in keys:
-        register_kernel_calibration_function(key, calibrate)
-    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
-    report = _run(registry, library="test_library",
-                  options=CalibrationOptions(threads=2, effort="quick"))
+    report = _two_thread_batch(registry, keys, calibrate, [1.0, 1.0, 1.0, 1.0, 0.7], "quick")
     (watched,) = report.steadiness
     slow = [r for r in report.calibrated if str(r.key) in watched.unsettled]
     steady = [r for r in report.calibrated if str(r.key) not in watched.unsettled]
@@ -441,12 +446,9 @@ def test_a_decision_for_fewer_threads_reverted_is_neither_measured_again_nor_wit
         context.decide("parallel.minimum_elements", 131072, "serial won", fewer_threads=True)
         context.decide("parallel.minimum_elements", 16384, "reverted: the previous won")
 
-    for key in keys:
-        register_kernel_calibration_function(key, calibrate)
     # the last keys never settle: their reports are withheld what runs on fewer threads
-    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
-    report = _run(registry, library="test_library",
-                  options=CalibrationOptions(threads=2, effort="thorough"))
+    report = _two_thread_batch(registry, keys, calibrate, [1.0, 1.0, 1.0, 1.0, 0.7],
+                               "thorough")
     (watched,) = report.steadiness
     assert watched.remeasured == () and len(watched.unsettled) == len(keys) - 3
     assert all(r.values["parallel.minimum_elements"] == 16384 for r in report.calibrated)
@@ -470,11 +472,7 @@ def test_a_key_that_decided_fewer_threads_is_measured_again(toys, probes, again)
             context.decide("parallel.maximum_threads", 1, "one thread won", fewer_threads=True)
         context.decide("parallel.minimum_elements", 2048 if first else 4096, "parallel won")
 
-    for key in keys:
-        register_kernel_calibration_function(key, calibrate)
-    register_machine_probe("test_library", _scripted_probe([1.0]))
-    report = _run(registry, library="test_library",
-                  options=CalibrationOptions(threads=2, effort="thorough"))
+    report = _two_thread_batch(registry, keys, calibrate, [1.0], "thorough")
     assert sorted(map(str, measured)) == sorted(map(str, keys * 2))  # once more, not again
     (watched,) = report.steadiness
     assert sorted(watched.remeasured) == sorted(map(str, keys)) and watched.unsettled == ()
