@@ -446,7 +446,7 @@ def test_a_decision_for_fewer_threads_reverted_is_neither_measured_again_nor_wit
         context.decide("parallel.minimum_elements", 131072, "serial won", fewer_threads=True)
         context.decide("parallel.minimum_elements", 16384, "reverted: the previous won")
 
-    # the last keys never settle: their reports are withheld what runs on fewer threads
+    # the last keys never settle, so the withholding looks at them: nothing is in effect
     report = _two_thread_batch(registry, keys, calibrate, [1.0, 1.0, 1.0, 1.0, 0.7],
                                "thorough")
     (watched,) = report.steadiness

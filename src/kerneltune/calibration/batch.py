@@ -308,16 +308,14 @@ def _measure_keys(
     return reports, stopped, remeasured, unsettled()
 
 
-def _in_effect(report: CalibrationReport) -> dict[str, int]:
-    """Each decided parameter's last decision, by index: a search may decide a parameter
-    again (a verification reverting it), and the earlier decisions stay as its history."""
-    return {decision.parameter: index for index, decision in enumerate(report.decisions)}
+def _fewer_threads(report: CalibrationReport) -> set[int]:
+    """The decisions in effect that run calls on fewer threads, by index.
 
-
-def _fewer_threads(report: CalibrationReport) -> set[str]:
-    """The parameters whose decision in effect runs calls on fewer threads."""
-    return {parameter for parameter, index in _in_effect(report).items()
-            if report.decisions[index].fewer_threads}
+    A parameter's decision in effect is its last: a search may decide a parameter again
+    (a verification reverting it), and the earlier decisions stay as its history.
+    """
+    last = {decision.parameter: index for index, decision in enumerate(report.decisions)}
+    return {index for index in last.values() if report.decisions[index].fewer_threads}
 
 
 def _withhold_fewer_threads(report: CalibrationReport) -> CalibrationReport:
@@ -331,8 +329,7 @@ def _withhold_fewer_threads(report: CalibrationReport) -> CalibrationReport:
     against them. Withholding a whole such key was tried; it lost grains far
     below their values in use, measured alike in every state.)
     """
-    in_effect = _in_effect(report)
-    withheld = {in_effect[parameter] for parameter in _fewer_threads(report)}
+    withheld = _fewer_threads(report)
     if not withheld:
         return report
     decisions = tuple(

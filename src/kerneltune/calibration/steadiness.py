@@ -21,9 +21,10 @@ probes all reached, so that lucky probes, however many, do not set it. A key
 with a probe more than :data:`STEADY_TOLERANCE` below its aspect's reference
 was measured in a slower state, or across a change, and is measured again
 after the others, as often as the effort level allows, each time once every
-probe says the machine is back in the reference state. Calibrating the machine in its fastest state
-is the repeatable choice, for the reason a benchmark's minimum time is: a
-neighbour only ever slows the machine down, and its slow spells come and go.
+probe says the machine is back in the reference state. Calibrating the
+machine in its fastest state is the repeatable choice, for the reason a
+benchmark's minimum time is: a neighbour only ever slows the machine down,
+and its slow spells come and go.
 A spell shorter than a key can fall between its probes; when it shows as two
 measurements of one point won by opposite sides (``contradictions`` in the
 key's report), the key is measured again too.
