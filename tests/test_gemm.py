@@ -164,11 +164,11 @@ def test_float16_conversions_follow_their_own_threshold():
 @pytest.mark.parametrize("values", [BLOCKED, PACKED, SKINNY])
 def test_compiled_products_allocate_on_a_cache_line(values):
     # their packed panels and accumulators too, which the output stands for here: the
-    # compiled modules' malloc is aligned_alloc from 2 KiB on, so the heap's state sets no
-    # product's speed (smaller blocks stay with malloc, which is faster)
+    # compiled modules' malloc is aligned_alloc from 1 KiB on (FLOAT's accumulators), so
+    # the heap's state sets no product's speed (smaller blocks stay with malloc, faster)
     prepared = prepare(values)
-    for n in range(64, 104):  # outputs of 8 x 64 float32 (2 KiB) and wider
-        a, b, _ = operands(8, 5, n)
+    for n in range(64, 104):  # outputs of 4 x 64 float32 (1 KiB) and wider
+        a, b, _ = operands(4, 5, n)
         assert prepared.plan(a, b).path != "blas"
         assert prepared.run(a, b).ctypes.data % ALIGNMENT == 0
 
