@@ -7,7 +7,9 @@ and row count (B is 512 x 512), this starts fresh processes; each times the
 skinny and the blocked path, forced, on the same operands in interleaved
 rounds, and reports both medians. The figure per process is skinny / blocked
 (below 1 the skinny path wins); a configuration is steady when no process's
-ratio is more than 25% above the configuration's median ratio. With
+ratio is more than 25% above the configuration's median ratio. The blocked
+path's own spread (its slowest process over its fastest) shows what a ratio
+hides when both paths move together. With
 ``--baseline DIR`` (another build installed with ``pip install --target DIR``)
 every process of this build alternates with one of that build, and both are
 reported: two builds compared in separate runs differ by the machine's state.
@@ -28,8 +30,8 @@ from kerneltune.calibration import randn_tensor
 from kerneltune.kernels import library
 from kerneltune.kernels.calibrate import NEVER
 
-CONFIGS = [(element_type, threads, rows) for element_type in ("FLOAT", "DOUBLE")
-           for threads in (1, 2) for rows in (4, 8, 16, 32)]
+CONFIGS = [(element_type, threads, rows) for element_type in ("FLOAT", "DOUBLE", "FLOAT16")
+           for threads in (1, 2) for rows in (1, 4, 8, 16, 32)]
 #: a process whose ratio is this much above the median ratio ran in another state
 OFF_STATE = 1.25
 NO_BLAS = {"algorithm.blas_minimum_fmas": NEVER, "algorithm.skinny_blas_minimum_fmas": NEVER,
@@ -75,24 +77,27 @@ def main() -> int:
         path = os.pathsep.join(filter(None, [args.baseline, os.environ.get("PYTHONPATH")]))
         builds["baseline"] = {**os.environ, "PYTHONPATH": path}
     print(f"{'type':7} {'threads':>7} {'rows':>5} {'build':>10} "
-          f"{'skinny / blocked per process':>40} {'median':>7} {'off state':>10}")
+          f"{'skinny / blocked per process':>40} {'median':>7} {'off state':>10} "
+          f"{'blocked spread':>14}")
     unsteady = dict.fromkeys(builds, 0)
     for element_type, threads, rows in CONFIGS:
-        ratios: dict[str, list[float]] = {build: [] for build in builds}
+        medians: dict[str, list[tuple[float, float]]] = {build: [] for build in builds}
         for _ in range(args.processes):
             for build, env in builds.items():
                 out = subprocess.run(
                     [sys.executable, __file__, "--rounds", str(args.rounds), "--child",
                      element_type, str(threads), str(rows)],
                     capture_output=True, text=True, check=True, env=env).stdout.split()
-                ratios[build].append(float(out[0]) / float(out[1]))
-        for build, values in ratios.items():
-            median = statistics.median(values)
-            off = sum(ratio > OFF_STATE * median for ratio in values)
+                medians[build].append((float(out[0]), float(out[1])))
+        for build, pairs in medians.items():
+            ratios = sorted(skinny / blocked for skinny, blocked in pairs)
+            median = statistics.median(ratios)
+            off = sum(ratio > OFF_STATE * median for ratio in ratios)
             unsteady[build] += off > 0
+            blocked = [blocked for _, blocked in pairs]
             print(f"{element_type:7} {threads:>7} {rows:>5} {build:>10} "
-                  f"{' '.join(f'{ratio:.2f}' for ratio in sorted(values)):>40} {median:>7.2f}"
-                  f" {off:>6} of {len(values)}")
+                  f"{' '.join(f'{ratio:.2f}' for ratio in ratios):>40} {median:>7.2f}"
+                  f" {off:>6} of {len(ratios)} {max(blocked) / min(blocked):>14.2f}")
     print()
     for build, count in unsteady.items():
         print(f"{build}: {len(CONFIGS) - count} of {len(CONFIGS)} configurations steady")
