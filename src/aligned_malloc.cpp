@@ -12,8 +12,9 @@
 // on the blocked path and 256 for a one-row product on the skinny path: left to malloc,
 // 16 x 512 x 512 FLOAT on one thread took 83-117 us with the heap's state (in 12 fresh
 // processes), aligned 83-89 us; a one-row product 17-36 us, aligned 17-19 us; on two
-// threads the blocked path took 54-59 us, aligned 46-50 us. Aligning them left an
-// 8 x 8 x 8 product's time as it was (its one block of accumulators).
+// threads (36 processes each) the blocked path took 54 us or more in every process,
+// aligned 46-52 us in 29 of them. Aligning them left an 8 x 8 x 8 product's time as it
+// was (its one block of accumulators).
 
 #include <cstddef>
 #include <cstdlib>
