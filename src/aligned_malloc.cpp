@@ -7,9 +7,11 @@
 //
 // Smaller blocks stay with malloc: aligned_alloc bypasses malloc's per-thread cache and
 // costs 20-60 ns more per block, and an 8 x 8 x 8 product makes a dozen blocks (shapes,
-// reference counts, its output, its accumulators), which took it from 0.7 to 1.3 us. The
-// smallest blocks whose placement moves a product are FLOAT's accumulators, 4 x 64 floats
-// on the blocked path and 256 for a one-row product on the skinny path: left to malloc,
+// reference counts, its output, its accumulators), which took it from 0.7 to 1.3 us.
+// Accumulators are the small blocks whose placement moves a product. DOUBLE's, 4 x 64
+// doubles, took 128 x 128 x 128 DOUBLE from 40-42 us to 40-54 us with the heap's state.
+// FLOAT's, 4 x 64 floats on the blocked path and 256 for a one-row product on the skinny
+// path, made no difference at 128 x 128 x 128 but do on wider products: left to malloc,
 // 16 x 512 x 512 FLOAT on one thread took 83-117 us with the heap's state (in 12 fresh
 // processes), aligned 83-89 us; a one-row product 17-36 us, aligned 17-19 us; on two
 // threads (36 processes each) the blocked path took 54 us or more in every process,

@@ -36,6 +36,14 @@ ABOVE, BELOW, OVERLAP = "above", "below", "overlap"
 RESOLUTION_OCTAVES = 1.0
 #: grid sizes are rounded to the kernels' alignment, so octaves between them are not exact
 _ROUNDING_OCTAVES = 0.1
+#: Independent measurements a comparison's win must hold in, at every effort (more if the
+#: effort's rounds say so). A crossover already needs two consecutive wins; a comparison
+#: measured once decides on one measurement of each setting. At quick effort, three of
+#: eight calibrations of the README's runs moved a Gemm tile set on one such measurement,
+#: each time in one of the two calibrations only, where normal effort, which measures the
+#: win again, kept the default tiles in all ten calibrations of its runs. Measuring again
+#: costs two settings' time, and only when one seems to beat the value in use.
+COMPARISON_ROUNDS = 2
 
 
 def geometric_grid(low: int, high: int, steps_per_octave: int, multiple: int = 1) -> list[int]:
@@ -381,10 +389,10 @@ def compare_settings(context: CalibrationContext, comparison: Comparison) -> Com
     """Time every setting on every case; the fastest wins if it beats the baseline clearly.
 
     A setting must beat the baseline by the minimum margin on the sum of
-    medians and be no slower on any case; otherwise the baseline stays. At
-    normal and thorough effort the winner and the baseline are measured again
-    on every case, and the win must hold there too: a baseline whose samples
-    caught a stalled thread can look several times slower once.
+    medians and be no slower on any case; otherwise the baseline stays. The
+    winner and the baseline are then measured again on every case
+    (:data:`COMPARISON_ROUNDS`), and the win must hold there too: a baseline
+    whose samples caught a stalled thread can look several times slower once.
     """
     settings = comparison.settings
     baseline = settings[0].label
@@ -403,7 +411,7 @@ def compare_settings(context: CalibrationContext, comparison: Comparison) -> Com
             return ComparisonResult(best, f"kept: the value in use was fastest over "
                                           f"{len(per_case)} cases", table, tuple(per_case))
         why = _loss(context, totals, per_case, best.label, baseline)
-        for _ in range(1, context.options.level.rounds):
+        for _ in range(1, max(COMPARISON_ROUNDS, context.options.level.rounds)):
             if why is not None:
                 break
             again, repeated = _timed(context, comparison, [settings[0], best], measured)
