@@ -79,7 +79,7 @@ VECTOR_BLAS_RESOLUTION_OCTAVES = 2.0
 #: crossover at 4 rows and above 64. On one thread (FLOAT16 blocked: 177-180 us in seven
 #: processes of eight) the crossover repeats within an octave. Those figures predate FLOAT's
 #: accumulators on a cache line (src/aligned_malloc.cpp); since, in ten fresh processes
-#: with varied heaps, the blocked path took 111-130 us there and won by 5-8% at 4 and 16
+#: with varied heaps, the blocked path took 114-129 us there and won by 5-8% at 4 and 16
 #: rows, and the band stays until calibrations without it are shown to repeat.
 SKINNY_PARALLEL_RESOLUTION_OCTAVES = 2.0
 
