@@ -6,7 +6,8 @@ and FLOAT16 Abs and Neg at 1e5 and 1e6, equal shapes and rows broadcast against
 a column.
 Portable grains other than 32768 (the catalog's ``GRAINS`` and ``ELEMENT_GRAINS``):
 each key's against 32768, the grain of an add, at sizes where one of the two runs
-in parallel and the other serially.
+in parallel and the other serially; broadcast grains of their own (``BROADCAST_GRAINS``)
+against the operator's grain, on rows broadcast against 256 columns.
 Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
@@ -163,66 +164,86 @@ GRAIN_MARGIN = 1.03
 ELEMENT_GRAIN_OPERATORS = ("Abs", "Add", "Greater", "And", "Not")
 
 
-def grain_operand(element_type: str, size: int, exponent: bool,
+def grain_operand(element_type: str, shape: tuple[int, ...], exponent: bool,
                   rng: np.random.Generator) -> np.ndarray:
     """Positive floats (Log, Sqrt and Pow's domain), nonzero integers (Div's divisors) and
     small integer exponents for Pow."""
     dtype = NUMPY_DTYPES[element_type_number(element_type)]
     if dtype.kind == "b":
-        return rng.integers(0, 2, size).astype(bool)
+        return rng.integers(0, 2, shape).astype(bool)
     if dtype.kind == "f":
-        return (np.abs(rng.standard_normal(size)) + 0.5).astype(dtype)
-    return rng.integers(0, 8 if exponent else 100, size).astype(dtype) + (0 if exponent else 1)
+        return (np.abs(rng.standard_normal(shape)) + 0.5).astype(dtype)
+    return rng.integers(0, 8 if exponent else 100, shape).astype(dtype) + (0 if exponent else 1)
 
 
-def portable_grains() -> list[tuple[str, str, int]]:
-    """(operator, element type, default grain) of every grain other than an add's on floats."""
+#: parameter -> the shapes of a call of ``size`` elements that uses it
+GRAIN_FORMS = {
+    "parallel.minimum_elements": lambda size, arity: [(size,)] * arity,
+    "parallel.broadcast_minimum_elements": lambda size, arity: [(size // 256, 1), (1, 256)],
+}
+
+
+def portable_grains() -> list[tuple[str, str, str, int, int]]:
+    """(operator, element type, parameter, default grain, reference grain) of every grain
+    other than an add's on floats: equal shapes against an add's grain, broadcasts with
+    their own against the operator's."""
     kernels = library()
-    grains = [(name, element_type, grain) for name, table in catalog.GRAINS.items()
+    grains = [(name, element_type, "parallel.minimum_elements", grain, catalog.DEFAULT_GRAIN)
+              for name, table in catalog.GRAINS.items()
               for grain, element_types in table.items() for element_type in element_types]
-    overridden = {(name, element_type) for name, element_type, _ in grains}
-    return grains + [
-        (name, element_type, grain) for element_type, grain in catalog.ELEMENT_GRAINS.items()
+    overridden = {(name, element_type) for name, element_type, *_ in grains}
+    grains += [
+        (name, element_type, "parallel.minimum_elements", grain, catalog.DEFAULT_GRAIN)
+        for element_type, grain in catalog.ELEMENT_GRAINS.items()
         for name in ELEMENT_GRAIN_OPERATORS if (name, element_type) not in overridden
         and element_type_number(element_type) in kernels[name].element_types]
+    return grains + [
+        (name, element_type, "parallel.broadcast_minimum_elements", grain,
+         kernels[name].configure(element_type, {}).minimum_elements)
+        for name, table in catalog.BROADCAST_GRAINS.items()
+        for grain, element_types in table.items() for element_type in element_types]
 
 
 def default_grains(rounds: int) -> list[str]:
-    """Each key with its own portable grain against the same kernel with an add's grain.
+    """Each key with its own portable grain against the same kernel with a reference grain
+    (an add's, or the operator's for a broadcast grain of its own).
 
     Sizes lie between twice the one and twice the other, where exactly one runs in parallel.
     """
     kernels = library()
     rng = np.random.default_rng(3)
     misses = []
-    add = catalog.DEFAULT_GRAIN
-    print(f"\n{'kernel':14} {'grain':>6} {'elements':>9} {'serial us':>10} {f'{add} x':>8} "
-          f"{'own x':>8} {f'{add} / own':>12}")
-    for name, element_type, grain in portable_grains():
+    print(f"\n{'kernel':14} {'form':9} {'grain':>6} {'ref':>6} {'elements':>9} "
+          f"{'serial us':>10} {'ref x':>8} {'own x':>8} {'ref / own':>10}")
+    for name, element_type, parameter, grain, reference in portable_grains():
         kernel = kernels[name]
         arity = 1 if name in catalog.UNARY else 2
-        low, high = 2 * min(grain, add), 2 * max(grain, add)
-        sizes = sorted({size for size in (low, 2 * low, 3 * add // 2, 3 * add)
+        form = "equal" if parameter == "parallel.minimum_elements" else "broadcast"
+        low, high = 2 * min(grain, reference), 2 * max(grain, reference)
+        sizes = sorted({size for size in (low, 2 * low, 3 * reference // 2, 3 * reference)
                         if low <= size < high})
-        add_like = kernel.configure(element_type, {
-            parameter: add for parameter in kernel.schema(element_type).parameters
-            if parameter.endswith("minimum_elements")})
+        # an add's grain replaces every grain; a broadcast's reference only its own
+        replaced = [p for p in kernel.schema(element_type).parameters
+                    if p.endswith("minimum_elements")] if form == "equal" else [parameter]
+        referenced = kernel.configure(element_type, dict.fromkeys(replaced, reference))
         own = kernel.prepare(element_type, threads=2)
-        old = kernel.prepare(element_type, add_like, threads=2)
+        old = kernel.prepare(element_type, referenced, threads=2)
         for size in sizes:
-            inputs = [grain_operand(element_type, size, index == 1, rng) for index in range(arity)]
+            inputs = [grain_operand(element_type, shape, index == 1, rng)
+                      for index, shape in enumerate(GRAIN_FORMS[parameter](size, arity))]
             times = timed({
                 "serial": lambda k=own, i=inputs: k.run_serial(*i),
-                "add": lambda k=old, i=inputs: k.run(*i),
+                "reference": lambda k=old, i=inputs: k.run(*i),
                 "own": lambda k=own, i=inputs: k.run(*i),
             }, rounds)
-            gain = times["add"] / times["own"]
-            print(f"{f'{name} {element_type}':14} {grain:>6} {size:>9} "
-                  f"{times['serial'] * 1e6:>10.1f} {times['serial'] / times['add']:>8.2f} "
-                  f"{times['serial'] / times['own']:>8.2f} {gain:>12.2f}")
+            gain = times["reference"] / times["own"]
+            print(f"{f'{name} {element_type}':14} {form:9} {grain:>6} {reference:>6} "
+                  f"{size:>9} {times['serial'] * 1e6:>10.1f} "
+                  f"{times['serial'] / times['reference']:>8.2f} "
+                  f"{times['serial'] / times['own']:>8.2f} {gain:>10.2f}")
             if gain * GRAIN_MARGIN < 1:
-                misses.append(f"{name} {element_type} at {size}: its grain {grain} "
-                              f"{1 / gain:.2f}x slower than {add}")
+                misses.append(f"{name} {element_type} {form} at {size}: its grain {grain} "
+                              f"{1 / gain:.2f}x slower than {reference}")
     return misses
 
 

@@ -483,20 +483,31 @@ GRAIN_FIELDS = ("parallel.minimum_elements", "parallel.broadcast_minimum_element
                 "conversion.parallel_minimum_elements")
 
 
+def _by_operator_and_type(table):
+    return {(name, element_type): grain for name, grains in table.items()
+            for grain, element_types in grains.items() for element_type in element_types}
+
+
 def test_grains_default_to_the_operators_then_the_element_types_then_32768():
-    costly = {(name, element_type): grain for name, grains in catalog.GRAINS.items()
-              for grain, element_types in grains.items() for element_type in element_types}
+    """Every grain field has its operator's grain, else its element type's, else an add's;
+    broadcasts have their own where the catalog's ``BROADCAST_GRAINS`` gives one."""
+    costly = _by_operator_and_type(catalog.GRAINS)
+    broadcasts = _by_operator_and_type(catalog.BROADCAST_GRAINS)
     assert costly and catalog.ELEMENT_GRAINS["INT8"] > catalog.DEFAULT_GRAIN
+    assert broadcasts and set(catalog.BROADCAST_GRAINS) <= set(catalog.BINARY)
     for name, kernel in LIBRARY.items():
         if name in ("Gemm", "MatMul"):
             continue
         for element_type in kernel.element_types:
             type_name = element_type_name(element_type)
-            expected = costly.get((name, type_name), catalog.ELEMENT_GRAINS.get(
+            grain = costly.get((name, type_name), catalog.ELEMENT_GRAINS.get(
                 type_name, catalog.DEFAULT_GRAIN))
             defaults = kernel.schema(element_type).default_values()
-            grains = {defaults[field] for field in GRAIN_FIELDS if field in defaults}
-            assert grains == {expected}, (name, element_type_name(element_type))
+            expected = {field: grain for field in GRAIN_FIELDS if field in defaults}
+            if (name, type_name) in broadcasts:
+                expected["parallel.broadcast_minimum_elements"] = broadcasts[name, type_name]
+            assert {field: defaults[field] for field in expected} == expected, \
+                (name, type_name)
 
 
 def test_a_costly_operators_config_keeps_the_names_checks_and_thread_cap_of_its_kind():
@@ -507,7 +518,7 @@ def test_a_costly_operators_config_keeps_the_names_checks_and_thread_cap_of_its_
     assert pow_.defaults.maximum_threads == add.defaults.maximum_threads
     assert LIBRARY["Pow"].config_type(element_type_number("FLOAT16")) is pow_.config_type
     assert LIBRARY["Pow"].configure("FLOAT16", {"parallel.minimum_elements": 100}) \
-        .broadcast_minimum_elements == 8192
+        .broadcast_minimum_elements == 4096
     with pytest.raises(TuningValidationError, match="parallel.broadcast_minimum_elements"):
         LIBRARY["Pow"].configure("DOUBLE", {"parallel.broadcast_minimum_elements": 0})
 

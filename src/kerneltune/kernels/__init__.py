@@ -49,12 +49,17 @@ def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object
     return functions
 
 
+def _by_element_type(grains: Mapping[int, tuple[str, ...]]) -> dict[int, int]:
+    """A catalog table's {grain: element types} as {element type number: grain}."""
+    return {element_type_number(element_type): grain for grain, element_types in grains.items()
+            for element_type in element_types}
+
+
 def _grains(name: str) -> dict[int, int]:
     """Portable grain per element type where the operator's is not the catalog's default."""
-    grains = {**catalog.ELEMENT_GRAINS, **{
-        element_type: grain for grain, element_types in catalog.GRAINS.get(name, {}).items()
-        for element_type in element_types}}
-    return {element_type_number(element_type): grain for element_type, grain in grains.items()}
+    return {**{element_type_number(element_type): grain
+               for element_type, grain in catalog.ELEMENT_GRAINS.items()},
+            **_by_element_type(catalog.GRAINS.get(name, {}))}
 
 
 def _on_bits(function):
@@ -76,7 +81,9 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
     kernels.update(
         (name, BinaryKernel(name, implementation, _functions(binary, table),
                             output=_BOOL if name in catalog.BOOLEAN_OUTPUT else None,
-                            grains=_grains(name)))
+                            grains=_grains(name),
+                            broadcast_grains=_by_element_type(
+                                catalog.BROADCAST_GRAINS.get(name, {}))))
         for name, table in catalog.BINARY.items()
     )
     kernels["Gemm"] = Gemm(implementation)

@@ -85,5 +85,14 @@ GRAINS = {
     "Sqrt": {16384: ("DOUBLE",)},
 }
 
+#: operator -> {portable grain: element types} of ``parallel.broadcast_minimum_elements``
+#: where broadcasts cross over two octaves or more from the operator's equal shapes; it is
+#: the operator's grain elsewhere. Pow FLOAT16, four times its median crossover as above:
+#: over 16 two-thread calibrations on x86_64_v4 its broadcasts crossed over at 1024
+#: elements per thread in 11 (512 in two, 2048 and 4096 in one each) where its equal
+#: shapes crossed over at 2048; from the operator's 8192, the calibrations that measured
+#: 512 and the ones that kept 8192 on a tie were two steps apart.
+BROADCAST_GRAINS = {"Pow": {4096: ("FLOAT16",)}}
+
 #: operators whose output is BOOL whatever the input type
 BOOLEAN_OUTPUT = frozenset({"Greater", "Less", "Equal"})

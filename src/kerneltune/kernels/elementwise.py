@@ -81,19 +81,26 @@ _GRAIN_FIELDS = ("minimum_elements", "broadcast_minimum_elements", "conversion_m
 
 
 @functools.cache
-def with_grain(config_type: type, grain: int) -> type:
-    """``config_type`` with every grain defaulting to ``grain`` instead of 32768.
+def with_grain(config_type: type, grain: int, broadcast_grain: int | None = None) -> type:
+    """``config_type`` with every grain defaulting to ``grain`` instead of 32768, and the
+    broadcasts' to ``broadcast_grain`` where given.
 
     The portable grain depends on the cost of an element (the catalog's
-    ``GRAINS`` per operator, ``ELEMENT_GRAINS`` per element type), so it is a
-    default of the key's own config type;
-    names, constraints and documentation stay those of ``config_type``.
+    ``GRAINS`` per operator, ``ELEMENT_GRAINS`` per element type, ``BROADCAST_GRAINS``
+    where broadcasts cross over elsewhere), so it is a default of the key's own config
+    type; names, constraints and documentation stay those of ``config_type``.
     """
-    if grain == DEFAULT_GRAIN:
+    grains = dict.fromkeys(_GRAIN_FIELDS, grain)
+    if broadcast_grain is not None:
+        grains["broadcast_minimum_elements"] = broadcast_grain
+    fields = [(field.name, int, dataclasses.field(default=grains[field.name],
+                                                  metadata=field.metadata))
+              for field in dataclasses.fields(config_type)
+              if grains.get(field.name, DEFAULT_GRAIN) != DEFAULT_GRAIN]
+    if not fields:
         return config_type
-    fields = [(field.name, int, dataclasses.field(default=grain, metadata=field.metadata))
-              for field in dataclasses.fields(config_type) if field.name in _GRAIN_FIELDS]
-    return dataclasses.make_dataclass(f"{config_type.__name__}{grain}", fields,
+    suffix = f"{grain}" if broadcast_grain in (None, grain) else f"{grain}_{broadcast_grain}"
+    return dataclasses.make_dataclass(f"{config_type.__name__}{suffix}", fields,
                                       bases=(config_type,), frozen=True)
 
 
@@ -278,26 +285,30 @@ class ElementwiseKernel(Kernel):
     ``functions`` maps an ONNX element type to the compiled function; FLOAT16,
     unless it has its own, is served by the FLOAT function through widening
     and narrowing. ``grains`` maps an element type to its portable grain where
-    that is not 32768.
+    that is not 32768, ``broadcast_grains`` to its broadcasts' where that is not
+    the element type's grain.
     """
 
     #: the config types for widened FLOAT16 and for every other element type
     _config_types: tuple[type, type]
 
     def __init__(self, name: str, implementation: str, functions: Mapping[int, Callable],
-                 output: int | None = None, grains: Mapping[int, int] | None = None):
+                 output: int | None = None, grains: Mapping[int, int] | None = None,
+                 broadcast_grains: Mapping[int, int] | None = None):
         super().__init__(implementation)
         self.name = name
         self._functions = dict(functions)
         self._output = output
         self._widens_half = FLOAT in functions and FLOAT16 not in functions
         self._grains = dict(grains or {})
+        self._broadcast_grains = dict(broadcast_grains or {})
 
     def config_type(self, element_type: int) -> type:
         half_config, config = self._config_types
         widened = element_type == FLOAT16 and self._widens_half
         return with_grain(half_config if widened else config,
-                          self._grains.get(element_type, DEFAULT_GRAIN))
+                          self._grains.get(element_type, DEFAULT_GRAIN),
+                          self._broadcast_grains.get(element_type))
 
     @property
     def element_types(self) -> tuple[int, ...]:
