@@ -1183,6 +1183,45 @@ def test_the_thread_cap_moves_only_on_clear_wins(timing, expected):
     assert decision.to_dict()["fewer_threads"] == (expected < 64)
 
 
+@pytest.mark.parametrize("effort", ["quick", "normal"])
+@pytest.mark.parametrize(("timing", "measured", "expected"), [
+    # no count beats 4 at the first size: nothing more is measured
+    (lambda count, size: 1.0, [{1, 2, 4}], 64),
+    # 2 beats 4 at the first size only: 1 is dropped after it, and the second decides
+    (lambda count, size: 0.5 if count == 2 and size == SIZES[-2] else 1.0,
+     [{1, 2, 4}, {2, 4}], 64),
+    # 2 beats 4 everywhere, 1 nowhere: 2 races 4 at every size and round
+    (lambda count, size: 0.5 if count == 2 else 1.0, [{1, 2, 4}] + [{2, 4}] * 3, 2),
+])
+def test_the_thread_cap_race_drops_counts_that_lost_once(effort, timing, measured, expected):
+    """A count must win at every size and round, so one that lost is measured no more."""
+    context = _context(effort=effort)
+    seen = []
+
+    def inputs(size):
+        context._current_size = size
+        return (np.zeros(1),)
+
+    def fake(runs):
+        seen.append({int(name.split()[0]) for name in runs})
+        return {name: _measurement(timing(int(name.split()[0]), context._current_size))
+                for name in runs}
+
+    context.measure = fake
+    decision = search_threads(context, "parallel.maximum_threads", Case("unary", inputs, int),
+                              SIZES, dict.fromkeys((1, 2, 4), np.copy), 64)
+    rounds = context.options.level.rounds
+    assert decision.value == expected
+    assert seen == (measured if expected == 64 else measured[:2 * rounds])
+    assert len(decision.candidates) == len(seen)
+
+
+def test_the_thread_cap_race_needs_a_run_for_the_value_in_use():
+    with pytest.raises(ValueError, match="3 threads"):
+        search_threads(_context(), "parallel.maximum_threads", Case("unary", np.zeros, int),
+                       SIZES, dict.fromkeys((1, 2, 4), np.copy), 3)
+
+
 @pytest.mark.parametrize(("crossover", "fewer"), [(262144, True), (4096, False)])
 def test_a_grain_moved_up_is_marked_as_running_calls_on_fewer_threads(crossover, fewer):
     def timing(name, n):

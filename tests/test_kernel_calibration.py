@@ -434,6 +434,21 @@ def test_elementwise_grains_keep_a_crossover_within_two_octaves(crossover, grain
     assert ("within 2 octaves" if grain == 32768 else "2 octaves short") in decision.reason
 
 
+def test_the_thread_cap_in_use_races_the_matrix_even_between_its_counts():
+    """A cap of 3 (from a profile) on a 4-thread calibration is the reference, not an error;
+    the real kernel runs every count, oversubscribed on a smaller machine."""
+    kernel, element_type, context = _calibration_context(
+        "Abs", 4, {"parallel.maximum_threads": 3}, **QUICK)
+    _timed_by_point(context, lambda name, point: 1.0)
+    calibration = ElementwiseCalibration(kernel, element_type)
+    calibration._maximum_threads(context, calibration.cases(context)["unary"],
+                                 calibration.sizes(context))
+    decision = context.decisions[-1]
+    assert decision.value == 3 and "beats 3" in decision.reason
+    assert set(decision.candidates[0].measurements) == {
+        "1 threads", "2 threads", "3 threads", "4 threads"}
+
+
 def _timed_by_point(context, timing):
     """Outputs of the real kernels are still compared; timings come from ``timing(name,
     point)``, the point (size, rows) being the one the search last checked."""

@@ -242,11 +242,14 @@ class ElementwiseCalibration(KernelCalibration):
                        fewer_threads=grain.fewer_threads)
 
     def _maximum_threads(self, context: CalibrationContext, case: Case, sizes: list[int]) -> None:
+        """The thread counts of the matrix race the value in use, which may lie between them
+        (3 of 4 threads, from a profile)."""
+        in_use = int(context.values[MAXIMUM_THREADS])
+        counts = {*thread_counts(context.threads), min(in_use, context.threads)}
         runs = {count: self.run_of(context.configure({
             PARALLEL_MINIMUM: 1, MAXIMUM_THREADS: count, **self._pure_modes(context)[1]}),
-            context.threads) for count in thread_counts(context.threads)}
-        search_threads(context, MAXIMUM_THREADS, case, sizes, runs,
-                       int(context.values[MAXIMUM_THREADS]))
+            context.threads) for count in sorted(counts)}
+        search_threads(context, MAXIMUM_THREADS, case, sizes, runs, in_use)
 
     def _grain(self, context: CalibrationContext, parameter: str, groups: Sequence[Case],
                sizes: list[int], modes: tuple[dict, dict]) -> Decision:
