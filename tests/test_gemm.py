@@ -10,7 +10,7 @@ import pytest
 
 from kerneltune.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError
-from kerneltune.kernels.gemm import Gemm, MatMul
+from kerneltune.kernels.gemm import Gemm, MatMul, _fast_run
 from kerneltune.kernels.gemm_pythran import KU, MR, NR
 from kerneltune.kernels.variants import selected_variant
 
@@ -365,6 +365,43 @@ def test_a_run_takes_the_path_its_plan_names(threshold, calls):
     prepared.run(a, b)
     assert len(taken) == calls
     assert (prepared.plan(a, b).path == "blas") == bool(calls)
+
+
+@pytest.mark.parametrize(("trans_a", "trans_b", "bias"),
+                         [(0, 0, None), (1, 0, "full"), (0, 1, "row2d"), (1, 1, "column")])
+def test_blas_products_of_checked_operands_go_straight_to_blas(trans_a, trans_b, bias):
+    """The compiled call has checked them: the checked run's Python would cost as much as
+    BLAS itself on a 64 x 64 x 64 product."""
+    prepared = prepare({"algorithm.blas_minimum_fmas": 0}, threads=2, alpha=0.5, beta=2.0,
+                       transA=trans_a, transB=trans_b)
+    a, b, c = operands(20, 30, 40, trans_a, trans_b, bias)
+    checked = []
+    run = _fast_run(prepared, lambda *operands: checked.append(operands))
+    out = run(a, b, c)
+    assert checked == [] and type(out) is np.ndarray and prepared.plan(a, b, c).path == "blas"
+    assert_close(out, reference(a, b, c, 0.5, 2.0, trans_a, trans_b), 30)
+
+
+def test_matmul_blas_products_go_straight_to_blas():
+    prepared = prepare({"algorithm.blas_minimum_fmas": 0}, kernel=MATMUL, threads=2)
+    a, b, _ = operands(20, 30, 40)
+    prepared._call = lambda *args, **kwargs: pytest.fail("the checked run")
+    assert_close(prepared.run(a, b), reference(a, b), 30)
+
+
+def test_blas_products_the_compiled_call_cannot_vouch_for_take_the_checked_run():
+    prepared = prepare({"algorithm.blas_minimum_fmas": 0}, threads=2)
+    a, b, _ = operands(20, 30, 40)
+    checked = []
+    run = _fast_run(prepared, lambda *operands: checked.append(operands) or "checked")
+    # numpy.matmul would return a matrix; the checked run returns an ndarray
+    assert run(np.asmatrix(a), np.asmatrix(b)) == "checked"
+    assert run(a, b[:29]) == "checked"  # K differs: the checked run names the operands
+    assert run(a[:0], b) == "checked"  # no rows
+    with pytest.raises(ValueError, match="K differs"):
+        prepared.run(a, b[:29])
+    assert type(prepared.run(np.asmatrix(a), np.asmatrix(b))) is np.ndarray
+    assert len(checked) == 3
 
 
 def test_skinny_m_limit_switches_the_skinny_path():

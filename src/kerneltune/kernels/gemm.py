@@ -381,9 +381,12 @@ def _fast_run(p: PreparedGemm, checked):
     """:meth:`PreparedGemm.run` as a closure: one compiled call for the common case.
 
     Arrays of the element type (C 2-D and used, or absent) go straight to the compiled
-    ``gemm``, which refuses other layouts with a TypeError and leaves the BLAS path and
-    empty or mismatched products to Python with an empty result; everything else takes
-    ``checked(a, b, c)``, whose errors name the operand.
+    ``gemm``, which refuses other layouts with a TypeError, checks the shapes and says
+    which products are the BLAS path's; those go straight to BLAS. Empty or mismatched
+    products, and everything else, take ``checked(a, b, c)``, whose errors name the
+    operand. Through ``checked``, the BLAS path cost 4-5 us of Python a call, as much as
+    BLAS itself takes for a 64 x 64 x 64 FLOAT product: on a processor where BLAS is
+    1.6x faster than the compiled path there, calibration measured the two as tied.
     """
     dtype, compiled = p.dtype, p._gemm
     no_bias, alpha, beta, thresholds = p._no_bias, p._alpha, p._beta, p._thresholds
@@ -393,9 +396,14 @@ def _fast_run(p: PreparedGemm, checked):
         try:
             if a.dtype is dtype and b.dtype is dtype and (
                     c is None or use_bias and c.dtype is dtype):
-                out = compiled(a, b, no_bias if c is None else c, alpha, beta, thresholds)
+                bias = no_bias if c is None else c
+                out = compiled(a, b, bias, alpha, beta, thresholds)
                 if out.size:
                     return out
+                # BLAS's product; numpy.matmul keeps a subclass (np.matrix), the checked
+                # run does not
+                if out.shape[1] and type(a) is np.ndarray and type(b) is np.ndarray:
+                    return p._blas(a, b, bias)
         except (AttributeError, TypeError):
             pass  # not arrays, or not ones the compiled code takes: the checked run says which
         return checked(a, b, c)
