@@ -849,6 +849,21 @@ def test_a_comparison_win_that_holds_is_chosen(effort):
     assert len(result.candidates) == 4
 
 
+def test_a_comparison_counts_every_case_alike_whatever_its_length():
+    """7% faster on the long case and even on the short one: 6.8% of the summed time, 3.7%
+    in the geometric mean of the speedups. The cases' sizes are the callback's choice."""
+    long_case, short_case = {"in use": 1.0, "other": 0.93}, {"in use": 0.1, "other": 0.1}
+    result = _settings_comparison(_context(), [long_case, short_case] * 2)
+    assert result.chosen.label == "in use" and "less than 5%" in result.reason
+    assert [row["speedup"] for row in result.table] == pytest.approx([1.0, (1 / 0.93) ** 0.5])
+
+
+def test_a_comparison_win_on_every_case_is_chosen_whatever_their_lengths():
+    faster = [{"in use": 1.0, "other": 0.9}, {"in use": 0.1, "other": 0.09}]
+    result = _settings_comparison(_context(), faster * 2)
+    assert result.chosen.label == "other" and "1.11x" in result.reason
+
+
 @pytest.mark.parametrize("parallel", [0.5, 1.5])
 def test_a_lone_win_is_noise(parallel):
     """Wins of either side at the start and a step over, never two consecutive: kept."""

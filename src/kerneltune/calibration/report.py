@@ -83,6 +83,7 @@ class CalibrationReport:
     versions: Mapping[str, object]
     stopped_early: str | None = None
     #: explicit comparison: value -> seconds of the workload and speedup over the baseline
+    #: (the geometric mean of the cases')
     comparison: tuple[Mapping[str, object], ...] = field(default=())
     #: what else shaped the timings: environment variables and the thread pools loaded
     environment: Mapping[str, object] = field(default_factory=dict)

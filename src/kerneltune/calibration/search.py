@@ -374,11 +374,23 @@ def _timed(context: CalibrationContext, comparison: Comparison, settings: Sequen
     return totals, per_case
 
 
-def _loss(context: CalibrationContext, totals: Mapping[str, float], per_case: Sequence[Candidate],
-          best: str, baseline: str) -> str | None:
+def _speedup(per_case: Sequence[Candidate], label: str, baseline: str) -> float:
+    """The geometric mean over the cases of the baseline's median over ``label``'s.
+
+    Every case counts alike: summed times let the longest case decide alone (the
+    cases' sizes are the callback's choice, not a workload's weights), and on one
+    processor a Gemm tile set 8-10% faster on large-K products, no faster on
+    squares, beat the default tiles by 5.4% of the sum in one calibration of two.
+    """
+    return math.exp(sum(math.log(c.measurements[baseline].median / c.measurements[label].median)
+                        for c in per_case) / len(per_case))
+
+
+def _loss(context: CalibrationContext, per_case: Sequence[Candidate], best: str,
+          baseline: str) -> str | None:
     """Why ``best`` does not clearly beat ``baseline`` in these measurements (None: it does)."""
     margin = context.options.minimum_margin
-    if totals[best] * (1 + margin) > totals[baseline]:
+    if _speedup(per_case, best, baseline) < 1 + margin:
         return f"it beats the value in use by less than {margin:.0%}"
     slower = [c.case + f" at {c.point}" for c in per_case
               if c.measurements[best].median > c.measurements[baseline].median * (1 + margin)]
@@ -388,8 +400,9 @@ def _loss(context: CalibrationContext, totals: Mapping[str, float], per_case: Se
 def compare_settings(context: CalibrationContext, comparison: Comparison) -> ComparisonResult:
     """Time every setting on every case; the fastest wins if it beats the baseline clearly.
 
-    A setting must beat the baseline by the minimum margin on the sum of
-    medians and be no slower on any case; otherwise the baseline stays. The
+    The fastest has the highest speedup over the baseline (:func:`_speedup`). It
+    must beat the baseline by the minimum margin there and be no slower on any
+    case by the margin; otherwise the baseline stays. The
     winner and the baseline are then measured again on every case
     (:data:`COMPARISON_ROUNDS`), and the win must hold there too: a baseline
     whose samples caught a stalled thread can look several times slower once.
@@ -403,19 +416,19 @@ def compare_settings(context: CalibrationContext, comparison: Comparison) -> Com
             return ComparisonResult(settings[0], f"kept: memory budget of "
                                                  f"{context.options.memory_budget} bytes leaves "
                                                  f"no case to compare")
+        speedups = {s.label: _speedup(per_case, s.label, baseline) for s in settings}
         table = tuple({"label": s.label, "values": dict(s.values), "seconds": totals[s.label],
-                       "speedup": totals[baseline] / totals[s.label] if totals[s.label] else 0.0}
-                      for s in settings)
-        best = min(settings, key=lambda s: totals[s.label])
+                       "speedup": speedups[s.label]} for s in settings)
+        best = max(settings, key=lambda s: speedups[s.label])
         if best.label == baseline:
             return ComparisonResult(best, f"kept: the value in use was fastest over "
                                           f"{len(per_case)} cases", table, tuple(per_case))
-        why = _loss(context, totals, per_case, best.label, baseline)
+        why = _loss(context, per_case, best.label, baseline)
         for _ in range(1, max(COMPARISON_ROUNDS, context.options.level.rounds)):
             if why is not None:
                 break
-            again, repeated = _timed(context, comparison, [settings[0], best], measured)
-            why = _loss(context, again, repeated, best.label, baseline)
+            _, repeated = _timed(context, comparison, [settings[0], best], measured)
+            why = _loss(context, repeated, best.label, baseline)
             if why is not None:
                 why = f"its win did not hold when measured again: {why}"
     except BudgetExhausted as exhausted:
@@ -425,8 +438,8 @@ def compare_settings(context: CalibrationContext, comparison: Comparison) -> Com
     if why is not None:
         return ComparisonResult(settings[0], f"kept: {best.label} was fastest but {why}", table,
                                 tuple(measured))
-    return ComparisonResult(best, f"{best.label} is {totals[baseline] / totals[best.label]:.2f}x "
-                                  f"the value in use over {len(per_case)} cases", table,
+    return ComparisonResult(best, f"{best.label} is {speedups[best.label]:.2f}x the value in use "
+                                  f"over {len(per_case)} cases (geometric mean)", table,
                             tuple(measured))
 
 
