@@ -19,9 +19,10 @@ code) and its thread count, 0 on the BLAS path (the BLAS library's threads), and
 one crossing from Python: it decides, makes the output, computes and returns it; where
 Python must act instead it returns an empty array: ``(0, 1)`` for a product of checked
 operands on the BLAS path, which Python hands to BLAS without checking them again,
-``(0, 0)`` for the rest (an empty product, mismatched shapes or bias). A small product costs mostly its call: an output made here costs 0.2 us
-less than one that numpy makes and the call converts, each argument costs about 0.02 us,
-and the same decision in Python 0.2 us (an 8 x 8 x 8 product takes 0.2 us in all).
+``(0, 0)`` for the rest (an empty product, mismatched shapes or bias). A small product
+costs mostly its call: an output made here costs 0.2 us less than one that numpy makes
+and the call converts, each argument costs about 0.02 us, and the same decision in
+Python 0.2 us (an 8 x 8 x 8 product takes 0.2 us in all).
 
 ``a`` is ``(M, K)`` (``(K, M)`` when ``trans_a``), ``b`` is ``(K, N)`` (``(N, K)`` when
 ``trans_b``) and ``out`` is ``(M, N)``, written entirely (its previous content is never read).
