@@ -158,7 +158,7 @@ def _span(a, b, out, ao, bo, oo, start, stop, a_step, b_step, op):
     expression (see :func:`_run`): gcc assumes that a store of a one-byte type
     (INT8, UINT8) may change any array reachable from the OpenMP region, data
     pointers included, so through the shared arrays it reloaded the pointers
-    after every element and kept those loops scalar (25x numpy's time); a
+    after every element and kept those loops scalar; a
     thread's own view keeps them in registers. No view per row: each touches
     the shared array's reference count, an atomic in OpenMP builds, which made
     many short rows slower on two threads than on one. ``max(0, offset)`` lets
@@ -206,7 +206,7 @@ def _run(a, b, out, a_offsets, b_offsets, inner, a_step, b_step, nthreads, op):
                 _span(a[:], b[:], out[:], ao, bo, 0, c * chunk, min(inner, c * chunk + chunk),
                       a_step, b_step, op)
         else:
-            # no OpenMP region for one thread: entering one costs about 0.45 us
+            # no OpenMP region for one thread: entering one costs more than a small call
             _span(a[:], b[:], out[:], ao, bo, 0, 0, inner, a_step, b_step, op)
     else:
         nthreads = max(1, min(nthreads, rows))
@@ -255,7 +255,7 @@ def _float_quotient(x, y, whole):
 
 def _idiv16(x, y):
     # every quotient of 16-bit operands fits int32, whose conversion AVX2 vectorises too
-    # (int64's needs AVX-512): 3.2x faster on x86_64_v3
+    # (int64's needs AVX-512), so this vectorises on x86_64_v3 as well
     return _float_quotient(x, y, np.int32)
 
 

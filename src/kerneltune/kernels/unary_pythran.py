@@ -72,8 +72,7 @@ def _run(x, out, nthreads, block_op):
         for c in range(nthreads):
             _chunk(x, out, c * chunk, min(n, c * chunk + chunk), block_op)
     else:
-        # No OpenMP region for one thread: entering one costs about 0.45 us, more than
-        # Abs on 1000 elements.
+        # No OpenMP region for one thread: entering one costs more than a small call's work.
         _chunk(x, out, 0, n, block_op)
     return nthreads
 
@@ -112,9 +111,8 @@ def _logf(x, out):
 def _log(x, out):
     """xsimd's float64 log is wrong for subnormal inputs, libm's is not: those are redone.
 
-    They are counted first, in a loop that vectorises; the loop that redoes
-    them branches per element and, run on every block, took 40% of a float64
-    block's time (60% of a float32 one's, before float32 stopped running it).
+    They are counted first, in a loop that vectorises, so that the loop that
+    redoes them, which branches per element, runs only on blocks holding one.
     float32 needs none of it (``_logf``): its subnormals are right.
     """
     out[:] = np.log(x)
@@ -132,10 +130,9 @@ def _sqrt(x, out):
 
 
 def _sigmoid(x, out):
-    # One fused expression, vectorised through the reciprocal: as ``1 / (1 + np.exp(-x))``
-    # (ones of either type) it is evaluated element by element, 10x slower. Two passes
-    # through a scratch block, exp then the division, gave the same bits and took 20%
-    # longer at 1.6e7 elements on two threads.
+    # One fused expression, vectorised through the reciprocal: written as
+    # ``1 / (1 + np.exp(-x))`` it is evaluated element by element, and two passes through
+    # a scratch block (exp, then the division) are slower for the same bits.
     out[:] = np.reciprocal(np.float32(1) + np.exp(-x))
 
 
@@ -147,9 +144,9 @@ def _tanhf(x, out):
     """tanh on float32 by two rational approximations, selected per lane.
 
     xsimd's float tanh evaluates exp, a polynomial and a division for every lane
-    and selects; this took 0.72x its time (8192 elements in cache, one run) and
-    is within 1 ulp of the correctly rounded result for every float32 (each was
-    checked when the coefficients were set; the tests sample every binade).
+    and selects; this costs less and is within 1 ulp of the correctly rounded
+    result for every float32 (each was checked when the coefficients were set;
+    the tests sample every binade).
     With ``a = |x|`` (tanh rounds to 1 from about 9.01):
 
     - ``a < 1``: ``tanh(a) = a - a**3 * h(a*a)``, ``h`` a (2, 1) rational;
@@ -169,16 +166,13 @@ def _tanhf(x, out):
     ``R``'s remaining factor becomes the large branch's scale, and ``h``'s
     numerator is negated so the small branch's scale is ``a**3`` itself. (A
     monic numerator of ``h`` too would save one more copy, at 2 ulp.) The
-    coefficients are rounded to float32 after scaling; 8% less time than the
-    unscaled ones.
+    coefficients are rounded to float32 after scaling.
 
     A plain loop, which the C++ compiler vectorises by computing both branches and
     selecting (the quotient of the selected terms becomes one division per branch).
-    Every select tests ``a < 1``, so one comparison serves them all (1% less
-    time than testing ``a >= 1`` for some). Only the large branch clamps, and NaN
-    goes there: it fails ``a < 1``, and ``min`` keeps it (``9.1 < NaN`` is false),
-    so it stays NaN and nothing else guards it; clamping ``a`` for both branches
-    cost 6%.
+    Every select tests ``a < 1``, so one comparison serves them all. Only the
+    large branch clamps, and NaN goes there: it fails ``a < 1``, and ``min`` keeps
+    it (``9.1 < NaN`` is false), so it stays NaN and nothing else guards it.
     Pythran divides scalars in double; the float32 cast of the quotient lets the
     compiler narrow that back to a float32 division, which gives the same bits.
     """
@@ -275,5 +269,5 @@ def tanhf(x, out, nthreads):
 
 def not_(x, out, nthreads):
     # On the bytes of the booleans: gcc leaves ``not`` on bool (or ``!=`` against a
-    # constant) a byte loop at 15x numpy's time, and vectorises the exclusive or of uint8.
+    # constant) a scalar byte loop, and vectorises the exclusive or of uint8.
     return _run(x.view(np.uint8), out.view(np.uint8), nthreads, _flip)
