@@ -8,12 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kerneltune.cpu import (
-    CpuDescriptor,
-    CpuExecutionDescriptor,
-    detect_cpu_descriptor,
-    get_cpu_descriptor,
-)
+from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
+from kerneltune.detect import detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import KernelTuningError
 from kerneltune.kernels.variants import select_variant
 from kerneltune.schema import KernelTuningKey, tunable

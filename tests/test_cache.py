@@ -31,7 +31,7 @@ from kerneltune.cache import (
     remove_kernel_tuning_cache,
     update_kernel_tuning_cache,
 )
-from kerneltune.cpu import current_execution
+from kerneltune.detect import current_execution
 from kerneltune.errors import TuningValidationError
 from kerneltune.kernels import library, register_library
 from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry

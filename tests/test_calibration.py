@@ -48,7 +48,7 @@ from kerneltune.calibration import (
 )
 from kerneltune.calibration.context import CalibrationContext
 from kerneltune.calibration.measure import Deadline, Measurement, measure
-from kerneltune.cpu import current_execution
+from kerneltune.detect import current_execution
 
 CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 needs_two_cpus = pytest.mark.skipif(CPUS < 2, reason="needs two CPUs")

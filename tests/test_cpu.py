@@ -13,15 +13,9 @@ import pytest
 import yaml
 
 from conftest import CPUS, FIXTURES, detect, expected_of
-from kerneltune.cpu import (
-    CpuDescriptor,
-    CpuExecutionDescriptor,
-    current_execution,
-    detect_cpu_descriptor,
-    dump_cpu_descriptor,
-    get_cpu_descriptor,
-    load_cpu_descriptor,
-)
+from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
+from kerneltune.cpu_files import dump_cpu_descriptor, load_cpu_descriptor
+from kerneltune.detect import current_execution, detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import CpuDescriptorError
 
 MASKED_VM = "amd_epyc_vm_masked"
@@ -220,7 +214,7 @@ def run_python(code: str, **environment: str) -> subprocess.CompletedProcess[str
 
 
 PRINT_DESCRIPTOR = (
-    "import json; from kerneltune.cpu import get_cpu_descriptor; "
+    "import json; from kerneltune.detect import get_cpu_descriptor; "
     "print(json.dumps(get_cpu_descriptor().to_dict()))"
 )
 

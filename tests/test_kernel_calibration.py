@@ -23,7 +23,7 @@ from kerneltune.calibration.context import CalibrationContext
 from kerneltune.calibration.measure import Deadline, Measurement
 from kerneltune.calibration.report import Decision
 from kerneltune.cli import UNSTEADY
-from kerneltune.cpu import current_execution
+from kerneltune.detect import current_execution
 from kerneltune.kernels import LIBRARY, library, register_library
 from kerneltune.kernels.calibrate import (
     NR,

@@ -9,7 +9,7 @@ import pytest
 from conftest import ToyConfig, execution
 from kerneltune.cache import inspect_kernel_tuning_cache, update_kernel_tuning_cache
 from kerneltune.calibration import CalibrationOptions, register_kernel_calibration_function
-from kerneltune.cpu import current_execution
+from kerneltune.detect import current_execution
 from kerneltune.errors import TuningValidationError, UnknownKernelError
 from kerneltune.parameters import (
     apply_kernel_tuning_updates,

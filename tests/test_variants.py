@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, detect, host_can_run
-from kerneltune.cpu import CpuDescriptor, detect_cpu_descriptor, get_cpu_descriptor
+from kerneltune.cpu import CpuDescriptor
+from kerneltune.detect import detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import KernelTuningError, UnknownKernelError
 from kerneltune.kernels.variants import (
     BASELINE,

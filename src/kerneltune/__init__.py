@@ -3,10 +3,16 @@
 Every tunable value of a kernel has a compiled portable default; profiles bound
 to processor selectors, calibrated execution profiles and session overrides
 replace it where they apply. This module re-exports the public API; see
-DESIGN.md for the contract and README.md for a tour.
+docs/design.md for the contract and README.md for a tour.
+
+Sessions and calibration are reached from here too (``kerneltune.RuntimeSession``,
+``kerneltune.calibrate_registered_kernels``), but loaded only when first used:
+``import kerneltune`` stays as light as the registry and the cache.
 """
 
 from __future__ import annotations
+
+import importlib
 
 from .cache import (
     CacheEntry,
@@ -21,15 +27,9 @@ from .cache import (
     remove_kernel_tuning_cache,
     update_kernel_tuning_cache,
 )
-from .cpu import (
-    CpuDescriptor,
-    CpuExecutionDescriptor,
-    current_execution,
-    detect_cpu_descriptor,
-    dump_cpu_descriptor,
-    get_cpu_descriptor,
-    load_cpu_descriptor,
-)
+from .cpu import CpuDescriptor, CpuExecutionDescriptor
+from .cpu_files import dump_cpu_descriptor, load_cpu_descriptor
+from .detect import current_execution, detect_cpu_descriptor, get_cpu_descriptor
 from .errors import (
     AmbiguousProfileError,
     CalibrationError,
@@ -78,8 +78,7 @@ from .schema import (
 )
 from .selectors import CpuSelector, Tier
 from .startup import StartupReport, initialise
-
-__version__ = "0.1.0"
+from .version import __version__
 
 _STARTUP = initialise(default_registry)
 
@@ -88,10 +87,34 @@ def startup_report() -> StartupReport:
     """What ``import kerneltune`` registered, and every problem it met (it never raises)."""
     return _STARTUP
 
+
+#: public names whose modules load on first use: name -> module below this package
+_LAZY = {
+    "RuntimeSession": "runtime.session",
+    "CalibrationOptions": "calibration.options",
+    "calibrate_registered_kernels": "calibration.batch",
+    "randn_tensor": "calibration.tensors",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "ELEMENT_TYPES",
     "AccessCounts",
     "AmbiguousProfileError",
+    "CalibrationOptions",
     "CacheEntry",
     "CacheInspection",
     "CacheLoadReport",
@@ -116,6 +139,7 @@ __all__ = [
     "RejectedCandidate",
     "StartupReport",
     "Resolution",
+    "RuntimeSession",
     "Tier",
     "TuningParameter",
     "TuningSnapshot",
@@ -127,6 +151,7 @@ __all__ = [
     "__version__",
     "access_counts",
     "apply_kernel_tuning_updates",
+    "calibrate_registered_kernels",
     "current_execution",
     "default_kernel_tuning_cache_path",
     "default_registry",
@@ -140,6 +165,7 @@ __all__ = [
     "load_cpu_descriptor",
     "load_kernel_tuning_cache",
     "propose_kernel_tuning_updates",
+    "randn_tensor",
     "register_kernel_tuning_profile",
     "register_kernel_tuning_profiles",
     "register_kernel_tuning_schema",

@@ -54,12 +54,14 @@ import filelock
 import platformdirs
 import yaml
 
-from .cpu import CpuExecutionDescriptor, current_execution
+from .cpu import CpuExecutionDescriptor
+from .detect import current_execution
 from .errors import CpuDescriptorError, Problem, TuningValidationError
 from .files import write_atomically
+from .keyfilter import KeyFilter
 from .registry import KernelTuningProfile, KernelTuningRegistry, TuningSnapshot, default_registry
 from .schema import KernelTuningKey, TuningValue
-from .selection import KernelSelection
+from .version import __version__
 
 FORMAT = "kerneltune-kernel-tuning-cache"
 SCHEMA_VERSION = 1
@@ -550,7 +552,7 @@ def _registered_abis(snapshot: TuningSnapshot) -> dict[tuple, list[int]]:
 
 
 def classify_entries(
-    entries: Iterable[CacheEntry], selection: KernelSelection, execution: CpuExecutionDescriptor,
+    entries: Iterable[CacheEntry], selection: KeyFilter, execution: CpuExecutionDescriptor,
     snapshot: TuningSnapshot, file: str | None, *, all_thread_counts: bool = True,
     validate: bool = True,
 ) -> ClassifiedEntries:
@@ -641,7 +643,7 @@ def load_kernel_tuning_cache(
     fails leaves its key's previous values and is reported with the reason.
     Only a bad selection argument raises.
     """
-    selection = KernelSelection.of(library, kernels, implementations, element_types, device)
+    selection = KeyFilter.of(library, kernels, implementations, element_types, device)
     target = cache_path(path)
     if target is None:
         return CacheLoadReport("disabled", None)
@@ -689,7 +691,7 @@ def _publish(entries: tuple[CacheEntry, ...], origin: str, snapshot: TuningSnaps
     return tuple(valid), invalid
 
 
-def _selected(entry: RejectedCacheEntry, selection: KernelSelection) -> bool:
+def _selected(entry: RejectedCacheEntry, selection: KeyFilter) -> bool:
     """An entry whose key could not be read is reported whatever the selection."""
     return entry.key is None or selection.matches(entry.key)
 
@@ -705,8 +707,6 @@ def entries_from_profiles(profiles: Iterable[KernelTuningProfile], source: str,
     profile, an unregistered key, an invalid value, two profiles for one key
     and execution) so that nothing is written from a bad batch.
     """
-    from . import __version__
-
     registered = set(snapshot.keys())
     entries, problems, slots = [], [], {}
     for index, profile in enumerate(profiles):

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from . import __version__
-from .cpu import FILE_FORMAT, SCHEMA_VERSION, current_execution, detect_cpu_descriptor
+from .cpu_files import FILE_FORMAT, SCHEMA_VERSION
+from .detect import current_execution, detect_cpu_descriptor
 from .errors import KernelTuningError
 from .files import write_atomically
+from .version import __version__
 
 if TYPE_CHECKING:
     from .calibration import Steadiness

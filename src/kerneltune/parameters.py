@@ -32,11 +32,12 @@ from .calibration import (
     calibrate_kernel_thresholds,
     is_calibratable,
 )
-from .cpu import CpuExecutionDescriptor, current_execution
+from .cpu import CpuExecutionDescriptor
+from .detect import current_execution
 from .errors import Problem, TuningValidationError, UnknownKernelError
+from .keyfilter import KeyFilter
 from .registry import KernelTuningProfile, KernelTuningRegistry, TuningSource, default_registry
 from .schema import KernelTuningKey, TuningValue, element_type_name, element_type_number
-from .selection import KernelSelection
 
 PathLike = str | os.PathLike[str]
 
@@ -102,7 +103,7 @@ def kernel_tuning_parameters(
     Reads the cache without publishing anything, so what it lists as cached
     may differ from what is active until the cache is loaded.
     """
-    selection = KernelSelection.of(library, kernel or (), implementation or (),
+    selection = KeyFilter.of(library, kernel or (), implementation or (),
                                    () if element_type is None else element_type)
     execution = execution or current_execution()
     inspection = inspect_kernel_tuning_cache(path)
@@ -224,7 +225,7 @@ def propose_kernel_tuning_updates(
     registry: KernelTuningRegistry = default_registry,
 ) -> KernelTuningProposal:
     """Read-only: a key is covered when the cache holds a valid entry for exactly this execution."""
-    selection = KernelSelection.of(library, kernels, implementations, element_types, device)
+    selection = KeyFilter.of(library, kernels, implementations, element_types, device)
     execution = execution or current_execution()
     inspection = inspect_kernel_tuning_cache(path)
     snapshot = registry.snapshot()

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
+from .checks import is_int
 from .errors import Problem, TuningValidationError
 
 TuningValue = Union[int, float, bool, str]  # noqa: UP007 - a runtime alias, also used in isinstance
@@ -114,10 +115,6 @@ def element_type_name(element_type: object) -> str:
     return _ELEMENT_TYPE_NAMES[element_type_number(element_type)]
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class KernelTuningKey:
     """The exact identity a schema, a profile and a cache entry are bound to.
@@ -139,7 +136,7 @@ class KernelTuningKey:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 problems.append(Problem(name, f"expected a non-empty string, got {value!r}"))
-        if not _is_int(self.tuning_abi) or self.tuning_abi <= 0:
+        if not is_int(self.tuning_abi) or self.tuning_abi <= 0:
             problems.append(
                 Problem("tuning_abi", f"expected an integer > 0, got {self.tuning_abi!r}"))
         try:
@@ -234,7 +231,7 @@ class TuningParameter:
                 return None, f"expected a bool, got {_kind(value)} {value!r}"
             converted: TuningValue = value
         elif self.type is int:
-            if not _is_int(value):
+            if not is_int(value):
                 return None, f"expected an integer, got {_kind(value)} {value!r}"
             converted = int(value)  # type: ignore[arg-type]
             if not _INT64_MIN <= converted <= _INT64_MAX:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 import archspec.cpu
 
 from . import names
+from .checks import is_int
 from .errors import Problem, TuningValidationError
 
 
@@ -33,10 +34,6 @@ class Tier(enum.IntEnum):
     @property
     def label(self) -> str:
         return self.name.lower()
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -71,7 +68,7 @@ class CpuSelector:
         set_("models", _models(self.models, problems))
         for name, lowest in (("family", 0), ("minimum_threads", 1), ("maximum_threads", 1)):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < lowest):
+            if value is not None and (not is_int(value) or value < lowest):
                 problems.append(Problem(name, f"expected an integer >= {lowest}, got {value!r}"))
         problems += self._consistency_problems(field_problems=bool(problems))
         if problems:
@@ -87,7 +84,7 @@ class CpuSelector:
             problems.append(Problem("excluded_features",
                                     f"{', '.join(sorted(both))} both required and excluded"))
         low, high = self.minimum_threads, self.maximum_threads
-        if _is_int(low) and _is_int(high) and low > high:
+        if is_int(low) and is_int(high) and low > high:
             problems.append(Problem("maximum_threads", f"{self.maximum_threads} is below "
                                                        f"minimum_threads {self.minimum_threads}"))
         if self.models and (self.vendor is None or self.family is None):
@@ -284,7 +281,7 @@ def _models(value, problems) -> tuple[int, ...]:
         problems.append(Problem("models", "expected a list of model numbers"))
         return ()
     items = list(value)
-    bad = [m for m in items if not _is_int(m) or m < 0]
+    bad = [m for m in items if not is_int(m) or m < 0]
     if bad:
         problems.append(Problem("models", f"not model numbers: {bad!r}"))
         return ()

@@ -22,11 +22,13 @@ from typing import Any
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from ..cpu import CpuExecutionDescriptor, current_execution
+from ..cpu import CpuExecutionDescriptor
+from ..detect import current_execution
 from ..errors import CalibrationError, Problem, TuningValidationError
+from ..keyfilter import KeyFilter
 from ..registry import KernelTuningProfile, KernelTuningRegistry, TuningSnapshot, default_registry
 from ..schema import KernelTuningKey
-from ..selection import KernelSelection
+from ..version import __version__
 from .context import CalibrationContext, Tolerance
 from .measure import Deadline
 from .options import CalibrationOptions
@@ -148,8 +150,6 @@ def spinning_blas_warning(threads: int) -> str | None:
 
 
 def _versions(key: KernelTuningKey) -> dict[str, object]:
-    from .. import __version__
-
     return {"kerneltune": __version__, "library": key.library,
             "implementation": key.implementation, "tuning_abi": key.tuning_abi}
 
@@ -417,7 +417,7 @@ def calibrate_registered_kernels(
     ``only_missing``, keys that already have a calibrated profile for this
     execution (this processor and thread count) are skipped.
     """
-    selection = KernelSelection.of(library, kernels, implementations, element_types, device)
+    selection = KeyFilter.of(library, kernels, implementations, element_types, device)
     keys = filter(selection.matches, registry.snapshot().keys())
     return calibrate_kernel_thresholds(keys, options, registry=registry,
                                        only_missing=only_missing)

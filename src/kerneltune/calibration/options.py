@@ -11,6 +11,7 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..checks import is_int, is_positive_number
 from ..errors import Problem, TuningValidationError
 from ..schema import TuningValue
 
@@ -51,15 +52,6 @@ EFFORTS: Mapping[str, Effort] = types.MappingProxyType({
 })
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_positive_number(value: object) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-            and value == value and value != float("inf"))
-
-
 @dataclass(frozen=True)
 class CalibrationOptions:
     """Budgets and measurement settings of one calibration run.
@@ -89,26 +81,26 @@ class CalibrationOptions:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             problems.append(Problem("threads", f"expected an int >= 1, got {self.threads!r}"))
         if self.effort not in EFFORTS:
             problems.append(Problem("effort", f"expected one of {', '.join(EFFORTS)}, got "
                                               f"{self.effort!r}"))
         for name in ("time_budget_per_key", "time_budget"):
             value = getattr(self, name)
-            if value is not None and not _is_positive_number(value):
+            if value is not None and not is_positive_number(value):
                 problems.append(Problem(name, f"expected seconds > 0, got {value!r}"))
-        if not _is_int(self.memory_budget) or self.memory_budget < 1:
+        if not is_int(self.memory_budget) or self.memory_budget < 1:
             problems.append(Problem("memory_budget",
                                     f"expected bytes >= 1, got {self.memory_budget!r}"))
-        if not _is_positive_number(self.minimum_margin) or self.minimum_margin >= 1:
+        if not is_positive_number(self.minimum_margin) or self.minimum_margin >= 1:
             problems.append(Problem("minimum_margin", f"expected a fraction in (0, 1), got "
                                                       f"{self.minimum_margin!r}"))
-        if self.repetitions is not None and (not _is_int(self.repetitions)
+        if self.repetitions is not None and (not is_int(self.repetitions)
                                              or self.repetitions < 5):
             problems.append(Problem("repetitions", f"expected an int >= 5 (a median needs "
                                                    f"them), got {self.repetitions!r}"))
-        if not _is_int(self.seed) or self.seed < 0:
+        if not is_int(self.seed) or self.seed < 0:
             problems.append(Problem("seed", f"expected an int >= 0, got {self.seed!r}"))
         if self.parameter is not None and (not isinstance(self.parameter, str)
                                            or not self.parameter):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import functools
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 
 from ..errors import KernelTuningError, UnknownKernelError
 from ..schema import KernelTuningKey, KernelTuningSchema, element_type_name, element_type_number
+from ..threads import thread_count
 
 LIBRARY = "kerneltune_cpu"
 #: Bumped when a parameter changes meaning, so cached values of the old meaning go stale.
@@ -72,21 +72,6 @@ def chunked_threads(elements: int, threads: int, alignment: int = CHUNK_ALIGNMEN
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def available_threads() -> int:
-    """The CPUs this process may run on, the default thread budget."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def thread_budget(threads: int | None) -> int:
-    if threads is None:
-        return available_threads()
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-        raise ValueError(f"threads must be an int >= 1, got {threads!r}")
-    return threads
 
 
 def operand(value: object, dtype: np.dtype, name: str) -> np.ndarray:
@@ -179,7 +164,7 @@ class Kernel(abc.ABC):
         elif type(config) is not expected:
             raise KernelTuningError(f"{self.name}: expected a {expected.__name__} config, got "
                                     f"{type(config).__name__}")
-        return self._prepare(number, config, thread_budget(threads), attributes)
+        return self._prepare(number, config, thread_count(threads), attributes)
 
     def run(self, inputs: Sequence[object], config: Any = None, threads: int | None = None,
             **attributes: Any) -> np.ndarray:

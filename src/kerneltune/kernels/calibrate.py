@@ -40,7 +40,7 @@ from ..calibration import (
 )
 from ..calibration.measure import Deadline, measure
 from ..calibration.search import RESOLUTION_OCTAVES
-from ..cpu import get_cpu_descriptor
+from ..detect import get_cpu_descriptor
 from ..dtypes import NUMPY_DTYPES
 from .base import CHUNK_ALIGNMENT, LIBRARY, Kernel
 from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel

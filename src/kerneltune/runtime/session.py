@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..cpu import current_execution
+from ..detect import current_execution
 from ..dtypes import NUMPY_DTYPES
 from ..errors import KernelTuningError, UnknownKernelError
 from ..kernels import library
-from ..kernels.base import thread_budget
 from ..registry import Resolution, TuningSnapshot, default_registry
 from ..schema import KernelTuningKey
 from ..selectors import Tier
+from ..threads import thread_count
 from .model import Signature, prepare_model, read_model
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
@@ -51,7 +51,7 @@ class RuntimeSession:
         *,
         registry=default_registry,
     ):
-        self.threads = thread_budget(threads)
+        self.threads = thread_count(threads)
         self._model = prepare_model(read_model(model), library())
         started = time.perf_counter()
         snapshot = registry.snapshot()

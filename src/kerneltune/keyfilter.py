@@ -1,4 +1,4 @@
-"""Which tuning keys an operation applies to: the one selection type of calibration and cache.
+"""Which tuning keys an operation applies to: the key filter of calibration and the cache.
 
 Calibration, cache loading and the parameter listing all take the same five
 filters. An empty filter selects everything; a non-empty one keeps the keys
@@ -16,7 +16,7 @@ from .schema import KernelTuningKey, element_type_name, element_type_number
 
 
 @dataclass(frozen=True)
-class KernelSelection:
+class KeyFilter:
     library: str | None = None
     kernels: frozenset[str] = frozenset()
     implementations: frozenset[str] = frozenset()
@@ -31,7 +31,7 @@ class KernelSelection:
         implementations: Iterable[str] | str = (),
         element_types: Iterable[object] | object = (),
         device: str | None = None,
-    ) -> KernelSelection:
+    ) -> KeyFilter:
         """Validate and normalise the arguments of the public functions (every problem at once).
 
         A single string is accepted for a one-value filter; element types take
