@@ -1,4 +1,4 @@
-"""Sessions of the build farm, CI and developers (see DESIGN.md, section 1).
+"""Sessions of the build farm, CI and developers (see docs/design.md).
 
 `nox` runs lint and tests; `nox -s tests -- tests/test_build.py -x` forwards pytest arguments.
 `nox -s build` writes the sdist and the wheel to dist/. Both compile every ISA variant of
@@ -118,7 +118,7 @@ def calibrate(session: nox.Session) -> None:
     report = ROOT / "build" / "calibration-report.json"
     report.parent.mkdir(exist_ok=True)
     # OpenBLAS's threads must not spin into the compiled kernels measured after a BLAS call
-    # (README, Threads); the value, read when numpy loads, is the one deployments should use
+    # (docs/kernels.md); the value, read when numpy loads, is the one deployments should use
     timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4")
     session.run("kerneltune", "calibrate", f"--report={report}", *arguments,
                 env={"OPENBLAS_THREAD_TIMEOUT": timeout})
