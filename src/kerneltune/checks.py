@@ -17,10 +17,10 @@ def is_int(value: object) -> bool:
 
 def is_count(value: object, minimum: int = 0) -> bool:
     """An integer of at least ``minimum``, not a bool."""
-    return is_int(value) and value >= minimum  # type: ignore[operator]
+    return is_int(value) and bool(value >= minimum)  # type: ignore[operator]
 
 
 def is_positive_number(value: object) -> bool:
     """A finite real number above 0, not a bool."""
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
+            and math.isfinite(value) and bool(value > 0))

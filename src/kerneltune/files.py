@@ -1,8 +1,10 @@
-"""Files written whole or not at all: what the cache and the command line write.
+"""Files written whole or not at all, and the lock that serialises their writers.
 
 A temporary sibling (so ``os.replace`` stays within one filesystem) is written,
 flushed and fsynced, then renamed over the target and the directory fsynced;
-a crash leaves the previous file or the new one, never half of either.
+a crash leaves the previous file or the new one, never half of either. Writers
+of one file take an inter-process lock on its ``.lock`` sibling, re-read the
+file under it and only then write, so no update is lost to a concurrent one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import contextlib
 import os
 import secrets
 from pathlib import Path
+
+import filelock
 
 
 def temporary_sibling(target: Path) -> Path:
@@ -51,3 +55,30 @@ def sync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_lock(target: Path, timeout: float) -> filelock.FileLock:
+    """The inter-process lock of ``target``: its ``.lock`` sibling, never deleted.
+
+    Deleting a lock file that another process waits on would let two writers in.
+    """
+    return filelock.FileLock(str(target) + ".lock", timeout=timeout)
+
+
+def remove_stray_temporaries(target: Path) -> int:
+    """Remove the temporaries of writers that died; call it only under :func:`file_lock`.
+
+    Under the lock no writer is live, so every temporary sibling is a leftover.
+    """
+    prefix = target.name + "."
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                (target.parent / name).unlink()
+                removed += 1
+    return removed

@@ -1,0 +1,77 @@
+"""The top-level surface: lazy names, the version, the shared checks and thread policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kerneltune
+from kerneltune.checks import is_count, is_int, is_positive_number
+from kerneltune.threads import available_threads, thread_count
+
+
+def test_heavy_names_load_on_first_use_only():
+    code = ("import json, sys, kerneltune\n"
+            "before = 'kerneltune.runtime.session' in sys.modules\n"
+            "session = kerneltune.RuntimeSession\n"
+            "print(json.dumps([before, 'kerneltune.runtime.session' in sys.modules,\n"
+            "                  session.__module__, 'RuntimeSession' in dir(kerneltune)]))\n")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout
+    assert json.loads(output) == [False, True, "kerneltune.runtime.session", True]
+
+
+@pytest.mark.parametrize("name", ["RuntimeSession", "calibrate_registered_kernels",
+                                  "CalibrationOptions", "randn_tensor"])
+def test_lazy_names_are_the_modules_own_objects(name):
+    from kerneltune import calibration, runtime
+
+    home = runtime if name == "RuntimeSession" else calibration
+    assert getattr(kerneltune, name) is getattr(home, name) and name in kerneltune.__all__
+
+
+def test_an_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = kerneltune.no_such_name
+
+
+def test_the_version_is_the_one_in_the_version_file():
+    from importlib import resources
+
+    text = resources.files("kerneltune").joinpath("VERSION").read_text().strip()
+    assert kerneltune.__version__ == text and kerneltune.version.__version__ == text
+
+
+@pytest.mark.parametrize(("value", "integer", "count1", "positive"), [
+    (3, True, True, True), (np.int64(3), True, True, True), (0, True, False, False),
+    (True, False, False, False), (2.5, False, False, True), (float("nan"), False, False, False),
+    (float("inf"), False, False, False), ("3", False, False, False), (-1.0, False, False, False),
+])
+def test_checks_refuse_bools_and_non_finite_numbers(value, integer, count1, positive):
+    assert is_int(value) is integer
+    assert is_count(value, minimum=1) is count1
+    assert is_positive_number(value) is positive
+
+
+def test_the_default_thread_count_is_the_affinity_mask():
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    assert thread_count(None) == available_threads() and (expected in (None,
+                                                                        available_threads()))
+    assert thread_count(np.int32(2)) == 2 and type(thread_count(np.int32(2))) is int
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.0, "2"])
+def test_a_bad_thread_count_is_refused_the_same_way_everywhere(bad):
+    from kerneltune.detect import current_execution
+    from kerneltune.runtime import RuntimeSession
+
+    for call in (thread_count, current_execution):
+        with pytest.raises(ValueError, match="threads must be an int >= 1"):
+            call(bad)
+    with pytest.raises(ValueError, match="threads must be an int >= 1"):
+        RuntimeSession(b"", threads=bad)
