@@ -21,6 +21,7 @@ from .cpu_files import FILE_FORMAT, SCHEMA_VERSION
 from .detect import current_execution, detect_cpu_descriptor
 from .errors import KernelTuningError
 from .files import write_atomically
+from .threads import available_threads
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         thread_counts,
     )
 
-    threads = args.threads or thread_counts(len(current_execution().affinity))
+    threads = args.threads or thread_counts(available_threads())
     if warning := spinning_blas_warning(max(threads)):
         print(f"warning: {warning}")
     reports, unsteady = [], False
@@ -134,6 +135,9 @@ def _print_steadiness(watched: Sequence[Steadiness]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .calibration import EFFORTS, CalibrationOptions
+
+    defaults = CalibrationOptions()
     parser = argparse.ArgumentParser(
         prog="kerneltune", description="Processor-aware tuning of compute-kernel thresholds.")
     parser.add_argument("--version", action="version", version=f"kerneltune {__version__}")
@@ -152,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--threads", type=int, action="append",
                            help="a thread count to calibrate for (repeat for several; default "
                                 "1, 2, 4, ... and the CPUs this process may use)")
-    calibrate.add_argument("--effort", default="normal", choices=("quick", "normal", "thorough"))
+    calibrate.add_argument("--effort", default=defaults.effort, choices=tuple(EFFORTS))
     calibrate.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
     calibrate.add_argument("--element-type", action="append",
                            help="only this element type, e.g. FLOAT (repeatable)")
@@ -162,11 +166,13 @@ def _parser() -> argparse.ArgumentParser:
                            help="skip keys with a calibrated profile for this execution")
     calibrate.add_argument("--time-budget", type=float, help="seconds for each thread count")
     calibrate.add_argument("--time-budget-per-key", type=float, help="seconds per key")
-    calibrate.add_argument("--memory-budget", type=int, default=1 << 30,
-                           help="bytes of inputs and output one case may take")
-    calibrate.add_argument("--margin", type=float, default=0.05,
-                           help="fraction a value must win by to replace the one in use")
-    calibrate.add_argument("--seed", type=int, default=0)
+    calibrate.add_argument("--memory-budget", type=int, default=defaults.memory_budget,
+                           help="bytes of inputs and output one case may take "
+                                "(default: %(default)s)")
+    calibrate.add_argument("--margin", type=float, default=defaults.minimum_margin,
+                           help="fraction a value must win by to replace the one in use "
+                                "(default: %(default)s)")
+    calibrate.add_argument("--seed", type=int, default=defaults.seed)
     calibrate.add_argument("--parameter", help="compare values of this parameter instead of "
                                                "searching (with --values)")
     calibrate.add_argument("--values", nargs="+", help="the values --parameter compares")

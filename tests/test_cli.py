@@ -1,0 +1,30 @@
+"""The command line takes its defaults from the API, never a second copy."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kerneltune.calibration import EFFORTS, CalibrationOptions
+from kerneltune.cli import _parser
+
+
+def test_calibrate_defaults_are_the_calibration_options_defaults():
+    args = _parser().parse_args(["calibrate"])
+    defaults = CalibrationOptions()
+    assert (args.effort, args.memory_budget, args.margin, args.seed) == (
+        defaults.effort, defaults.memory_budget, defaults.minimum_margin, defaults.seed)
+
+
+def test_calibrate_offers_every_effort_of_the_api():
+    action = next(a for a in _parser()._subparsers._group_actions[0].choices["calibrate"]._actions
+                  if a.dest == "effort")
+    assert tuple(action.choices) == tuple(EFFORTS)
+
+
+def test_a_changed_api_default_reaches_the_command_line(monkeypatch):
+    import kerneltune.calibration as calibration
+
+    changed = dataclasses.replace(CalibrationOptions(), minimum_margin=0.125, seed=7)
+    monkeypatch.setattr(calibration, "CalibrationOptions", lambda: changed)
+    args = _parser().parse_args(["calibrate"])
+    assert (args.margin, args.seed) == (0.125, 7)
