@@ -25,7 +25,7 @@ LIBRARY = "kerneltune_cpu"
 #: Bumped when a parameter changes meaning, so cached values of the old meaning go stale.
 #: 2: algorithm.blas_minimum_fmas no longer applies to skinny products.
 #: 3: nor algorithm.skinny_blas_minimum_fmas to one-row products.
-#: 4: the one-byte and boolean kernels, integer Div and Log run 1.4-190x faster, so grains
+#: 4: the one-byte and boolean kernels, integer Div and Log became much faster, so grains
 #:    measured on them before would send calls to two threads that one thread finishes sooner;
 #:    FLOAT16 Abs and Neg convert nothing any more and lose their conversion grain; the skinny
 #:    Gemm path has its own parallel grain, which moves the one-row BLAS crossover.
