@@ -358,7 +358,7 @@ class TuningSnapshot:
         profile: str | None = None,
         profile_digest: str | None = None,
     ) -> Resolution:
-        """The values for ``key`` on ``execution``, by the precedence of DESIGN.md section 4.
+        """The values for ``key`` on ``execution``, by the precedence of docs/design.md.
 
         ``tuning="portable"`` ignores every profile; ``profile`` and
         ``profile_digest`` restrict the candidates to one named profile or one

@@ -21,7 +21,7 @@ from .errors import Problem, TuningValidationError
 
 
 class Tier(enum.IntEnum):
-    """Resolution precedence, highest first: DESIGN.md section 4."""
+    """Resolution precedence, highest first (docs/design.md, Resolution)."""
 
     DEFAULTS = 0
     PORTABLE = 1

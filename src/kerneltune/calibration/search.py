@@ -28,20 +28,15 @@ Run = Callable[..., np.ndarray]
 ABOVE, BELOW, OVERLAP = "above", "below", "overlap"
 
 #: How far apart two calibrations of one key measure its crossover, in octaves of size, unless
-#: a :class:`Crossover` says otherwise. On the 2-CPU virtual machine of the README's figures,
-#: keys measured in the same machine state came out up to half an octave apart on a grid of
-#: two sizes per octave; values that are to repeat need a dead band of twice that. A grid
-#: finer than the band measures no better, and values a step apart on it differ by noise:
-#: normal effort's grid has one size per octave.
+#: a :class:`Crossover` says otherwise: values that are to repeat need a dead band that wide,
+#: and a grid finer than the band measures no better (docs/calibration.md, The resolution
+#: rule), so normal effort's grid has one size per octave.
 RESOLUTION_OCTAVES = 1.0
 #: grid sizes are rounded to the kernels' alignment, so octaves between them are not exact
 _ROUNDING_OCTAVES = 0.1
 #: Independent measurements a comparison's win must hold in, at every effort (more if the
-#: effort's rounds say so). A crossover already needs two consecutive wins; a comparison
-#: measured once decides on one measurement of each setting. At quick effort, three of
-#: eight calibrations of the README's runs moved a Gemm tile set on one such measurement,
-#: each time in one of the two calibrations only, where normal effort, which measures the
-#: win again, kept the default tiles in all ten calibrations of its runs. Measuring again
+#: effort's rounds say so): a crossover already needs two consecutive wins, and a win on
+#: one measurement of each setting does not repeat (docs/calibration.md). Measuring again
 #: costs two settings' time, and only when one seems to beat the value in use.
 COMPARISON_ROUNDS = 2
 
@@ -119,30 +114,18 @@ def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[i
 
     The search starts at the grid size nearest to where the value in use
     switches and moves only on evidence: down while ``above`` keeps winning
-    there (the crossover is then the smallest size of two consecutive wins;
-    a win at the start is confirmed by the next size up, or else by the next
-    one down: where ``above``'s advantage shrinks with size, as the skinny
-    Gemm path's does in FLOAT16 on two threads, a tie just above the start
-    kept a value in use that lost by a fifth below it, in one calibration of
-    two), up while ``below`` keeps winning (from two consecutive wins on; the
-    crossover follows the last two consecutive wins of ``below``, and is
-    taken at the largest size when they reach it: that is as far as the
-    measurements reach, and one step beyond it, where the search once put it,
-    moved values a grid step further than any evidence, two steps from a run
-    whose last size tied). A walk, its first step from the start included, steps
-    over one size that does not confirm: one noisy size next to the start
-    should not decide more than one in the middle of a walk, and the
-    crossover still needs two consecutive wins, or a win of ``below`` at the
-    start, a tie at the next size and a win of ``above`` at the one after
-    (the crossover is then the tie). A measurement whose medians lie a margin
-    apart while their quartiles overlap is taken once more: its spread, not
-    the kernels, made it a tie (one such size, measured 1.43x apart, decided
-    two calibrations' values two grid steps apart). Overlapping measurements at
-    the start keep the value in use: there the value in use switches near
-    the crossover, and looking further on each such key cost a sixth more
-    measurements for no key that repeated better. Each
-    win is measured twice (independently) at normal and thorough effort, so
-    one burst of noise cannot move a threshold.
+    there (the crossover is then the smallest size of two consecutive wins; a
+    win at the start is confirmed by the next size up, or else by the next one
+    down), up while ``below`` keeps winning (the crossover follows the last two
+    consecutive wins of ``below``, and is the largest size when they reach it:
+    as far as the measurements go). A walk, its first step included, steps over
+    one size that does not confirm; the crossover still needs two consecutive
+    wins, or a win of ``below`` at the start, a tie at the next size and a win
+    of ``above`` at the one after (the crossover is then the tie). A tie whose
+    medians lie a margin apart is measured once more, since its spread made it
+    one; a tie at the start keeps the value in use. Each win is measured twice
+    (independently) at normal and thorough effort, so one burst of noise cannot
+    move a threshold. docs/calibration.md gives the reason for each rule.
     """
     if len(problem.sizes) < 2:
         return None, f"the search needs two sizes and its grid has {len(problem.sizes)}", []
@@ -377,10 +360,8 @@ def _timed(context: CalibrationContext, comparison: Comparison, settings: Sequen
 def _speedup(per_case: Sequence[Candidate], label: str, baseline: str) -> float:
     """The geometric mean over the cases of the baseline's median over ``label``'s.
 
-    Every case counts alike: summed times let the longest case decide alone (the
-    cases' sizes are the callback's choice, not a workload's weights), and on one
-    processor a Gemm tile set 8-10% faster on large-K products, no faster on
-    squares, beat the default tiles by 5.4% of the sum in one calibration of two.
+    Every case counts alike: summed times let the longest case decide alone, and the
+    cases' sizes are the callback's choice, not a workload's weights.
     """
     return math.exp(sum(math.log(c.measurements[baseline].median / c.measurements[label].median)
                         for c in per_case) / len(per_case))

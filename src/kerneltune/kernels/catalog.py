@@ -3,8 +3,8 @@
 Data, not code: adding an element type to an operator is one entry here plus
 its ``# pythran export`` line. FLOAT16 is served wherever FLOAT is (widened to
 float32 and narrowed back) unless it is listed: a function listed for FLOAT16
-takes its bit patterns as ``uint16`` (Abs and Neg touch only the sign bit, 8x
-faster than a round trip through float32).
+takes its bit patterns as ``uint16`` (Abs and Neg touch only the sign bit, as
+numpy does, instead of a round trip through float32).
 """
 
 from __future__ import annotations
@@ -55,26 +55,16 @@ BINARY = {
 DEFAULT_GRAIN = 32768
 
 #: element type -> portable grain of every operator on it, where an add on it crosses
-#: over elsewhere: an element of one byte moves a quarter of what a float does, and
-#: two-thread calibrations on x86_64_v4 measured one-byte crossovers at 65536 elements
-#: per thread (equal shapes: Abs, Neg and Relu INT8, Not BOOL) to 131072 (broadcasts:
-#: Greater, Less, Min, Max and Sub on INT8 and UINT8, And, Or and Xor on BOOL), two octaves
-#: above 32768, on the edge of the band calibration keeps around a grain (one calibration
-#: of two kept 32768 for Greater INT8's broadcasts where the other set 131072).
+#: over elsewhere: an element of one byte moves a quarter of what a float does, so its
+#: crossovers lie two octaves above 32768, on the edge of the band calibration keeps
+#: around a grain (docs/kernels.md, Portable grains).
 ELEMENT_GRAINS = {"INT8": 65536, "UINT8": 65536, "BOOL": 65536}
 
 #: operator -> {portable grain: element types}, over ``ELEMENT_GRAINS``, where an element
-#: costs many adds (integer division on one byte too: 8192 measured; powers,
-#: 64-bit integer division, double-precision transcendentals): the serial loop is slower,
-#: so parallel pays off on fewer elements. Each grain is four times the median crossover
-#: that two-thread calibrations measured on x86_64_v4 (30 calibrations; Pow FLOAT and
-#: DOUBLE 512 elements per thread, 64-bit Div and integer Pow 1024, Log, Sigmoid and Tanh
-#: DOUBLE and Pow FLOAT16 2048, Exp and Sqrt DOUBLE and Tanh FLOAT 4096, against 16384-65536
-#: for an add), as calibration keeps a value two octaves above the crossover it measures:
-#: a machine whose threads cost up to four times as many elements to start still crosses
-#: over at or below these grains. From a grain this close to the crossover, a calibration
-#: that cannot tell the two sides apart (in a neighbour's slow spell) keeps a value within
-#: a grid step of the one it measures otherwise; from 32768 it kept one three steps away.
+#: costs many adds (powers, 64-bit integer division, double-precision transcendentals,
+#: division on one byte), so parallel pays off on fewer elements: each grain is four
+#: times the median two-thread crossover measured on x86_64_v4, as calibration keeps a
+#: value up to two octaves above the crossover it measures (docs/kernels.md).
 GRAINS = {
     "Pow": {2048: FLOATS, 4096: ("INT32", "INT64"), 8192: ("FLOAT16",)},
     "Div": {4096: ("INT64", "UINT64"), 32768: ("INT8", "UINT8")},
@@ -86,12 +76,8 @@ GRAINS = {
 }
 
 #: operator -> {portable grain: element types} of ``parallel.broadcast_minimum_elements``
-#: where broadcasts cross over two octaves or more from the operator's equal shapes; it is
-#: the operator's grain elsewhere. Pow FLOAT16, four times its median crossover as above:
-#: over 16 two-thread calibrations on x86_64_v4 its broadcasts crossed over at 1024
-#: elements per thread in 11 (512 in two, 2048 and 4096 in one each) where its equal
-#: shapes crossed over at 2048; from the operator's 8192, the calibrations that measured
-#: 512 and the ones that kept 8192 on a tie were two steps apart.
+#: where broadcasts cross over two octaves or more from the operator's equal shapes (four
+#: times their median crossover, as above); it is the operator's grain elsewhere.
 BROADCAST_GRAINS = {"Pow": {4096: ("FLOAT16",)}}
 
 #: operators whose output is BOOL whatever the input type

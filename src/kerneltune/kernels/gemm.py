@@ -384,9 +384,8 @@ def _fast_run(p: PreparedGemm, checked):
     ``gemm``, which refuses other layouts with a TypeError, checks the shapes and says
     which products are the BLAS path's; those go straight to BLAS. Empty or mismatched
     products, and everything else, take ``checked(a, b, c)``, whose errors name the
-    operand. Through ``checked``, the BLAS path cost 4-5 us of Python a call, as much as
-    BLAS itself takes for a 64 x 64 x 64 FLOAT product: on a processor where BLAS is
-    1.6x faster than the compiled path there, calibration measured the two as tied.
+    operand. Through ``checked``, the BLAS path cost as much Python a call as BLAS takes
+    for a small product, enough to hide a faster BLAS from calibration.
     """
     dtype, compiled = p.dtype, p._gemm
     no_bias, alpha, beta, thresholds = p._no_bias, p._alpha, p._beta, p._thresholds

@@ -1,6 +1,6 @@
 """Output arrays whose large buffers are recycled once their owner lets go.
 
-A fresh 64 MB output costs the kernel as much as the kernel itself: the C
+A fresh large output costs as much as the kernel that fills it: the C
 library maps new pages for large allocations (glibc does so above its mmap
 threshold, which it raises to at most 32 MiB as blocks are freed), and the
 operating system faults and zeroes each page on first touch. onnxruntime's
@@ -134,7 +134,7 @@ def empty(shape: tuple[int, ...], dtype: np.dtype, aligned: bool = False) -> np.
     """``np.empty(shape, dtype)``, from a recycled block when the array is large.
 
     Recycled blocks start on a cache line (:func:`aligned_empty`); ``aligned`` places smaller
-    arrays there too, for about 2 us more: for an operand that a product reads in
+    arrays there too, at a small cost per array: for an operand that a product reads in
     place (:mod:`kerneltune.aligned` says why).
     """
     if not isinstance(dtype, np.dtype):
