@@ -56,31 +56,16 @@ BROADCAST_COLUMNS = 256
 POSITIVE_INPUTS = frozenset({"Log", "Sqrt", "Pow"})
 #: How far apart, in octaves of size, two calibrations measure the serial/parallel
 #: crossover of an elementwise loop (the crossover's ``resolution``): it moves with the
-#: machine's parallel speed. In two 2-thread calibrations on the 2-CPU virtual machine of the
-#: README's figures, 14 of 305 grain decisions differed, each by a crossover measured a grid
-#: step (an octave) apart on the edge of a one-octave band, kept in one run and moved in the
-#: other. Of the 207 crossovers measured, 147 lay within an octave of the value in use, 39
-#: two octaves and 4 three octaves away, so a band of two octaves has far fewer on its edge:
-#: decided with it, the same measurements differed in 5 decisions.
+#: machine's parallel speed, and a band of one octave left many decisions on its edge
+#: (docs/calibration.md, The resolution rule).
 GRAIN_RESOLUTION_OCTAVES = 2.0
 #: How far apart, in octaves of N, two calibrations measure where BLAS starts to beat the
 #: compiled path on one-row products (1 x N x N): BLAS's speed there is drawn per process.
-#: On 1 x 1024 x 1024 FLOAT with 2 threads (OPENBLAS_THREAD_TIMEOUT=4) it took 67-82 us in
-#: four fresh processes and 168-198 us in two, the compiled path 58-75 us in all six.
-#: 32 two-thread calibrations measured the crossover from N = 512 to 4096; with a band of
-#: one octave, two pairs of calibrations differed by two grid steps (one kept 512, the
-#: other set 2048), where a band of two octaves keeps them within one.
 VECTOR_BLAS_RESOLUTION_OCTAVES = 2.0
 #: How far apart, in octaves of rows, two calibrations on more than one thread measure the
 #: skinny path's row limit: the blocked path it races runs at a speed drawn per process
-#: there. On 16 x 512 x 512 FLOAT16 with 2 threads it took 117-154 us in seven fresh
-#: processes of twelve and 174-176 us in four (FLOAT, B packed: 75-79 us in three of twelve,
-#: 95-120 us in nine), the skinny path 123-164 us; two calibrations measured the FLOAT16
-#: crossover at 4 rows and above 64. On one thread (FLOAT16 blocked: 177-180 us in seven
-#: processes of eight) the crossover repeats within an octave. Those figures predate FLOAT's
-#: accumulators on a cache line (src/aligned_malloc.cpp); since, in ten fresh processes
-#: with varied heaps, the blocked path took 114-129 us there and won by 5-8% at 4 and 16
-#: rows, and the band stays until calibrations without it are shown to repeat.
+#: there (on one thread the crossover repeats within an octave). The band stays until
+#: calibrations without it are shown to repeat.
 SKINNY_PARALLEL_RESOLUTION_OCTAVES = 2.0
 
 PARALLEL_MINIMUM = "parallel.minimum_elements"
@@ -320,9 +305,8 @@ def whole_block_grid(low: int, high: int, steps_per_octave: int) -> list[int]:
 
     The compiled path runs a block narrower than ``NR`` columns in a loop of
     variable length, which gcc vectorises worse: on a plain grid (181, 362)
-    its speed zig-zags from one size to the next (it tied BLAS at 181 and 362
-    between wins of a quarter at 128, 256 and 512), and a crossover that
-    needs two consecutive wins stopped at the first awkward size.
+    its speed zig-zags from one size to the next, and a crossover that needs
+    two consecutive wins stopped at the first awkward size.
     """
     return ([s for s in geometric_grid(low, high, steps_per_octave) if s < NR]
             + geometric_grid(max(low, NR), high, steps_per_octave, NR))
@@ -334,7 +318,7 @@ def _rows_below(rows: Sequence[int], blocked_from: int) -> int:
 
     A limit on the grid (the default, 8, is one) keeps every value the search decides on
     it, so two calibrations a grid step apart differ by one step; ``blocked_from - 1``, the
-    largest limit the measurements allow, put 15 beside a kept 8.
+    largest limit the measurements allow, would lie off the grid beside a kept default.
     """
     return max((m for m in rows if m < blocked_from), default=0)
 
@@ -442,8 +426,7 @@ class GemmCalibration(KernelCalibration):
         Tiles size the blocks one core's caches hold, as BLAS libraries' blocking
         is set per processor, not per thread count; how many threads the task grid
         feeds is ``parallel.fmas_per_work_unit``'s to decide. Judged on two threads of
-        a shared 2-vCPU machine, the winner was drawn per process: one calibration
-        found a set 1.06-1.14x the default where another found all within 5%.
+        a shared machine, the winner was drawn per process.
         """
         processor = context.execution.processor
         current = tuple(int(context.values[p]) for p in (TILE_M, TILE_N, TILE_K))
@@ -655,10 +638,8 @@ def shared_cache_probe(kernel: BinaryKernel, element_type: int = FLOAT,
 
     Operands the core's own L2 cannot hold are read from the cache it shares
     with its neighbours, and a neighbour's traffic there slows every such
-    read, on any thread count: in the rounds where a skinny Gemm streaming a
-    2 MB B ran 1.6x its usual time or more, this probe (Add FLOAT on 2 MB
-    operands) was more than 20% below its reference every time; in the rounds
-    where the product ran at its usual speed, 7-9% of the time.
+    read, on any thread count, the probe's as much as a product's that
+    streams its B from there (docs/calibration.md).
     """
 
     @functools.cache
