@@ -31,13 +31,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
+from results import Recorder, add_arguments
 
+from kerneltune import current_execution
 from kerneltune.cache import (
     inspect_kernel_tuning_cache,
     load_kernel_tuning_cache,
     update_kernel_tuning_cache,
 )
-from kerneltune.cpu import current_execution
 from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
 from kerneltune.schema import KernelTuningKey, tunable
 
@@ -124,7 +125,11 @@ def measure(entries: int, folder: Path, repeats: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-r", "--repeats", type=int, default=7)
+    add_arguments(parser)
     args = parser.parse_args()
+    recorder = Recorder(__file__, args)
+    recorder.table("sizes", "medians in ms per cache size; json_parse_ratio and yaml_parse_ratio "
+                   "are the peer's time over the load's")
     columns = ("load", "inspect", "update", "json parse", "file copy", "yaml parse")
     print(f"{'entries':>8} " + " ".join(f"{c + ' ms':>14}" for c in columns))
     failed = []
@@ -132,9 +137,16 @@ def main() -> int:
         for entries in SIZES:
             row = measure(entries, Path(folder), args.repeats)
             print(f"{entries:>8} " + " ".join(f"{row[c]:>14.1f}" for c in columns))
+            recorder.row("sizes", entries=entries,
+                         **{f"{c.replace(' ', '_')}_ms": row[c] for c in columns},
+                         json_parse_ratio=row["json parse"] / row["load"],
+                         yaml_parse_ratio=row["yaml parse"] / row["load"])
             if entries == SIZES[-1]:
                 failed += [f"{name} of {entries} entries: {row[name]:.0f} ms > {limit:.0f} ms"
-                           for name, limit in TARGET_MS.items() if row[name] > limit]
+                           for name, limit in TARGET_MS.items()
+                           if not recorder.target(f"{name} of {entries} entries (ms)",
+                                                  row[name], "<=", limit)]
+    recorder.finish()
     for failure in failed:
         print(f"target missed: {failure}", file=sys.stderr)
     if failed:

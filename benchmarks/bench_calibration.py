@@ -48,12 +48,12 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from results import Recorder, add_arguments
 
-from kerneltune import KernelTuningKey
+from kerneltune import KernelTuningKey, current_execution
 from kerneltune.aligned import aligned
 from kerneltune.calibration import CalibrationOptions
 from kerneltune.calibration.measure import Deadline, measure
-from kerneltune.cpu import current_execution
 from kerneltune.kernels import library
 from kerneltune.kernels.calibrate import (
     BROADCAST_MINIMUM,
@@ -261,10 +261,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--reports", type=Path,
                         help="keep both calibrations' reports in this directory")
+    add_arguments(parser)
     args = parser.parse_args()
     if "OPENBLAS_THREAD_TIMEOUT" not in os.environ:
         os.execve(sys.executable, [sys.executable, *sys.argv],
                   {**os.environ, "OPENBLAS_THREAD_TIMEOUT": "4"})
+    recorder = Recorder(__file__, args)
     ok = True
 
     print(f"# calibration cost ({args.effort} effort, every calibratable key)")
@@ -281,21 +283,33 @@ def main() -> int:
         second = full_calibration(args.effort, directory, "second")
         probes.append(machine_probes(args.rounds))
     total = sum(batch["seconds"] for batch in first)
+    recorder.table("cost", "the first calibration, per thread count: seconds and keys")
     for batch in first:
         changed = sum(1 for r in batch["calibrated"] for d in r["decisions"] if d["changed"])
         print(f"threads {batch['execution']['effective_threads']}: {batch['seconds']:7.1f} s, "
               f"{len(batch['calibrated'])} keys calibrated, {len(batch['skipped'])} skipped, "
               f"{len(batch['unsupported'])} unsupported, {changed} values changed from the "
               f"defaults")
-        for reason, count in collections.Counter(s["reason"] for s in batch["skipped"]).items():
+        reasons = collections.Counter(s["reason"] for s in batch["skipped"])
+        for reason, count in reasons.items():
             print(f"    skipped {count} keys: {reason}")
+        recorder.row("cost", threads=batch["execution"]["effective_threads"],
+                     seconds=batch["seconds"], calibrated=len(batch["calibrated"]),
+                     skipped=len(batch["skipped"]), unsupported=len(batch["unsupported"]),
+                     changed=changed, skipped_reasons=dict(reasons))
     limit = 300 if args.effort == "normal" else 60 if args.effort == "quick" else math.inf
     print(f"total {total:.1f} s (target < {limit} s): {'ok' if total < limit else 'MISSED'}")
-    ok &= total < limit
+    recorder.figure("total_seconds", total)
+    if math.isfinite(limit):
+        ok &= recorder.target(f"cost of every key for 1 and 2 threads at {args.effort} effort (s)",
+                              total, "<", limit)
 
     print("\n# held-out sizes, 2 threads: time / time with the portable defaults, and regret "
           "(calibrated / exhaustive best)")
     worst, regrets, finer_regrets = 0.0, [], []
+    recorder.table("held_out", "2 threads, per sampled key and case over the held-out sizes: "
+                   "calibrated / default time (max, geomean) and regret, calibrated / "
+                   "exhaustive best (geomean, max)")
     for row in rows:
         ratios = [c / d for c, d in zip(row["calibrated"], row["default"], strict=True)]
         regret = [c / b for c, b in zip(row["calibrated"], row["best"], strict=True)]
@@ -305,32 +319,54 @@ def main() -> int:
         print(f"{row['key']:<16} {row['case']:<10} calibrated/default max {max(ratios):5.3f} "
               f"geomean {statistics.geometric_mean(ratios):5.3f}  regret geomean "
               f"{statistics.geometric_mean(regret):5.3f} max {max(regret):5.3f}")
+        recorder.row("held_out", key=row["key"], case=row["case"], max_ratio=max(ratios),
+                     geomean_ratio=statistics.geometric_mean(ratios),
+                     regret_geomean=statistics.geometric_mean(regret), regret_max=max(regret),
+                     best_values=row["best_values"])
     geomean_regret = statistics.geometric_mean(regrets) if regrets else 1.0
     print(f"worst calibrated/default at any size: {worst:.3f} (target <= 1.03): "
           f"{'ok' if worst <= 1.03 else 'MISSED'}")
     print(f"geometric-mean regret: {geomean_regret:.3f} (target <= 1.05): "
           f"{'ok' if geomean_regret <= 1.05 else 'MISSED'}")
+    recorder.figure("worst_ratio", worst)
+    recorder.figure("regret_geomean", geomean_regret)
     if finer_regrets:
         print(f"and against the exhaustive best on a grid twice as fine: "
               f"{statistics.geometric_mean(finer_regrets):.3f}")
-    ok &= worst <= 1.03 and geomean_regret <= 1.05
+        recorder.figure("finer_regret_geomean", statistics.geometric_mean(finer_regrets))
+    ok &= recorder.target("held out, worst calibrated / default time at any size", worst, "<=",
+                          1.03)
+    ok &= recorder.target("held out, geometric-mean regret (calibrated / exhaustive best)",
+                          geomean_regret, "<=", 1.05)
 
     print("\n# Gemm and MatMul on held-out shapes, 2 threads: default time / calibrated time")
+    recorder.table("gemm_held_out", "2 threads; ratio: default time / calibrated time; plans: "
+                   "default -> calibrated path and threads, when they differ")
     for key, shape, ratio, how in gemm_rows:
         print(f"{key:<14} {shape:<11} {ratio:5.3f}  {how}")
+        recorder.row("gemm_held_out", key=key, shape=shape, ratio=ratio, plans=how)
 
     print("\n# the machine: serial time / 2-thread time of fixed calls, before the first "
           "calibration, between its held-out measurements and the second, and after the second")
+    recorder.table("machine_probes", "serial time / 2-thread time of fixed calls before the "
+                   "first calibration, between it and the second, and after the second")
     for index, (name, element_type, size) in enumerate(PROBES):
         print(f"{name} {element_type} {size:>8}: "
               f"{'  '.join(f'{run[index]:5.2f}' for run in probes)}")
+        recorder.row("machine_probes", probe=f"{name} {element_type} {size}",
+                     before=probes[0][index], between=probes[1][index], after=probes[2][index])
     print("and the calibrations' own machine probes (each aspect's rate over each batch):")
+    recorder.table("steadiness", "per calibration and thread count: keys measured again, and "
+                   "keys never measured steadily")
     for label, run in (("first", first), ("second", second)):
         for batch in run:
             for watched in batch["steadiness"]:
                 print(f"{label} calibration, threads {watched['threads']}: "
                       f"{len(watched['remeasured'])} keys measured again, "
                       f"{len(watched['unsettled'])} never measured steadily")
+                recorder.row("steadiness", calibration=label, threads=watched["threads"],
+                             remeasured=len(watched["remeasured"]),
+                             unsettled=len(watched["unsettled"]))
                 for trace in watched["probes"]:
                     print(f"    {trace['aspect']:<12}: {trace['lowest'] or 0:.3g} to "
                           f"{trace['highest'] or 0:.3g} over {len(trace['samples'])} probes "
@@ -340,6 +376,8 @@ def main() -> int:
 
     print("\n# repeatability: a second calibration in another process")
     step = 2 ** (1 / CalibrationOptions(effort=args.effort).level.steps_per_octave)
+    recorder.table("repeatability", "the second calibration against the first: keys with "
+                   "identical values, and the values beyond one grid step")
     for one, two in zip(first, second, strict=True):
         before, after = values_by_key(one), values_by_key(two)
         common = [key for key in before if key in after]
@@ -352,7 +390,13 @@ def main() -> int:
               f"step: {len(far)} keys (target 0)")
         for key, diffs in far.items():
             print(f"    {key}: {'; '.join(diffs)}")
-        ok &= share >= 0.9 and not far
+        threads = one["execution"]["effective_threads"]
+        recorder.row("repeatability", threads=threads, keys=len(common), identical=identical,
+                     share=share, beyond_one_step={str(key): diffs for key, diffs in far.items()})
+        ok &= recorder.target("repeatability, share of keys with identical values", share, ">=",
+                              0.9, f"{threads} threads")
+        ok &= recorder.target("repeatability, keys beyond one grid step", len(far), "==", 0,
+                              f"{threads} threads")
         unsettled = {name for batch in (one, two) for watched in batch["steadiness"]
                      for name in watched["unsettled"]}
         settled = [key for key in common if str(key) not in unsettled]
@@ -361,6 +405,7 @@ def main() -> int:
             print(f"    of the {len(settled)} keys measured steadily in both runs: "
                   f"{same} identical ({same / len(settled) if settled else 0:.0%}), "
                   f"{sum(1 for key in settled if key in far)} beyond one grid step")
+    recorder.finish()
     print("\nall targets met" if ok else "\nsome targets missed")
     return 0 if ok else 1
 

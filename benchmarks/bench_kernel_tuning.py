@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from onnx import TensorProto, helper
+from results import Recorder, add_arguments
 
 from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
 from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry, access_counts
@@ -97,7 +98,7 @@ def session_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def sessions(calls: int, repeats: int) -> list[str]:
+def sessions(calls: int, repeats: int, recorder: Recorder) -> list[str]:
     """Cold initialisation apart from steady runs; a steady run must not touch the registry."""
     model = session_model()
     statistics = [RuntimeSession(model).tuning_resolution_statistics for _ in range(50)]
@@ -112,7 +113,12 @@ def sessions(calls: int, repeats: int) -> list[str]:
     kernels = statistics[0]["tunable_kernels"]
     print(f"\nsession cold init: snapshot {snapshot_us:.1f} us, resolution of {kernels} kernels "
           f"{resolve_us:.1f} us; steady run (3 nodes, 1000 elements) {run_ns / 1000:.2f} us")
-    if after != before:
+    recorder.figure("session_snapshot_us", snapshot_us)
+    recorder.figure("session_resolution_us", resolve_us)
+    recorder.figure("session_tunable_kernels", kernels)
+    recorder.figure("session_steady_run_us", run_ns / 1000)
+    if not recorder.target("steady session runs leave the registry access counters unchanged",
+                           after == before, "==", True):
         return [f"steady runs changed the registry access counters: {before} -> {after}"]
     print(f"steady runs left the access counters unchanged ({after})")
     return []
@@ -126,11 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=100_000, help="calls per timed run")
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per figure")
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    recorder = Recorder(__file__, args)
+    recorder.table("resolution", "ns per call by profiles registered for the key; over_floor: "
+                   "resolution time / a dict lookup's; unlisted: a Zen 4 model no exact profile "
+                   "names")
 
     table = {("key",): 1}
     floor, _ = per_call_ns(lambda: table[("key",)], args.n, args.repeats)
     print(f"dict lookup floor: {floor:.0f} ns")
+    recorder.figure("dict_lookup_ns", floor)
     print(f"{'profiles':>8} {'snapshot ns':>12} {'resolve ns':>11} {'spread':>8} "
           f"{'x floor':>8} {'unlisted ns':>12} {'target ns':>10}")
     failed = []
@@ -148,11 +160,16 @@ def main(argv: list[str] | None = None) -> int:
         target = TARGET_NS.get(count)
         print(f"{count:>8} {snap_ns:>12.0f} {resolve_ns:>11.0f} {spread:>8.0f} "
               f"{resolve_ns / floor:>8.1f} {unlisted_ns:>12.0f} {target or '':>10}")
+        recorder.row("resolution", profiles=count, snapshot_ns=snap_ns, resolve_ns=resolve_ns,
+                     spread_ns=spread, over_floor=resolve_ns / floor, unlisted_ns=unlisted_ns)
         worst = max(resolve_ns, unlisted_ns)
-        if target is not None and worst > target:
+        if target is not None and not recorder.target(
+                "resolution, slower of listed and unlisted (ns)", worst, "<=", target,
+                f"{count} profiles"):
             failed.append(f"resolution with {count} profiles took {worst:.0f} ns "
                           f"(target {target} ns)")
-    failed += sessions(args.n, args.repeats)
+    failed += sessions(args.n, args.repeats, recorder)
+    recorder.finish()
     for message in failed:
         print(f"MISSED: {message}", file=sys.stderr)
     if not failed:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from results import Recorder, add_arguments
 
 from kerneltune.dtypes import NUMPY_DTYPES
 from kerneltune.kernels import catalog, library
@@ -76,10 +77,12 @@ def timed(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str,
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def elementwise(rounds: int, sizes: tuple[int, ...]) -> list[str]:
+def elementwise(rounds: int, sizes: tuple[int, ...], recorder: Recorder) -> list[str]:
     kernels = library()
     rng = np.random.default_rng(0)
     misses = []
+    recorder.table("elementwise", "FLOAT; ratios numpy / serial and numpy / 2 threads; GB/s "
+                   "moved (inputs and output) on 2 threads and by numpy")
     print(f"{'kernel':8} {'elements':>10} {'numpy us':>10} {'serial x':>9} {'2 thr x':>8} "
           f"{'2 thr GB/s':>10} {'numpy GB/s':>10}")
     for name, (arity, peer) in ELEMENTWISE.items():
@@ -97,7 +100,14 @@ def elementwise(rounds: int, sizes: tuple[int, ...]) -> list[str]:
             print(f"{name:8} {size:>10} {times['numpy'] * 1e6:>10.1f} {serial_ratio:>9.2f} "
                   f"{parallel_ratio:>8.2f} {moved / times['parallel'] / 1e9:>10.2f} "
                   f"{moved / times['numpy'] / 1e9:>10.2f}")
-            if size >= 1_000_000 and parallel_ratio < TARGETS[name]:
+            recorder.row("elementwise", kernel=name, elements=size,
+                         numpy_us=times["numpy"] * 1e6, serial_ratio=serial_ratio,
+                         parallel_ratio=parallel_ratio,
+                         parallel_gbps=moved / times["parallel"] / 1e9,
+                         numpy_gbps=moved / times["numpy"] / 1e9)
+            if size >= 1_000_000 and not recorder.target(
+                    "FLOAT elementwise at >= 1e6 elements, numpy / 2 threads", parallel_ratio,
+                    ">=", TARGETS[name], f"{name} {size}"):
                 misses.append(f"{name} at {size}: {parallel_ratio:.2f}x numpy "
                               f"(target {TARGETS[name]}x)")
     return misses
@@ -125,10 +135,12 @@ OTHER_TYPES = (("Add", "INT8", np.add), ("Mul", "UINT8", np.multiply), ("Add", "
 FLOOR = 0.5
 
 
-def other_types(rounds: int) -> list[str]:
+def other_types(rounds: int, recorder: Recorder) -> list[str]:
     kernels = library()
     rng = np.random.default_rng(2)
     misses = []
+    recorder.table("other_types", "ratios numpy / serial and numpy / 2 threads; form: equal "
+                   "shapes, or rows broadcast against 256 columns")
     print(f"\n{'kernel':16} {'form':9} {'elements':>9} {'numpy us':>9} {'serial x':>9} "
           f"{'2 thr x':>8}")
     for name, element_type, peer in OTHER_TYPES:
@@ -150,7 +162,13 @@ def other_types(rounds: int) -> list[str]:
                 print(f"{f'{name} {element_type}':16} {form:9} {size:>9} "
                       f"{times['numpy'] * 1e6:>9.1f} {serial_ratio:>9.2f} "
                       f"{times['numpy'] / times['parallel']:>8.2f}")
-                if size >= 1_000_000 and serial_ratio < FLOOR:
+                recorder.row("other_types", kernel=name, element_type=element_type, form=form,
+                             elements=size, numpy_us=times["numpy"] * 1e6,
+                             serial_ratio=serial_ratio,
+                             parallel_ratio=times["numpy"] / times["parallel"])
+                if size >= 1_000_000 and not recorder.target(
+                        "other element types at 1e6 elements, numpy / serial", serial_ratio,
+                        ">=", FLOOR, f"{name} {element_type} {form}"):
                     misses.append(f"{name} {element_type} {form} at {size}: serial "
                                   f"{serial_ratio:.2f}x numpy (floor {FLOOR}x)")
     return misses
@@ -204,7 +222,7 @@ def portable_grains() -> list[tuple[str, str, str, int, int]]:
         for grain, element_types in table.items() for element_type in element_types]
 
 
-def default_grains(rounds: int) -> list[str]:
+def default_grains(rounds: int, recorder: Recorder) -> list[str]:
     """Each key with its own portable grain against the same kernel with a reference grain
     (an add's, or the operator's for a broadcast grain of its own).
 
@@ -213,6 +231,9 @@ def default_grains(rounds: int) -> list[str]:
     kernels = library()
     rng = np.random.default_rng(3)
     misses = []
+    recorder.table("grains", "2 threads; reference_speedup and own_speedup: serial time over the "
+                   "time with the reference grain and with the key's own; gain: reference time "
+                   "over own")
     print(f"\n{'kernel':14} {'form':9} {'grain':>6} {'ref':>6} {'elements':>9} "
           f"{'serial us':>10} {'ref x':>8} {'own x':>8} {'ref / own':>10}")
     for name, element_type, parameter, grain, reference in portable_grains():
@@ -241,16 +262,25 @@ def default_grains(rounds: int) -> list[str]:
                   f"{size:>9} {times['serial'] * 1e6:>10.1f} "
                   f"{times['serial'] / times['reference']:>8.2f} "
                   f"{times['serial'] / times['own']:>8.2f} {gain:>10.2f}")
-            if gain * GRAIN_MARGIN < 1:
+            recorder.row("grains", kernel=name, element_type=element_type, form=form,
+                         grain=grain, reference=reference, elements=size,
+                         serial_us=times["serial"] * 1e6,
+                         reference_speedup=times["serial"] / times["reference"],
+                         own_speedup=times["serial"] / times["own"], gain=gain)
+            if not recorder.target("portable grains, reference time / own time", gain, ">=",
+                                   1 / GRAIN_MARGIN,
+                                   f"{name} {element_type} {form} {size}"):
                 misses.append(f"{name} {element_type} {form} at {size}: its grain {grain} "
                               f"{1 / gain:.2f}x slower than {reference}")
     return misses
 
 
-def gemm(rounds: int) -> list[str]:
+def gemm(rounds: int, recorder: Recorder) -> list[str]:
     kernels = library()
     rng = np.random.default_rng(1)
     misses = []
+    recorder.table("gemm", "FLOAT, M x K times K x N; ratios numpy / serial and numpy / 2 "
+                   "threads; path: the 2-thread plan's")
     print(f"\n{'Gemm M x K x N':16} {'numpy us':>10} {'serial x':>9} {'2 thr x':>8} {'path':>10}")
     for m, k, n in GEMM_SHAPES:
         a = rng.standard_normal((m, k)).astype(np.float32)
@@ -262,13 +292,17 @@ def gemm(rounds: int) -> list[str]:
             "parallel": lambda p=prepared, a=a, b=b: p.run(a, b),
         }, rounds)
         ratio = times["numpy"] / times["parallel"]
+        path = prepared.plan(a, b).path
         print(f"{f'{m} x {k} x {n}':16} {times['numpy'] * 1e6:>10.1f} "
-              f"{times['numpy'] / times['serial']:>9.2f} {ratio:>8.2f} "
-              f"{prepared.plan(a, b).path:>10}")
+              f"{times['numpy'] / times['serial']:>9.2f} {ratio:>8.2f} {path:>10}")
+        recorder.row("gemm", m=m, k=k, n=n, numpy_us=times["numpy"] * 1e6,
+                     serial_ratio=times["numpy"] / times["serial"], parallel_ratio=ratio,
+                     path=path)
         # the targets name sizes: 256 and above within 10% of numpy (1x1024x1024 included,
         # as a 1024 product), 8 and 64 no slower
         target = 0.9 if max(m, k, n) >= 256 else 1.0
-        if ratio < target:
+        if not recorder.target("Gemm FLOAT, numpy / 2 threads", ratio, ">=", target,
+                               f"{m}x{k}x{n}"):
             misses.append(f"Gemm {m}x{k}x{n}: {ratio:.2f}x numpy (target {target}x)")
     return misses
 
@@ -287,13 +321,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per figure")
     parser.add_argument("--quick", action="store_true", help="sizes up to 1e6 only")
     parser.add_argument("--skip-gemm", action="store_true")
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    recorder = Recorder(__file__, args)
     print(f"kerneltune variant: {library()['Abs'].implementation}")
-    misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES)
-    misses += other_types(args.rounds)
-    misses += default_grains(args.rounds)
+    misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES, recorder)
+    misses += other_types(args.rounds, recorder)
+    misses += default_grains(args.rounds, recorder)
     if not args.skip_gemm:
-        misses += gemm(args.rounds)
+        misses += gemm(args.rounds, recorder)
+    recorder.finish()
     return report(misses)
 
 

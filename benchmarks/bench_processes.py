@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 
+from results import Recorder, add_arguments
+
 from kerneltune.calibration import randn_tensor
 from kerneltune.kernels import library
 from kerneltune.kernels.calibrate import NEVER
@@ -79,10 +81,16 @@ def main() -> int:
                         help="another build's install directory, measured alternately")
     parser.add_argument("--child", nargs=4, metavar=("TYPE", "THREADS", "ROWS", "INDEX"),
                         help=argparse.SUPPRESS)
+    add_arguments(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], *map(int, args.child[1:]), args.rounds)
         return 0
+    recorder = Recorder(__file__, args)
+    recorder.table("configurations", "B is 512 x 512; ratios: skinny / blocked per process, "
+                   "sorted (below 1 the skinny path wins); off_state: processes more than 25% "
+                   "above the median ratio; spreads: slowest process over fastest for the "
+                   "skinny, blocked and in-place paths")
     builds = {"this build": os.environ}
     if args.baseline:
         path = os.pathsep.join(filter(None, [args.baseline, os.environ.get("PYTHONPATH")]))
@@ -110,9 +118,15 @@ def main() -> int:
                   f"{' '.join(f'{ratio:.2f}' for ratio in ratios):>40} {median:>7.2f}"
                   f" {off:>6} of {len(ratios)} "
                   f"{', '.join(f'{spread:.2f}' for spread in spreads):>34}")
+            recorder.row("configurations", element_type=element_type, threads=threads,
+                         rows=rows, build=build, ratios=ratios, median=median, off_state=off,
+                         processes=len(ratios), spreads=spreads)
     print()
     for build, count in unsteady.items():
         print(f"{build}: {len(CONFIGS) - count} of {len(CONFIGS)} configurations steady")
+        recorder.figure(f"steady_configurations_{build.replace(' ', '_')}", len(CONFIGS) - count)
+    recorder.figure("configurations", len(CONFIGS))
+    recorder.finish()
     return 0
 
 

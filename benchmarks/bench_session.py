@@ -25,6 +25,7 @@ import numpy as np
 import onnxruntime
 from bench_kernels import report, timed
 from onnx import TensorProto, helper
+from results import Recorder, add_arguments
 
 from kerneltune.runtime import RuntimeSession
 
@@ -67,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="sizes up to 1e6 only")
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    recorder = Recorder(__file__, args)
+    recorder.table("models", "single-node FLOAT models; ratio: onnxruntime / kerneltune")
     rng = np.random.default_rng(0)
     ratios, misses = [], []
     print(f"{'model':8} {'size':>10} {'ort us':>10} {'kerneltune us':>14} {'ort / kt':>9}")
@@ -84,12 +88,17 @@ def main(argv: list[str] | None = None) -> int:
         ratios.append(ratio)
         print(f"{op:8} {label:>10} {times['ort'] * 1e6:>10.1f} {times['ours'] * 1e6:>14.1f} "
               f"{ratio:>9.2f}")
+        recorder.row("models", model=op, size=label, onnxruntime_us=times["ort"] * 1e6,
+                     kerneltune_us=times["ours"] * 1e6, ratio=ratio)
         elements = math.prod(output)
-        if elements >= 1_000_000 and op != "Gemm" and ratio < 1.0:
+        if elements >= 1_000_000 and op != "Gemm" and not recorder.target(
+                "elementwise models at >= 1e6 elements, onnxruntime / kerneltune", ratio, ">=",
+                1.0, f"{op} {label}"):
             misses.append(f"{op} at {label}: {ratio:.2f}x onnxruntime (target >= 1.0)")
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     print(f"geometric mean ort / kerneltune: {geomean:.2f} (target >= 0.9)")
-    if geomean < 0.9:
+    recorder.figure("geomean_ratio", geomean)
+    if not recorder.target("geometric mean, onnxruntime / kerneltune", geomean, ">=", 0.9):
         misses.append(f"geometric mean {geomean:.2f}x onnxruntime (target >= 0.9)")
 
     model = single_node("Abs", [(1000,)], (1000,))
@@ -101,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     overhead = (times["session"] - times["bare"]) * 1e6
     print(f"session overhead over the bare kernel call (Abs, 1000): {overhead:.2f} us "
           f"(target <= {OVERHEAD_TARGET_US})")
-    if overhead > OVERHEAD_TARGET_US:
+    recorder.figure("overhead_us", overhead)
+    if not recorder.target("session overhead over the bare kernel call, Abs 1000 (us)", overhead,
+                           "<=", OVERHEAD_TARGET_US):
         misses.append(f"session overhead {overhead:.2f} us (target {OVERHEAD_TARGET_US} us)")
+    recorder.finish()
     return report(misses)
 
 

@@ -1,0 +1,191 @@
+"""Benchmark figures as data: one JSON file per run, with what the run ran on.
+
+Each benchmark builds a :class:`Recorder` from its parsed arguments, hands it
+every row it prints and every target it checks, and calls
+:meth:`Recorder.finish`, which writes the file that ``--json FILE`` names
+and, with ``--save``, ``benchmarks/results/<benchmark>-<machine>.json``:
+the latest run per machine and benchmark, replaced on rerun (the history is
+git's). ``benchmarks/report.py`` turns that folder into docs/benchmarks.md.
+
+<machine> is :func:`machine_slug`: vendor, microarchitecture, family and
+model of the processor descriptor, in that order, joined by hyphens, each
+lower-cased with every run of characters other than a-z and 0-9 turned into
+one hyphen, and ``unknown`` for a field the descriptor does not know (for
+example ``amd-x86-64-v4-25-17``). Those are the fields profile selectors
+match, so one slug names one tuning target, whatever its cache sizes or core
+count.
+
+A ratio field is the peer's time over kerneltune's in the same run (above 1:
+kerneltune is faster) unless the table's note says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import operator
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from threadpoolctl import threadpool_info
+
+import kerneltune
+from kerneltune.files import write_atomically
+
+FORMAT = "kerneltune-benchmark-results"
+SCHEMA_VERSION = 1
+FOLDER = Path(__file__).resolve().parent / "results"
+#: variables that change how the peers' and our thread pools behave
+ENVIRONMENT_PREFIXES = ("OMP_", "GOMP_", "OPENBLAS_")
+#: peer module -> its distribution, recorded when the benchmark imported it
+PEERS = {"numpy": "numpy", "onnxruntime": "onnxruntime", "onnx": "onnx", "yaml": "PyYAML"}
+#: what threadpoolctl reports of a library, without its file path (a machine path)
+POOL_FIELDS = ("user_api", "internal_api", "prefix", "version", "architecture",
+               "threading_layer", "num_threads")
+RELATIONS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, ">=": operator.ge,
+             ">": operator.gt}
+#: the noise of a shared machine is far above the fifth digit
+SIGNIFICANT_DIGITS = 4
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--json FILE`` and ``--save``, the same in every benchmark."""
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures to FILE")
+    parser.add_argument("--save", action="store_true",
+                        help="write them to benchmarks/results/<benchmark>-<machine>.json")
+
+
+def machine_slug(processor: dict[str, Any]) -> str:
+    """The processor's stable name in file names (see the module's docstring)."""
+    def part(value: Any) -> str:
+        text = "" if value is None else re.sub(r"[^a-z0-9]+", "-", str(value).lower())
+        return text.strip("-") or "unknown"
+
+    return "-".join(part(processor.get(field))
+                    for field in ("vendor", "microarchitecture", "family", "model"))
+
+
+def model_name() -> str | None:
+    """The processor's marketing name (x86_64 ``/proc/cpuinfo``), to name a machine to people."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return found.group(1).strip() if found else None
+
+
+def machine() -> dict[str, Any]:
+    processor = kerneltune.get_cpu_descriptor().to_dict()
+    return {"slug": machine_slug(processor), "model_name": model_name(),
+            "processor": processor,
+            "logical_cpus_available": len(kerneltune.current_execution().affinity)}
+
+
+def git(*arguments: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(FOLDER.parent), *arguments], check=True,
+                              capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout
+
+
+def source() -> dict[str, Any]:
+    """The commit the benchmark runs from, and whether the tree differed from it."""
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain")
+    return {"commit": commit.strip() if commit else None,
+            "dirty": bool(status.strip()) if status is not None else None}
+
+
+def software() -> dict[str, Any]:
+    startup = kerneltune.startup_report()
+    peers = {name: metadata.version(name) for module, name in PEERS.items()
+             if module in sys.modules}
+    return {"kerneltune": kerneltune.__version__, "implementation": startup.implementation,
+            "user_cache": startup.cache.status, "python": platform.python_version(),
+            "peers": peers,
+            "thread_pools": [{field: pool.get(field) for field in POOL_FIELDS}
+                             for pool in threadpool_info()]}
+
+
+def plain(value: Any) -> Any:
+    """JSON data: paths as text, tuples as lists, floats to the digits that mean something."""
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+class Recorder:
+    """One run's figures, collected as the benchmark prints them."""
+
+    def __init__(self, script: str, arguments: argparse.Namespace):
+        self.benchmark = Path(script).stem
+        options = vars(arguments)
+        self.json: Path | None = options.get("json")
+        self.save: bool = options.get("save", False)
+        self.arguments = {name: value for name, value in options.items()
+                          if name not in ("json", "save")}
+        self.date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.started = time.monotonic()
+        self.tables: dict[str, dict[str, Any]] = {}
+        self.summary: dict[str, Any] = {}
+        self.targets: list[dict[str, Any]] = []
+
+    def table(self, name: str, note: str) -> None:
+        """Declare a table of rows, with what its fields mean."""
+        self.tables[name] = {"note": note, "rows": []}
+
+    def row(self, table: str, **fields: Any) -> None:
+        self.tables[table]["rows"].append(fields)
+
+    def figure(self, name: str, value: Any) -> None:
+        """A figure of the whole run (a geometric mean, a total)."""
+        self.summary[name] = value
+
+    def target(self, name: str, value: Any, relation: str, limit: Any, case: str = "") -> bool:
+        """Record whether ``value relation limit`` holds, and return it."""
+        met = bool(RELATIONS[relation](value, limit))
+        self.targets.append({"name": name, "case": case, "value": value, "relation": relation,
+                             "limit": limit, "met": met})
+        return met
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain({
+            "format": FORMAT, "schema_version": SCHEMA_VERSION, "benchmark": self.benchmark,
+            "date": self.date, "seconds": time.monotonic() - self.started,
+            "machine": machine(), "software": software(), "source": source(),
+            "environment": {name: value for name, value in os.environ.items()
+                            if name.startswith(ENVIRONMENT_PREFIXES)},
+            "arguments": self.arguments, "tables": self.tables, "summary": self.summary,
+            "targets": self.targets,
+        })
+
+    def finish(self) -> None:
+        """Write the file ``--json`` names and, with ``--save``, the machine's results file."""
+        paths = [self.json] if self.json else []
+        if not (paths or self.save):
+            return
+        data = self.to_dict()
+        if self.save:
+            FOLDER.mkdir(exist_ok=True)
+            paths.append(FOLDER / f"{self.benchmark}-{data['machine']['slug']}.json")
+        text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        for path in paths:
+            write_atomically(path, text)
+            print(f"results written to {path}")
