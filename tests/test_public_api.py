@@ -41,10 +41,12 @@ def test_an_unknown_attribute_is_an_attribute_error():
 
 
 def test_the_version_is_the_one_in_the_version_file():
-    from importlib import resources
+    from importlib import metadata, resources
 
     text = resources.files("kerneltune").joinpath("VERSION").read_text().strip()
     assert kerneltune.__version__ == text and kerneltune.version.__version__ == text
+    # meson.build gives the wheel's metadata the same file's version
+    assert metadata.version("kerneltune") == text
 
 
 @pytest.mark.parametrize(("value", "integer", "count1", "positive"), [
