@@ -141,7 +141,9 @@ class Recorder:
         self.save: bool = options.get("save", False)
         self.arguments = {name: value for name, value in options.items()
                           if name not in ("json", "save")}
+        # taken as the run starts: a commit landing during a long run is not what it ran
         self.date = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.source = source()
         self.started = time.monotonic()
         self.tables: dict[str, dict[str, Any]] = {}
         self.summary: dict[str, Any] = {}
@@ -169,7 +171,7 @@ class Recorder:
         return plain({
             "format": FORMAT, "schema_version": SCHEMA_VERSION, "benchmark": self.benchmark,
             "date": self.date, "seconds": time.monotonic() - self.started,
-            "machine": machine(), "software": software(), "source": source(),
+            "machine": machine(), "software": software(), "source": self.source,
             "environment": {name: value for name, value in os.environ.items()
                             if name.startswith(ENVIRONMENT_PREFIXES)},
             "arguments": self.arguments, "tables": self.tables, "summary": self.summary,
