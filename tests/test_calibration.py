@@ -34,6 +34,7 @@ from kerneltune.calibration import (
     Setting,
     calibrate_kernel_thresholds,
     calibrate_registered_kernels,
+    calibration_function,
     compare_settings,
     decide_crossover,
     decide_shared_crossover,
@@ -180,7 +181,7 @@ def toys():
     uncalibratable = KernelTuningKey("toy_unsupported", "Add", "v3", "DOUBLE")
     registry.register_schema(uncalibratable, ToyConfig)
     for key in keys:
-        register_kernel_calibration_function(key, calibrate)
+        register_kernel_calibration_function(key, calibrate, registry=registry)
     return registry, keys, calls, uncalibratable
 
 
@@ -264,7 +265,7 @@ def test_a_failing_function_publishes_nothing(toys):
     def fails(context):
         raise RuntimeError("sensor on fire")
 
-    register_kernel_calibration_function(broken, fails)
+    register_kernel_calibration_function(broken, fails, registry=registry)
     before = registry.generation
     with pytest.raises(RuntimeError, match="sensor on fire"):
         _run(registry, library="test_library")
@@ -274,7 +275,8 @@ def test_a_failing_function_publishes_nothing(toys):
 
 def test_an_invalid_value_publishes_nothing(toys):
     registry, keys, _, _ = toys
-    register_kernel_calibration_function(keys[0], lambda context: {"parallel.minimum_elements": 0})
+    register_kernel_calibration_function(keys[0], lambda context: {"parallel.minimum_elements": 0},
+                                         registry=registry)
     before = registry.generation
     with pytest.raises(TuningValidationError, match="parallel.minimum_elements"):
         _run(registry, library="test_library")
@@ -300,18 +302,22 @@ def test_a_tiny_total_budget_skips_the_remaining_keys_and_says_so(toys):
         return {}
 
     for key in keys:
-        register_kernel_calibration_function(key, slow)
+        register_kernel_calibration_function(key, slow, registry=registry)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=1, time_budget=0.01))
     assert len(report.calibrated) <= 1
     assert any("total time budget" in s.reason for s in report.skipped)
 
 
-@pytest.fixture
-def probes(monkeypatch):
-    """The machine probes registered during a test, dropped after it."""
-    monkeypatch.setattr(steadiness, "_PROBES", {})
-    return steadiness._PROBES
+def test_a_calibration_function_belongs_to_the_registry_it_was_registered_with(toys):
+    registry, keys, calls, _ = toys
+    other = KernelTuningRegistry()
+    other.register_schemas((key, ToyConfig) for key in keys)
+    assert all(is_calibratable(key, registry=registry) for key in keys)
+    assert not any(is_calibratable(key, registry=other) or is_calibratable(key) for key in keys)
+    assert calibration_function(keys[0], registry=other) is None
+    report = _run(other, library="test_library")
+    assert calls == [] and not report.calibrated and len(report.unsupported) == len(keys)
 
 
 def _scripted_probe(speedups, asked=None):
@@ -331,19 +337,20 @@ def _scripted_probe(speedups, asked=None):
 def _two_thread_batch(registry, keys, calibrate, speedups, effort):
     """Every toy key calibrated by ``calibrate`` on two threads, probed at ``speedups``."""
     for key in keys:
-        register_kernel_calibration_function(key, calibrate)
-    register_machine_probe("test_library", _scripted_probe(speedups))
+        register_kernel_calibration_function(key, calibrate, registry=registry)
+    register_machine_probe("test_library", _scripted_probe(speedups), registry=registry)
     return _run(registry, library="test_library",
                 options=CalibrationOptions(threads=2, effort=effort))
 
 
 @needs_two_cpus
-def test_a_batch_on_two_threads_probes_the_machine_around_each_key(toys, probes):
+def test_a_batch_on_two_threads_probes_the_machine_around_each_key(toys):
     registry, keys, _, _ = toys
     asked = []
     speedups = [1.5, 1.6, 1.4, 1.9, 1.5, 1.62, 1.5, 1.45, 1.55]
-    register_machine_probe("test_library", _scripted_probe(speedups, asked))
-    register_machine_probe("another_library", lambda threads: 1 / 0)  # no key selected: unused
+    register_machine_probe("test_library", _scripted_probe(speedups, asked), registry=registry)
+    register_machine_probe("another_library", lambda threads: 1 / 0,  # no key selected: unused
+                           registry=registry)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="quick"))
     # before the first key and after each: a probe between two keys serves both
@@ -368,10 +375,11 @@ def test_a_batch_on_two_threads_probes_the_machine_around_each_key(toys, probes)
 
 
 @needs_two_cpus
-def test_keys_measured_while_the_machine_was_slow_are_measured_again(toys, probes):
+def test_keys_measured_while_the_machine_was_slow_are_measured_again(toys):
     registry, keys, calls, _ = toys
     # probe 3 follows the third key and precedes the fourth: both were measured around it
-    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]))
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
+                           registry=registry)
     before = registry.generation
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
@@ -388,10 +396,11 @@ def test_keys_measured_while_the_machine_was_slow_are_measured_again(toys, probe
 
 @needs_two_cpus
 @pytest.mark.parametrize("effort", ["thorough", "quick"])
-def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys, probes,
+def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys,
                                                                             effort):
     registry, keys, calls, _ = toys
-    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]))
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]),
+                           registry=registry)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort=effort))
     slow = tuple(str(r.key) for r in report.calibrated[3:])
@@ -406,7 +415,7 @@ def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys
 
 @needs_two_cpus
 def test_keys_never_measured_steadily_withhold_only_their_decisions_for_fewer_threads(
-        toys, probes):
+        toys):
     registry, keys, _, _ = toys
 
     def calibrate(context):
@@ -437,7 +446,7 @@ def test_keys_never_measured_steadily_withhold_only_their_decisions_for_fewer_th
 
 @needs_two_cpus
 def test_a_decision_for_fewer_threads_reverted_is_neither_measured_again_nor_withheld(
-        toys, probes):
+        toys):
     registry, keys, calls, _ = toys
 
     def calibrate(context):
@@ -458,7 +467,7 @@ def test_a_decision_for_fewer_threads_reverted_is_neither_measured_again_nor_wit
 
 @needs_two_cpus
 @pytest.mark.parametrize("again", [False, True])
-def test_a_key_that_decided_fewer_threads_is_measured_again(toys, probes, again):
+def test_a_key_that_decided_fewer_threads_is_measured_again(toys, again):
     """A spell the probes missed makes one thread win once; the machine's state with more
     threads stands. A key that finds fewer threads faster again keeps them."""
     registry, keys, _, _ = toys
@@ -483,7 +492,7 @@ def test_a_key_that_decided_fewer_threads_is_measured_again(toys, probes, again)
 
 
 @needs_two_cpus
-def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
+def test_a_second_measurement_cut_short_leaves_the_first_standing(toys):
     registry, keys, _, _ = toys
     measured = []
 
@@ -495,8 +504,9 @@ def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
         return {"parallel.minimum_elements": 5000}
 
     for key in keys:
-        register_kernel_calibration_function(key, calibrate)
-    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]))
+        register_kernel_calibration_function(key, calibrate, registry=registry)
+    register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
+                           registry=registry)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     assert len(measured) > len(keys) and not report.skipped
@@ -504,10 +514,11 @@ def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, probes):
                for r in report.calibrated)
 
 
-def _register_timed(keys, value=lambda context, count: 5000):
-    """Register for ``keys`` a calibration function that takes 20 ms (a first pass long
-    enough for the time allowed to measure again) and returns ``value(context, count)``
-    as the grain, ``count`` being how often the key was measured; the keys measured."""
+def _register_timed(registry, keys, value=lambda context, count: 5000):
+    """Register for ``keys`` in ``registry`` a calibration function that takes 20 ms (a
+    first pass long enough for the time allowed to measure again) and returns
+    ``value(context, count)`` as the grain, ``count`` being how often the key was
+    measured; the keys measured."""
     measured = []
 
     def calibrate(context):
@@ -516,22 +527,23 @@ def _register_timed(keys, value=lambda context, count: 5000):
         return {"parallel.minimum_elements": value(context, measured.count(context.key))}
 
     for key in keys:
-        register_kernel_calibration_function(key, calibrate)
+        register_kernel_calibration_function(key, calibrate, registry=registry)
     return measured
 
 
 @needs_two_cpus
 def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
-        toys, probes, monkeypatch):
+        toys, monkeypatch):
     """The machine sinks deeper into the spell while keys are measured again: the first
     measurements stand."""
     registry, keys, _, _ = toys
     monkeypatch.setattr(steadiness, "POLL_SECONDS", 0.01)
-    measured = _register_timed(keys, lambda context, count: 5000 + count)
+    measured = _register_timed(registry, keys, lambda context, count: 5000 + count)
     # one probe before the first key and one after each; measured again, each key starts in
     # the reference state (1.0) and ends deeper in the spell (0.5)
     register_machine_probe("test_library",
-                           _scripted_probe([1.0] * 4 + [0.7] * 5 + [1.0, 0.5] * 1000))
+                           _scripted_probe([1.0] * 4 + [0.7] * 5 + [1.0, 0.5] * 1000),
+                           registry=registry)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     (watched,) = report.steadiness
@@ -544,12 +556,13 @@ def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
 
 @needs_two_cpus
 def test_keys_are_measured_again_once_the_machine_is_back_in_its_reference_state(
-        toys, probes, monkeypatch):
+        toys, monkeypatch):
     registry, keys, _, _ = toys
     monkeypatch.setattr(steadiness, "POLL_SECONDS", 0.01)
-    calls = _register_timed(keys)
+    calls = _register_timed(registry, keys)
     # the spell begins after the third key and lasts three probes into measuring again
-    register_machine_probe("test_library", _scripted_probe([1.0] * 4 + [0.7] * 8 + [1.0]))
+    register_machine_probe("test_library", _scripted_probe([1.0] * 4 + [0.7] * 8 + [1.0]),
+                           registry=registry)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     (watched,) = report.steadiness
@@ -562,11 +575,11 @@ def test_keys_are_measured_again_once_the_machine_is_back_in_its_reference_state
 
 
 @pytest.mark.parametrize("threads", [1, pytest.param(2, marks=needs_two_cpus)])
-def test_a_key_whose_measurements_contradicted_each_other_is_measured_again(toys, probes,
+def test_a_key_whose_measurements_contradicted_each_other_is_measured_again(toys,
                                                                              threads):
     """Steady probes (or none, on one thread) cannot see a spell shorter than a key."""
     registry, keys, _, _ = toys
-    register_machine_probe("test_library", lambda threads: 1.0)
+    register_machine_probe("test_library", lambda threads: 1.0, registry=registry)
 
     def value(context, count):
         if context.key == keys[2] and count == 1:
@@ -575,7 +588,7 @@ def test_a_key_whose_measurements_contradicted_each_other_is_measured_again(toys
             return 1
         return 5000
 
-    measured = _register_timed(keys, value)
+    measured = _register_timed(registry, keys, value)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=threads, effort="thorough"))
     assert sorted(map(str, measured[:len(keys)])) == sorted(map(str, keys))
@@ -586,13 +599,13 @@ def test_a_key_whose_measurements_contradicted_each_other_is_measured_again(toys
 
 
 @pytest.mark.parametrize("threads", [1, pytest.param(2, marks=needs_two_cpus)])
-def test_an_aspect_probed_on_one_thread_too_sends_its_slow_keys_back(toys, probes, threads):
+def test_an_aspect_probed_on_one_thread_too_sends_its_slow_keys_back(toys, threads):
     """A second aspect (the shared cache, say) watches one-thread batches as well; a key it
     saw slow is measured again though the parallel probe saw it steady."""
     registry, keys, calls, _ = toys
-    register_machine_probe("test_library", lambda threads: 1.0)
+    register_machine_probe("test_library", lambda threads: 1.0, registry=registry)
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
-                           "shared cache", minimum_threads=1)
+                           "shared cache", minimum_threads=1, registry=registry)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=threads, effort="thorough"))
     order = [r.key for r in report.calibrated]
@@ -607,11 +620,11 @@ def test_an_aspect_probed_on_one_thread_too_sends_its_slow_keys_back(toys, probe
 
 
 @needs_two_cpus
-def test_a_failing_aspect_leaves_the_others_watching(toys, probes):
+def test_a_failing_aspect_leaves_the_others_watching(toys):
     registry, keys, calls, _ = toys
-    register_machine_probe("test_library", lambda threads: 1 / 0)
+    register_machine_probe("test_library", lambda threads: 1 / 0, registry=registry)
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
-                           "shared cache", minimum_threads=1)
+                           "shared cache", minimum_threads=1, registry=registry)
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     order = [r.key for r in report.calibrated]
@@ -623,12 +636,28 @@ def test_a_failing_aspect_leaves_the_others_watching(toys, probes):
     assert all(list(r.machine_probe) == ["shared cache"] for r in report.calibrated)
 
 
-def test_a_later_probe_replaces_only_its_own_aspect(probes):
+def test_a_probe_belongs_to_the_registry_it_was_registered_with(toys):
+    """A batch runs the probes of the registry it calibrates, not another's."""
+    registry, keys, _, _ = toys
+    other, asked = KernelTuningRegistry(), []
+    register_machine_probe("test_library", _scripted_probe([1.0], asked), "shared cache",
+                           minimum_threads=1, registry=other)
+    assert registry.machine_probes("test_library") == {}
+    assert _run(registry, library="test_library").steadiness == () and asked == []
+    register_machine_probe("test_library", _scripted_probe([1.0], asked), "shared cache",
+                           minimum_threads=1, registry=registry)
+    (watched,) = _run(registry, library="test_library").steadiness
+    assert [trace.aspect for trace in watched.probes] == ["shared cache"]
+    assert asked == [1] * (len(keys) + 1)
+
+
+def test_a_later_probe_replaces_only_its_own_aspect():
+    registry = KernelTuningRegistry()
     first, second, cache = (lambda threads: 1.0), (lambda threads: 2.0), (lambda threads: 3.0)
-    register_machine_probe("lib", first)
-    register_machine_probe("lib", cache, "shared cache", minimum_threads=1)
-    register_machine_probe("lib", second)
-    assert {aspect: r.probe for aspect, r in probes["lib"].items()} == {
+    register_machine_probe("lib", first, registry=registry)
+    register_machine_probe("lib", cache, "shared cache", minimum_threads=1, registry=registry)
+    register_machine_probe("lib", second, registry=registry)
+    assert {aspect: r.probe for aspect, r in registry.machine_probes("lib").items()} == {
         PARALLEL: second, "shared cache": cache}
 
 
@@ -647,14 +676,13 @@ def test_the_reference_state_is_the_fastest_that_three_consecutive_probes_held()
     assert steadiness.in_reference_state([0.5], None)
 
 
-def test_one_thread_and_unprobed_libraries_are_not_probed(toys, probes):
+def test_one_thread_and_unprobed_libraries_are_not_probed(toys):
     registry = toys[0]
-    register_machine_probe("test_library", lambda threads: 1 / 0)
-    assert _run(registry, library="test_library").steadiness == ()
-    probes.clear()
     if CPUS >= 2:
         assert _run(registry, library="test_library",
                     options=CalibrationOptions(threads=2, effort="quick")).steadiness == ()
+    register_machine_probe("test_library", lambda threads: 1 / 0, registry=registry)
+    assert _run(registry, library="test_library").steadiness == ()
 
 
 @needs_two_cpus
@@ -667,9 +695,9 @@ def test_one_thread_and_unprobed_libraries_are_not_probed(toys, probes):
     (lambda threads: "fast", "returned 'fast'"),
     (lambda threads: 1 / 0, "raised ZeroDivisionError"),
 ])
-def test_a_failing_probe_is_reported_and_costs_nothing_else(toys, probes, probe, error):
+def test_a_failing_probe_is_reported_and_costs_nothing_else(toys, probe, error):
     registry, keys, _, _ = toys
-    register_machine_probe("test_library", probe)
+    register_machine_probe("test_library", probe, registry=registry)
     before = registry.generation
     report = _run(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="quick"))
@@ -686,10 +714,11 @@ def test_a_failing_probe_is_reported_and_costs_nothing_else(toys, probes, probe,
     (("lib", abs, ""), TypeError), (("lib", abs, None), TypeError),
     (("lib", abs, "cache", 0), ValueError), (("lib", abs, "cache", True), ValueError),
     (("lib", abs, "cache", 1.5), ValueError)])
-def test_a_bad_probe_registration_is_refused(probes, arguments, error):
+def test_a_bad_probe_registration_is_refused(arguments, error):
+    registry = KernelTuningRegistry()
     with pytest.raises(error):
-        register_machine_probe(*arguments)
-    assert probes == {}
+        register_machine_probe(*arguments, registry=registry)
+    assert registry.machine_probes(arguments[0]) == {}
 
 
 @pytest.mark.parametrize(("timeout", "threads", "warns"), [

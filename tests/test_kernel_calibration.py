@@ -15,6 +15,7 @@ import kerneltune
 from kerneltune import KernelTuningRegistry, Tier, TuningValidationError
 from kerneltune.aligned import ALIGNMENT
 from kerneltune.calibration import (
+    PARALLEL,
     CalibrationOptions,
     calibrate_registered_kernels,
     is_calibratable,
@@ -60,6 +61,15 @@ def _calibrate(registry, threads, **selection):
 def test_every_key_of_the_library_is_calibratable():
     keys = kerneltune.snapshot().keys()
     assert keys and all(is_calibratable(key) for key in keys if key.library == LIBRARY)
+
+
+def test_the_library_registers_its_calibrations_with_the_registry_it_is_given(registry):
+    keys = registry.snapshot().keys()
+    assert keys and all(is_calibratable(key, registry=registry) for key in keys)
+    assert set(registry.machine_probes(LIBRARY)) == {PARALLEL, SHARED_CACHE}
+    other = KernelTuningRegistry()
+    assert not any(is_calibratable(key, registry=other) for key in keys)
+    assert other.machine_probes(LIBRARY) == {}
 
 
 @needs_two_cpus
@@ -295,12 +305,10 @@ def test_the_library_probes_the_machine_during_a_two_thread_calibration(tmp_path
     assert "were measured only while" not in done.stdout and done.returncode == 0
 
 
-def test_the_library_watches_its_parallel_speed_and_its_shared_cache():
+def test_the_library_watches_its_parallel_speed_and_its_shared_cache(registry):
     import math
 
-    from kerneltune.calibration import PARALLEL, steadiness
-
-    watching = steadiness._PROBES[LIBRARY]
+    watching = registry.machine_probes(LIBRARY)
     assert {aspect: r.minimum_threads for aspect, r in watching.items()} == {
         PARALLEL: 2, SHARED_CACHE: 1}
     # the real Add, on operands beyond a given L2 and beyond this processor's

@@ -29,10 +29,8 @@ def key(kernel: str, implementation: str = "baseline", element_type: str = "FLOA
     return KernelTuningKey(LIBRARY, kernel, implementation, element_type, tuning_abi=tuning_abi)
 
 
-#: calibratable: a function that only returns values (registered once, for these keys only)
+#: calibratable: a function that only returns values (registered for this key only)
 CALIBRATED = key("Calibrated")
-register_kernel_calibration_function(
-    CALIBRATED, lambda context: {"parallel.minimum_elements": 4096 * context.threads})
 MANUAL = key("Manual")
 
 
@@ -40,6 +38,9 @@ MANUAL = key("Manual")
 def registry() -> KernelTuningRegistry:
     registry = KernelTuningRegistry()
     registry.register_schemas((k, ToyConfig) for k in (CALIBRATED, MANUAL))
+    register_kernel_calibration_function(
+        CALIBRATED, lambda context: {"parallel.minimum_elements": 4096 * context.threads},
+        registry=registry)
     return registry
 
 

@@ -116,7 +116,7 @@ def kernel_tuning_parameters(
         rows.append(KernelTuningParameters(
             key, snapshot.schema(key).default_values(),
             None if entry is None else entry.values, None if entry is None else entry.source,
-            resolution.values, resolution.source, is_calibratable(key)))
+            resolution.values, resolution.source, is_calibratable(key, registry=registry)))
     return KernelTuningParameterReport(execution, inspection, tuple(rows))
 
 
@@ -236,8 +236,8 @@ def propose_kernel_tuning_updates(
     missing = [key for key in selected if key not in covered]
     return KernelTuningProposal(
         execution, inspection, tuple(key for key in selected if key in covered),
-        tuple(filter(is_calibratable, missing)),
-        tuple(key for key in missing if not is_calibratable(key)))
+        tuple(key for key in missing if is_calibratable(key, registry=registry)),
+        tuple(key for key in missing if not is_calibratable(key, registry=registry)))
 
 
 @dataclass(frozen=True)

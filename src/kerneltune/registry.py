@@ -4,6 +4,10 @@ Writers copy the current generation, validate everything they add, then swap
 one reference; a failing batch leaves the generation unchanged. Readers take a
 :class:`TuningSnapshot` (one generation) and resolve against it, so a session
 that resolved its kernels keeps its values whatever is published later.
+
+The registry also keeps the code a kernel library registers with its schemas:
+calibration functions by key and machine probes by (library, aspect). It
+stores them as given; :mod:`kerneltune.calibration` validates and runs them.
 """
 
 from __future__ import annotations
@@ -454,13 +458,17 @@ class KernelTuningRegistry:
 
     Every writer validates its whole batch before swapping the generation
     reference, under one writer lock; readers never lock anything but the
-    access counters.
+    access counters. Calibration functions and machine probes are code, not
+    published values: they live beside the generations, under their own lock.
     """
 
     def __init__(self) -> None:
         self._write_lock = threading.Lock()
         self._counters = _Counters()
         self._generation = TuningSnapshot(0, types.MappingProxyType({}), self._counters)
+        self._callables_lock = threading.Lock()
+        self._calibration_functions: dict[KernelTuningKey, Callable[..., Any]] = {}
+        self._machine_probes: dict[tuple[str, str], Callable[..., Any]] = {}
 
     def snapshot(self) -> TuningSnapshot:
         self._counters.snapshot()
@@ -566,6 +574,28 @@ class KernelTuningRegistry:
         """Swap in a new generation; callers hold the write lock and validated everything."""
         number = self._generation.number + 1
         self._generation = TuningSnapshot(number, types.MappingProxyType(keys), self._counters)
+
+    def register_calibration_function(self, key: KernelTuningKey,
+                                      function: Callable[..., Any]) -> None:
+        """Keep ``function`` for ``key``, replacing an earlier one."""
+        with self._callables_lock:
+            self._calibration_functions[key] = function
+
+    def calibration_function(self, key: KernelTuningKey) -> Callable[..., Any] | None:
+        with self._callables_lock:
+            return self._calibration_functions.get(key)
+
+    def register_machine_probe(self, library: str, aspect: str,
+                               probe: Callable[..., Any]) -> None:
+        """Keep ``probe`` for one aspect of the machine, replacing the library's earlier one."""
+        with self._callables_lock:
+            self._machine_probes[(library, aspect)] = probe
+
+    def machine_probes(self, library: str) -> dict[str, Callable[..., Any]]:
+        """The library's probes by aspect (a copy)."""
+        with self._callables_lock:
+            return {aspect: probe for (owner, aspect), probe in self._machine_probes.items()
+                    if owner == library}
 
 
 def _where(index: int, profile: KernelTuningProfile) -> str:

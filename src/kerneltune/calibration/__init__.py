@@ -6,7 +6,9 @@ searches of :mod:`.search` through a :class:`CalibrationContext`, and every
 measurement and decision ends in a :class:`CalibrationReport`. A kernel
 library may register machine probes (:mod:`.steadiness`), run around each key,
 whose rates send keys measured while the machine was slow back to be measured
-again.
+again. Calibration functions and probes are registered with a tuning registry
+(``registry=``, the process-wide one by default), and a batch runs those of
+the registry it calibrates.
 """
 
 from __future__ import annotations

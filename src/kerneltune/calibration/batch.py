@@ -1,11 +1,12 @@
 """Calibration functions per key, and the batch that runs them and publishes once.
 
-Only code registers calibration functions (the kernel library does at import);
-nothing read from a model or a file can start a measurement. A batch selects
-keys, runs each function against the current generation's values, and
-publishes every calibrated profile in one generation only after all of them
-succeeded: an exception or an invalid value leaves the registry as it was.
-Calibration never writes the cache; pass ``successful_profiles`` to
+Only code registers calibration functions (the kernel library does at import,
+into the registry it registers its schemas with, which keeps them); nothing
+read from a model or a file can start a measurement. A batch selects keys,
+runs each function against the current generation's values, and publishes
+every calibrated profile in one generation only after all of them succeeded:
+an exception or an invalid value leaves the registry as it was. Calibration
+never writes the cache; pass ``successful_profiles`` to
 ``update_kernel_tuning_cache`` for that.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import time
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,12 +48,12 @@ class Workload:
     tolerance: Tolerance | None = None
 
 
-_FUNCTIONS: dict[KernelTuningKey, CalibrationFunction] = {}
-_FUNCTIONS_LOCK = threading.Lock()
-
-
-def register_kernel_calibration_function(key: KernelTuningKey, fn: CalibrationFunction) -> None:
-    """Make ``key`` calibratable by ``fn`` (a later registration for the key replaces it).
+def register_kernel_calibration_function(
+    key: KernelTuningKey, fn: CalibrationFunction, *,
+    registry: KernelTuningRegistry = default_registry,
+) -> None:
+    """Make ``key`` calibratable by ``fn`` in ``registry`` (a later registration for the key
+    replaces it; other registries do not see it).
 
     ``fn(context)`` measures the real kernel through the
     :class:`~.context.CalibrationContext` and records decisions there; it may
@@ -64,16 +64,18 @@ def register_kernel_calibration_function(key: KernelTuningKey, fn: CalibrationFu
         raise TypeError(f"expected a KernelTuningKey, got {key!r}")
     if not callable(fn):
         raise TypeError(f"expected a callable calibration function, got {fn!r}")
-    with _FUNCTIONS_LOCK:
-        _FUNCTIONS[key] = fn
+    registry.register_calibration_function(key, fn)
 
 
-def calibration_function(key: KernelTuningKey) -> CalibrationFunction | None:
-    return _FUNCTIONS.get(key)
+def calibration_function(key: KernelTuningKey, *,
+                         registry: KernelTuningRegistry = default_registry
+                         ) -> CalibrationFunction | None:
+    return registry.calibration_function(key)
 
 
-def is_calibratable(key: KernelTuningKey) -> bool:
-    return key in _FUNCTIONS
+def is_calibratable(key: KernelTuningKey, *,
+                    registry: KernelTuningRegistry = default_registry) -> bool:
+    return registry.calibration_function(key) is not None
 
 
 def has_calibrated_profile(snapshot: TuningSnapshot, key: KernelTuningKey,
@@ -352,6 +354,8 @@ def calibrate_kernel_thresholds(
 ) -> CalibrationBatchReport:
     """Calibrate exactly ``keys`` (each must have a registered schema) and publish once.
 
+    The calibration functions and machine probes are those registered in ``registry``.
+
     A key that the machine probes never saw measured in the reference state
     (``steadiness[...].unsettled``) publishes its steadiest measurement
     without its decisions for fewer threads (see :class:`~.report.Decision`).
@@ -372,14 +376,15 @@ def calibrate_kernel_thresholds(
     with threadpool_limits(limits=execution.effective_threads, user_api="blas"):
         environment = types.MappingProxyType(_environment())
         for key in sorted(keys, key=lambda k: k.element_type):
-            fn = _FUNCTIONS.get(key)
+            fn = registry.calibration_function(key)
             verdict = _skip_reason(key, fn, snapshot, execution, options, only_missing)
             if verdict is None:
                 queue[key] = fn
             else:
                 (unsupported if verdict[0] == "unsupported" else skipped).append(
                     KeyOutcome(key, verdict[1]))
-        monitor = SteadinessMonitor((k.library for k in queue), execution.effective_threads)
+        monitor = SteadinessMonitor((k.library for k in queue), execution.effective_threads,
+                                    registry=registry)
         reports, stopped, remeasured, unsettled = _measure_keys(
             queue, lambda key, inputs: _calibrate(key, queue[key], snapshot, execution, options,
                                                   total, inputs, environment),
@@ -413,7 +418,7 @@ def calibrate_registered_kernels(
 ) -> CalibrationBatchReport:
     """Calibrate every registered key the selection matches (all of them when it is empty).
 
-    Keys without a calibration function are reported as unsupported; with
+    Keys without a calibration function in ``registry`` are reported as unsupported; with
     ``only_missing``, keys that already have a calibrated profile for this
     execution (this processor and thread count) are skipped.
     """

@@ -14,17 +14,17 @@ a skinny product streaming its B from there took 1.6 times its usual time
 or more. Within one state, calibration repeats.
 
 So a batch watches: a kernel library registers a probe per aspect (for more
-than one thread only, when the aspect is parallel speed), and the batch
-probes just before and after each key. An aspect's reference state is the
-fastest its probe held: the highest rate :data:`REFERENCE_RUN` consecutive
-probes all reached, so that lucky probes, however many, do not set it. A key
-with a probe more than :data:`STEADY_TOLERANCE` below its aspect's reference
-was measured in a slower state, or across a change, and is measured again
-after the others, as often as the effort level allows, each time once every
-probe says the machine is back in the reference state. Calibrating the
-machine in its fastest state is the repeatable choice, for the reason a
-benchmark's minimum time is: a neighbour only ever slows the machine down,
-and its slow spells come and go.
+than one thread only, when the aspect is parallel speed) into the registry it
+registers its schemas with, and a batch on that registry probes just before
+and after each key. An aspect's reference state is the fastest its probe held:
+the highest rate :data:`REFERENCE_RUN` consecutive probes all reached, so that
+lucky probes, however many, do not set it. A key with a probe more than
+:data:`STEADY_TOLERANCE` below its aspect's reference was measured in a slower
+state, or across a change, and is measured again after the others, as often as
+the effort level allows, each time once every probe says the machine is back
+in the reference state. Calibrating the machine in its fastest state is the
+repeatable choice, for the reason a benchmark's minimum time is: a neighbour
+only ever slows the machine down, and its slow spells come and go.
 A spell shorter than a key can fall between its probes; when it shows as two
 measurements of one point won by opposite sides (``contradictions`` in the
 key's report), the key is measured again too.
@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..registry import KernelTuningRegistry, default_registry
 from ..schema import KernelTuningKey
 
 #: how many consecutive probes must reach a rate for it to be the reference state's. A state
@@ -71,17 +71,20 @@ Probes = Mapping[str, Sequence[float]]
 
 @dataclass(frozen=True)
 class _Registration:
+    """What the registry keeps for a probe: calling it probes."""
+
     probe: MachineProbe
     minimum_threads: int
 
-
-_PROBES: dict[str, dict[str, _Registration]] = {}
-_PROBES_LOCK = threading.Lock()
+    def __call__(self, threads: int) -> float:
+        return self.probe(threads)
 
 
 def register_machine_probe(library: str, probe: MachineProbe, aspect: str = PARALLEL,
-                           minimum_threads: int = 2) -> None:
-    """Watch one aspect of the machine with ``probe`` while keys of ``library`` are calibrated.
+                           minimum_threads: int = 2, *,
+                           registry: KernelTuningRegistry = default_registry) -> None:
+    """Watch one aspect of the machine with ``probe`` while keys of ``library`` are calibrated
+    in ``registry`` (batches on other registries do not run it).
 
     ``probe(threads)`` times one fixed call of the library and returns a rate,
     higher when the machine is faster: for the parallel aspect, the call's
@@ -101,8 +104,7 @@ def register_machine_probe(library: str, probe: MachineProbe, aspect: str = PARA
     if isinstance(minimum_threads, bool) or not isinstance(minimum_threads, int) \
             or minimum_threads < 1:
         raise ValueError(f"minimum_threads must be a positive int, got {minimum_threads!r}")
-    with _PROBES_LOCK:
-        _PROBES.setdefault(library, {})[aspect] = _Registration(probe, minimum_threads)
+    registry.register_machine_probe(library, aspect, _Registration(probe, minimum_threads))
 
 
 def reference_rate(rates: Sequence[float]) -> float | None:
@@ -187,14 +189,14 @@ class Steadiness:
 
 
 class SteadinessMonitor:
-    """The probes of one batch: :meth:`sample` around each key, :meth:`settled` to judge it."""
+    """The probes of one batch, those ``registry`` holds for its libraries: :meth:`sample`
+    around each key, :meth:`settled` to judge it."""
 
-    def __init__(self, libraries: Iterable[str], threads: int):
-        with _PROBES_LOCK:
-            registered = {library: dict(aspects) for library, aspects in _PROBES.items()}
-        self._probes = {(library, aspect): registration.probe
+    def __init__(self, libraries: Iterable[str], threads: int, *,
+                 registry: KernelTuningRegistry = default_registry):
+        self._probes = {(library, aspect): registration
                         for library in sorted(set(libraries))
-                        for aspect, registration in sorted(registered.get(library, {}).items())
+                        for aspect, registration in sorted(registry.machine_probes(library).items())
                         if registration.minimum_threads <= threads}
         self._threads = threads
         self._start = time.perf_counter()

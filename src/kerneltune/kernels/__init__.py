@@ -1,9 +1,10 @@
 """The kernel library "kerneltune_cpu": pythran kernels compiled per ISA variant.
 
 :func:`library` builds the kernels of one variant (by default the best one the
-processor can run); :func:`register_library` registers the schema of every
-(kernel, element type) with a tuning registry, which ``import kerneltune``
-does for the process-wide registry.
+processor can run); :func:`register_library` registers the schema and the
+calibration function of every (kernel, element type), and the library's
+machine probes, with a tuning registry, which ``import kerneltune`` does for
+the process-wide registry.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
 def register_library(registry: KernelTuningRegistry, implementation: str | None = None) -> int:
     """Register every (kernel, element type) schema of one variant in one generation.
 
-    Each key also gets its calibration function, so the whole library is calibratable.
+    Each key also gets its calibration function, and the library its machine probes, in
+    ``registry``, so the whole library is calibratable there.
     """
     items = [
         (kernel.tuning_key(element_type), kernel.config_type(element_type))
@@ -102,5 +104,5 @@ def register_library(registry: KernelTuningRegistry, implementation: str | None 
         for element_type in kernel.element_types
     ]
     registry.register_schemas(items)
-    calibrate.register_calibrations(library(implementation).values())
+    calibrate.register_calibrations(library(implementation).values(), registry)
     return len(items)

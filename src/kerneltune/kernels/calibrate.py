@@ -42,6 +42,7 @@ from ..calibration.measure import Deadline, measure
 from ..calibration.search import RESOLUTION_OCTAVES
 from ..detect import get_cpu_descriptor
 from ..dtypes import NUMPY_DTYPES
+from ..registry import KernelTuningRegistry
 from .base import CHUNK_ALIGNMENT, LIBRARY, Kernel
 from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel
 from .gemm import KU, MR, NR, Gemm, MatMul
@@ -660,8 +661,8 @@ def shared_cache_probe(kernel: BinaryKernel, element_type: int = FLOAT,
     return probe
 
 
-def register_calibrations(kernels: Iterable[Kernel]) -> int:
-    """Register a calibration function for every (kernel, element type) of the library.
+def register_calibrations(kernels: Iterable[Kernel], registry: KernelTuningRegistry) -> int:
+    """Register with ``registry`` a calibration function for every (kernel, element type).
 
     Add also gives the machine probes that watch the library's calibrations: its
     parallel speed, and its shared cache (on one thread too).
@@ -669,12 +670,12 @@ def register_calibrations(kernels: Iterable[Kernel]) -> int:
     count = 0
     for kernel in kernels:
         if kernel.name == "Add":
-            register_machine_probe(LIBRARY, machine_probe(kernel))
+            register_machine_probe(LIBRARY, machine_probe(kernel), registry=registry)
             register_machine_probe(LIBRARY, shared_cache_probe(kernel), SHARED_CACHE,
-                                   minimum_threads=1)
+                                   minimum_threads=1, registry=registry)
         kind = GemmCalibration if isinstance(kernel, Gemm) else ElementwiseCalibration
         for element_type in kernel.element_types:
             register_kernel_calibration_function(kernel.tuning_key(element_type),
-                                                 kind(kernel, element_type))
+                                                 kind(kernel, element_type), registry=registry)
             count += 1
     return count
