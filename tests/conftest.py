@@ -1,18 +1,32 @@
-"""Shared test parts: a small typed config and processors to resolve against."""
+"""Shared test parts: a small typed config, processors to resolve against, toy calibrations."""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
+from kerneltune.calibration import (
+    CalibrationOptions,
+    calibrate_registered_kernels,
+    register_kernel_calibration_function,
+)
+from kerneltune.calibration.measure import Measurement
 from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
 from kerneltune.detect import detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import KernelTuningError
 from kerneltune.kernels.variants import select_variant
+from kerneltune.registry import KernelTuningRegistry
 from kerneltune.schema import KernelTuningKey, tunable
+
+#: the CPUs this process may run on (``CPUS`` below is the folder of fake sysroots)
+AVAILABLE_CPUS = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                  else os.cpu_count())
+needs_two_cpus = pytest.mark.skipif(AVAILABLE_CPUS < 2, reason="needs two CPUs")
 
 
 @dataclass(frozen=True)
@@ -83,3 +97,43 @@ def host_can_run(variant: str) -> bool:
     except KernelTuningError:
         return False
     return True
+
+
+KERNELS, TYPES, IMPLEMENTATIONS = ("Abs", "Add"), ("FLOAT", "DOUBLE"), ("baseline", "v3")
+
+
+#: how long a toy key takes to calibrate: a batch measures keys again for a time in
+#: proportion to its first pass, which instant keys would leave to the probes' overhead
+TOY_SECONDS = 0.01
+
+
+@pytest.fixture
+def toys():
+    """A fresh registry with 8 toy keys, 7 of them calibratable by a recording function."""
+    registry = KernelTuningRegistry()
+    keys = [toy_key(kernel, element_type, implementation=implementation)
+            for kernel in KERNELS for element_type in TYPES for implementation in IMPLEMENTATIONS]
+    registry.register_schemas((key, ToyConfig) for key in keys)
+    calls = []
+
+    def calibrate(context):
+        calls.append(context.key)
+        time.sleep(TOY_SECONDS)
+        return {"parallel.minimum_elements": 4096 + context.threads}
+
+    uncalibratable = KernelTuningKey("toy_unsupported", "Add", "v3", "DOUBLE")
+    registry.register_schema(uncalibratable, ToyConfig)
+    for key in keys:
+        register_kernel_calibration_function(key, calibrate, registry=registry)
+    return registry, keys, calls, uncalibratable
+
+
+def _run(registry, **selection):
+    """Calibrate the selection in ``registry``: one thread, quick, unless ``options`` say."""
+    options = selection.pop("options", CalibrationOptions(threads=1, effort="quick"))
+    return calibrate_registered_kernels(options=options, registry=registry, **selection)
+
+
+def _measurement(seconds: float) -> Measurement:
+    """A synthetic measurement whose median is ``seconds``, with narrow quartiles."""
+    return Measurement(tuple(seconds * f for f in (0.99, 1.0, 1.0, 1.0, 1.01)), (), 1)

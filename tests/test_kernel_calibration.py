@@ -12,6 +12,7 @@ import json
 import pytest
 
 import kerneltune
+from conftest import AVAILABLE_CPUS, needs_two_cpus
 from kerneltune import KernelTuningRegistry, Tier, TuningValidationError
 from kerneltune.aligned import ALIGNMENT
 from kerneltune.calibration import (
@@ -37,7 +38,6 @@ from kerneltune.kernels.calibrate import (
 )
 from kerneltune.kernels.gemm import KU, MR
 from kerneltune.runtime import RuntimeSession
-from test_calibration import CPUS, needs_two_cpus
 
 # The quick effort's budget of a few seconds per key is for a quiet machine; under a
 # loaded test run a search would stop early and the key would be skipped, so these
@@ -105,7 +105,7 @@ def test_one_thread_keeps_the_parallel_parameters(registry):
 
 
 def test_a_one_byte_memory_budget_keeps_every_default(registry):
-    report = _calibrate(registry, min(2, CPUS), kernels=["Exp", "MatMul"],
+    report = _calibrate(registry, min(2, AVAILABLE_CPUS), kernels=["Exp", "MatMul"],
                         element_types=["FLOAT"], options={"memory_budget": 1})
     for calibrated in report.calibrated:
         defaults = registry.snapshot().schema(calibrated.key).default_values()
@@ -115,7 +115,7 @@ def test_a_one_byte_memory_budget_keeps_every_default(registry):
 
 def test_a_tiny_time_budget_stops_early_and_publishes_nothing(registry):
     before = registry.generation
-    report = _calibrate(registry, min(2, CPUS), kernels=["Gemm"], element_types=["FLOAT"],
+    report = _calibrate(registry, min(2, AVAILABLE_CPUS), kernels=["Gemm"], element_types=["FLOAT"],
                         options={"time_budget_per_key": 1e-6})
     assert not report.calibrated and not report.successful_profiles
     (skipped,) = report.skipped
@@ -174,7 +174,7 @@ def test_calibrated_values_reach_new_sessions(registry):
 
 def test_explicit_comparison_times_each_value_with_the_active_one_first(registry):
     options = {"parameter": "parallel.minimum_elements", "values": [1024, 32768, 1 << 20]}
-    report = _calibrate(registry, min(2, CPUS), kernels=["Abs"], element_types=["FLOAT"],
+    report = _calibrate(registry, min(2, AVAILABLE_CPUS), kernels=["Abs"], element_types=["FLOAT"],
                         options=options)
     (calibrated,) = report.calibrated
     labels = [row["label"] for row in calibrated.comparison]
