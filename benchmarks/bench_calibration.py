@@ -62,9 +62,9 @@ from kerneltune.kernels.calibrate import (
     NEVER,
     PARALLEL_MINIMUM,
     ElementwiseCalibration,
-    _grain_of,
-    machine_probe,
+    grain_of,
 )
+from kerneltune.kernels.probes import machine_probe
 from kerneltune.schema import element_type_number
 
 SAMPLE = [(kernel, element_type)
@@ -126,8 +126,8 @@ def values_by_key(batch: dict) -> dict[KernelTuningKey, dict]:
 def grid_values(calibration: ElementwiseCalibration, context) -> tuple[list[int], list[int]]:
     """The candidate grain values of the search grid, and of a grid twice as fine."""
     finer = calibration.sizes(context, 2 * context.options.level.steps_per_octave)
-    return (sorted({_grain_of(size) for size in calibration.sizes(context)}),
-            sorted({_grain_of(size) for size in finer}))
+    return (sorted({grain_of(size) for size in calibration.sizes(context)}),
+            sorted({grain_of(size) for size in finer}))
 
 
 def held_out_sizes(effort: str) -> list[int]:

@@ -27,16 +27,10 @@ from kerneltune.calibration.report import Decision
 from kerneltune.cli import UNSTEADY
 from kerneltune.detect import current_execution
 from kerneltune.kernels import LIBRARY, library, register_library
-from kerneltune.kernels.calibrate import (
-    NR,
-    SHARED_CACHE,
-    ElementwiseCalibration,
-    GemmCalibration,
-    shared_cache_probe,
-    tile_candidates,
-    whole_block_grid,
-)
-from kerneltune.kernels.gemm import KU, MR
+from kerneltune.kernels.calibrate import ElementwiseCalibration
+from kerneltune.kernels.calibrate_gemm import GemmCalibration, tile_candidates, whole_block_grid
+from kerneltune.kernels.gemm import KU, MR, NR
+from kerneltune.kernels.probes import SHARED_CACHE, shared_cache_probe
 from kerneltune.runtime import RuntimeSession
 
 # The quick effort's budget of a few seconds per key is for a quiet machine; under a

@@ -10,16 +10,20 @@ the process-wide registry.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from ..calibration import register_kernel_calibration_function, register_machine_probe
 from ..registry import KernelTuningRegistry
 from ..schema import element_type_number
-from . import calibrate, catalog
+from . import catalog
 from .base import LIBRARY, TUNING_ABI, Kernel, Plan, PreparedKernel
+from .calibrate import ElementwiseCalibration
+from .calibrate_gemm import GemmCalibration
 from .elementwise import BinaryKernel, UnaryKernel
 from .gemm import Gemm, MatMul
+from .probes import SHARED_CACHE, machine_probe, shared_cache_probe
 from .variants import load_module, selected_variant
 
 __all__ = [
@@ -104,5 +108,22 @@ def register_library(registry: KernelTuningRegistry, implementation: str | None 
         for element_type in kernel.element_types
     ]
     registry.register_schemas(items)
-    calibrate.register_calibrations(library(implementation).values(), registry)
+    _register_calibrations(library(implementation).values(), registry)
     return len(items)
+
+
+def _register_calibrations(kernels: Iterable[Kernel], registry: KernelTuningRegistry) -> None:
+    """Register with ``registry`` a calibration function for every (kernel, element type).
+
+    Add also gives the machine probes that watch the library's calibrations: its
+    parallel speed, and its shared cache (on one thread too).
+    """
+    for kernel in kernels:
+        if kernel.name == "Add":
+            register_machine_probe(LIBRARY, machine_probe(kernel), registry=registry)
+            register_machine_probe(LIBRARY, shared_cache_probe(kernel), SHARED_CACHE,
+                                   minimum_threads=1, registry=registry)
+        kind = GemmCalibration if isinstance(kernel, Gemm) else ElementwiseCalibration
+        for element_type in kernel.element_types:
+            register_kernel_calibration_function(kernel.tuning_key(element_type),
+                                                 kind(kernel, element_type), registry=registry)

@@ -4,48 +4,32 @@ The core's searches (:mod:`kerneltune.calibration.search`) are generic; this
 module says, per kernel, which configured instances of the real kernel they
 compare, on which cases, and how a measured crossover becomes a parameter
 value. Elementwise kernels share one function (the case groups differ between
-unary and binary); Gemm and MatMul share another.
+unary and binary); Gemm and MatMul share another (:mod:`.calibrate_gemm`).
 """
 
 from __future__ import annotations
 
-import functools
-import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..aligned import aligned
 from ..calibration import (
-    EFFORTS,
     CalibrationContext,
     Case,
-    Comparison,
     Crossover,
     Decision,
-    Setting,
-    Tolerance,
     Workload,
-    compare_settings,
-    decide_crossover,
     decide_shared_crossover,
     geometric_grid,
-    randn_tensor,
-    register_kernel_calibration_function,
-    register_machine_probe,
     search_threads,
     thread_counts,
     verify_decisions,
 )
-from ..calibration.measure import Deadline, measure
-from ..calibration.search import RESOLUTION_OCTAVES
-from ..detect import get_cpu_descriptor
 from ..dtypes import NUMPY_DTYPES
-from ..registry import KernelTuningRegistry
-from .base import CHUNK_ALIGNMENT, LIBRARY, Kernel
-from .elementwise import FLOAT, FLOAT16, BinaryKernel, ElementwiseKernel
-from .gemm import KU, MR, NR, Gemm, MatMul
+from .base import CHUNK_ALIGNMENT, Kernel
+from .elementwise import BinaryKernel, ElementwiseKernel
 
 #: a value no size reaches, which forces the other side of a threshold
 NEVER = 1 << 62
@@ -60,22 +44,13 @@ POSITIVE_INPUTS = frozenset({"Log", "Sqrt", "Pow"})
 #: machine's parallel speed, and a band of one octave left many decisions on its edge
 #: (docs/calibration.md, The resolution rule).
 GRAIN_RESOLUTION_OCTAVES = 2.0
-#: How far apart, in octaves of N, two calibrations measure where BLAS starts to beat the
-#: compiled path on one-row products (1 x N x N): BLAS's speed there is drawn per process.
-VECTOR_BLAS_RESOLUTION_OCTAVES = 2.0
-#: How far apart, in octaves of rows, two calibrations on more than one thread measure the
-#: skinny path's row limit: the blocked path it races runs at a speed drawn per process
-#: there (on one thread the crossover repeats within an octave). The band stays until
-#: calibrations without it are shown to repeat.
-SKINNY_PARALLEL_RESOLUTION_OCTAVES = 2.0
-
 PARALLEL_MINIMUM = "parallel.minimum_elements"
 MAXIMUM_THREADS = "parallel.maximum_threads"
 BROADCAST_MINIMUM = "parallel.broadcast_minimum_elements"
 CONVERSION_MINIMUM = "conversion.parallel_minimum_elements"
 
 
-def _grain_of(size: int) -> int:
+def grain_of(size: int) -> int:
     """The per-thread grain that makes a call of ``size`` elements the first to use two threads."""
     return max(CHUNK_ALIGNMENT, size // 2 // CHUNK_ALIGNMENT * CHUNK_ALIGNMENT)
 
@@ -249,7 +224,7 @@ class ElementwiseCalibration(KernelCalibration):
         parallel = self.run_of(context.configure({parameter: 1, **parallel_values}), 2)
         return decide_shared_crossover(context, [
             Crossover(parameter, case, sizes, ("serial", serial), ("parallel", parallel),
-                      _grain_of, 2 * int(context.values[parameter]),
+                      grain_of, 2 * int(context.values[parameter]),
                       resolution=GRAIN_RESOLUTION_OCTAVES, parallel_above=True)
             for case in groups])
 
@@ -259,423 +234,3 @@ class ElementwiseCalibration(KernelCalibration):
                                2 * CHUNK_ALIGNMENT)[::2]
         cases = [(case, size) for case in self.cases(context).values() for size in sizes]
         return Workload(cases, lambda config: self.run_of(config, context.threads))
-
-
-# --- Gemm and MatMul ----------------------------------------------------------------------------
-
-TILE_M, TILE_N, TILE_K = "algorithm.tile_m", "algorithm.tile_n", "algorithm.tile_k"
-PACK_B = "algorithm.pack_b_minimum_elements"
-SKINNY = "algorithm.skinny_m_limit"
-SKINNY_B = "algorithm.skinny_minimum_b_elements"
-BLAS = "algorithm.blas_minimum_fmas"
-SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
-VECTOR_BLAS = "algorithm.vector_blas_minimum_fmas"
-FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
-SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
-MINIMUM_TASKS = "parallel.minimum_tasks"
-#: depth and width of the skinny-M family
-SKINNY_DEPTH = 512
-#: the cache sizes assumed when the descriptor does not know them
-DEFAULT_L1, DEFAULT_L2 = 32 * 1024, 512 * 1024
-
-
-def tile_candidates(l1_bytes: int | None, l2_bytes: int | None, itemsize: int,
-                    limit: int = 6) -> list[tuple[int, int, int]]:
-    """(tile_m, tile_n, tile_k) worth trying for these caches, best guesses first.
-
-    A ``tile_k x tile_n`` panel of B is reused by every row block, so it should
-    fill about half of L2; a ``tile_m x tile_k`` block of A streams through L1
-    once per panel and should not exceed L2's other half. Tiles are multiples
-    of the micro-kernel's shape (MR x NR, depth KU).
-    """
-    l2 = l2_bytes or DEFAULT_L2
-    target = l2 // 2
-    found = []
-    for tile_n in (NR * 2, NR * 4, NR * 8):
-        for tile_k in (KU * 32, KU * 64, KU * 128):
-            for tile_m in (MR * 8, MR * 16, MR * 32):
-                panel, block = tile_k * tile_n * itemsize, tile_m * tile_k * itemsize
-                if panel <= target and block <= l2 - panel:
-                    found.append((abs(math.log(panel / target)), -tile_m,
-                                  (tile_m, tile_n, tile_k)))
-    return [tiles for *_, tiles in sorted(found)][:limit]
-
-
-def whole_block_grid(low: int, high: int, steps_per_octave: int) -> list[int]:
-    """A geometric grid whose sizes from ``NR`` on are whole ``NR``-column blocks.
-
-    The compiled path runs a block narrower than ``NR`` columns in a loop of
-    variable length, which gcc vectorises worse: on a plain grid (181, 362)
-    its speed zig-zags from one size to the next, and a crossover that needs
-    two consecutive wins stopped at the first awkward size.
-    """
-    return ([s for s in geometric_grid(low, high, steps_per_octave) if s < NR]
-            + geometric_grid(max(low, NR), high, steps_per_octave, NR))
-
-
-def _rows_below(rows: Sequence[int], blocked_from: int) -> int:
-    """The skinny row limit when the blocked path wins from ``blocked_from`` rows on: the
-    grid's row count below it.
-
-    A limit on the grid (the default, 8, is one) keeps every value the search decides on
-    it, so two calibrations a grid step apart differ by one step; ``blocked_from - 1``, the
-    largest limit the measurements allow, would lie off the grid beside a kept default.
-    """
-    return max((m for m in rows if m < blocked_from), default=0)
-
-
-def _wide(context: CalibrationContext) -> list[int]:
-    """N of the one-row and skinny families (N x N B): whole micro-kernel blocks, 64 to 4096."""
-    return whole_block_grid(64, 4096, context.options.level.steps_per_octave)
-
-
-class GemmCalibration(KernelCalibration):
-    """Tiles on shape families (on one thread), then each algorithm threshold, then the
-    parallel grain.
-
-    Every search runs the compiled kernel with the values decided before it,
-    and the paths it does not study switched off (BLAS above no size, skinny
-    for no M), so each threshold is measured on its own.
-    """
-
-    kernel: Gemm
-
-    def _compute_itemsize(self) -> int:
-        compute = FLOAT if self.element_type == FLOAT16 else self.element_type
-        return NUMPY_DTYPES[compute].itemsize
-
-    def _tolerance(self) -> Tolerance:
-        """BLAS sums in another order: agreement to a few units in the last place per K."""
-        rtol = 2e-3 if self._compute_itemsize() == 4 else 1e-10
-        return Tolerance(rtol, rtol * 32)
-
-    def _matrix(self, context: CalibrationContext, rows: int, columns: int, salt: int):
-        return context.randn(self.element_type, (rows, columns), salt)
-
-    def _product(self, name: str, context: CalibrationContext, m: Callable[[int], int],
-                 k: Callable[[int], int], n: Callable[[int], int], trans_b: bool = False) -> Case:
-        item = NUMPY_DTYPES[self.element_type].itemsize
-
-        def inputs(size: int) -> tuple:
-            b_shape = (n(size), k(size)) if trans_b else (k(size), n(size))
-            return (self._matrix(context, m(size), k(size), 0),
-                    self._matrix(context, *b_shape, 1))
-
-        return Case(name, inputs,
-                    lambda s: item * (m(s) * k(s) + k(s) * n(s) + m(s) * n(s)))
-
-    def _square(self, context: CalibrationContext) -> Case:
-        return self._product("square", context, int, int, int)
-
-    def families(self, context: CalibrationContext) -> list[tuple[Case, int]]:
-        """Square, wide N, large K and (Gemm only) transposed B: the cases tiles are judged on."""
-        product = self._product
-        families = [
-            (self._square(context), 256),
-            (product("wide N", context, lambda s: s // 4, lambda s: s, lambda s: s * 4), 256),
-            (product("large K", context, lambda s: s, lambda s: s * 16, lambda s: s), 128),
-        ]
-        if not isinstance(self.kernel, MatMul):
-            families.append((product("transposed B", context, int, lambda s: s // 2, int,
-                                     trans_b=True), 256))
-        return families
-
-    def _runner_for(self, config: Any, threads: int) -> Callable[..., np.ndarray]:
-        """A run for plain and transposed-B cases, told apart by B's shape.
-
-        The transposed family is never square in (K, N), so a B whose first
-        dimension is not A's last is the transposed one.
-        """
-        plain = self.run_of(config, threads)
-        if isinstance(self.kernel, MatMul):
-            return plain
-        transposed = self.run_of(config, threads, transB=1)
-
-        def run(a, b):
-            return plain(a, b) if a.shape[1] == b.shape[0] else transposed(a, b)
-        return run
-
-    def _runner(self, context: CalibrationContext, values: dict, threads: int | None = None):
-        return self._runner_for(context.configure(values), threads or context.threads)
-
-    def __call__(self, context: CalibrationContext) -> None:
-        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER}
-        self._tiles(context, compiled)
-        square = self._square(context)
-        steps = context.options.level.steps_per_octave
-        squares = whole_block_grid(16, 724, steps)
-        blocked = {**compiled, SKINNY: 0}
-        never_pack, always_pack = ({**blocked, PACK_B: NEVER}, {**blocked, PACK_B: 0})
-        tile_k, tile_n = int(context.values[TILE_K]), int(context.values[TILE_N])
-        decide_crossover(context, Crossover(
-            PACK_B, square, squares, ("B read in place", self._runner(context, never_pack)),
-            ("B packed", self._runner(context, always_pack)),
-            lambda s: min(s, tile_k) * min(s, tile_n),
-            max(1, math.isqrt(int(context.values[PACK_B])))))
-        self._skinny(context, compiled)
-        self._skinny_parallel(context, compiled)
-        self._blas(context, square, squares, compiled)
-        self._parallel(context, square, squares, compiled)
-        context.keep(MINIMUM_TASKS, "kept: parallel.fmas_per_work_unit decides when a product "
-                                    "is worth threads; the task count is not searched")
-        if CONVERSION_MINIMUM in context.schema.parameters:
-            self._conversion(context, compiled)
-
-    def _tiles(self, context: CalibrationContext, compiled: dict) -> None:
-        """The tile set, judged on one thread whatever the batch's thread count.
-
-        Tiles size the blocks one core's caches hold, as BLAS libraries' blocking
-        is set per processor, not per thread count; how many threads the task grid
-        feeds is ``parallel.fmas_per_work_unit``'s to decide. Judged on two threads of
-        a shared machine, the winner was drawn per process.
-        """
-        processor = context.execution.processor
-        current = tuple(int(context.values[p]) for p in (TILE_M, TILE_N, TILE_K))
-        skinny = int(context.values[SKINNY])
-        candidates = [current] + [t for t in tile_candidates(
-            processor.l1_data_bytes, processor.l2_bytes, self._compute_itemsize())
-            if t != current and t[0] >= skinny]
-        settings = [Setting(f"tiles {m}x{n}x{k}", {TILE_M: m, TILE_N: n, TILE_K: k},
-                            self._runner(context, {**compiled, TILE_M: m, TILE_N: n, TILE_K: k},
-                                         threads=1))
-                    for m, n, k in candidates]
-        result = compare_settings(context, Comparison(self.families(context), settings))
-        context.comparison.extend(result.table)
-        reason = result.reason + ("; judged on one thread" if context.threads > 1 else "")
-        for parameter in (TILE_M, TILE_N, TILE_K):
-            context.decide(parameter, result.chosen.values[parameter], reason,
-                           result.candidates if parameter == TILE_M else ())
-
-    def _skinny(self, context: CalibrationContext, compiled: dict) -> None:
-        """The rows up to which the skinny path beats the blocked one on a large B, then the
-        size of B from which it does so for half that many rows.
-
-        The skinny path pays by streaming B once; a B that stays in cache goes faster
-        through the blocked path whatever the rows, so one row limit measured on a large
-        B would send small products the slow way.
-        """
-        tile_m = int(context.values[TILE_M])
-        steps = context.options.level.steps_per_octave
-        rows = geometric_grid(1, tile_m, steps)
-        case = self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
-                             lambda s: SKINNY_DEPTH)
-        skinny = self._runner(context, {**compiled, SKINNY: tile_m, SKINNY_B: 0})
-        blocked = self._runner(context, {**compiled, SKINNY: 0})
-        decide_crossover(context, Crossover(
-            SKINNY, case, rows, ("skinny", skinny), ("blocked", blocked),
-            functools.partial(_rows_below, rows),
-            next((m for m in rows if m > int(context.values[SKINNY])), rows[-1]),
-            resolution=(SKINNY_PARALLEL_RESOLUTION_OCTAVES if context.threads > 1
-                        else RESOLUTION_OCTAVES)))
-        limit = int(context.values[SKINNY])
-        if limit < 1:
-            context.keep(SKINNY_B, f"kept: algorithm.skinny_m_limit is {limit}, no product "
-                                   f"is skinny")
-            return
-        # from one micro-kernel block wide on: below, calls cost mostly their overhead and
-        # neither path wins, which would end the search where it starts
-        few = max(1, limit // 2)
-        decide_crossover(context, Crossover(
-            SKINNY_B, self._product(f"{few} x N x N", context, lambda s: few, int, int),
-            whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
-            lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
-
-    def _skinny_sizes(self, context: CalibrationContext, parameter: str) -> list[int] | None:
-        """The sizes N of the wide grid whose N x N B the skinny path takes; None, with
-        ``parameter`` kept, when there are fewer than two."""
-        smallest_b = int(context.values[SKINNY_B])
-        wide = _wide(context)
-        sizes = [s for s in wide if s * s >= smallest_b]
-        if len(sizes) < 2:
-            context.keep(parameter, f"kept: algorithm.skinny_minimum_b_elements is "
-                                    f"{smallest_b}, so the skinny path takes fewer than two "
-                                    f"of the sizes searched (N up to {wide[-1]})")
-            return None
-        return sizes
-
-    def _skinny_parallel(self, context: CalibrationContext, compiled: dict) -> None:
-        """The skinny path's work unit, on one-row products (a batch of one through a dense
-        layer), before the one-row BLAS threshold is measured against the path it sets."""
-        if context.threads == 1:
-            context.keep(SKINNY_UNIT, "kept: one thread, so no parallel path to tune")
-            return
-        if int(context.values[SKINNY]) < 1:
-            context.keep(SKINNY_UNIT, "kept: algorithm.skinny_m_limit is 0, no product is "
-                                      "skinny")
-            return
-        sizes = self._skinny_sizes(context, SKINNY_UNIT)
-        if sizes is None:
-            return
-        decide_crossover(context, Crossover(
-            SKINNY_UNIT, self._product("1 x N x N", context, lambda s: 1, int, int), sizes,
-            ("serial", self._runner(context, {**compiled, SKINNY_UNIT: NEVER})),
-            ("parallel", self._runner(context, {**compiled, SKINNY_UNIT: 1}, 2)),
-            lambda s: max(1, s * s // 2),
-            max(1, math.isqrt(2 * int(context.values[SKINNY_UNIT]))), parallel_above=True))
-
-    def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
-              compiled: dict) -> None:
-        """The BLAS crossovers, in multiply-adds: square, one-row and skinny products."""
-        on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0, VECTOR_BLAS: 0}))
-        compiled_run = ("compiled", self._runner(context, compiled))
-        decide_crossover(context, Crossover(
-            BLAS, square, squares, compiled_run, on_blas,
-            lambda s: s ** 3, max(1, round(int(context.values[BLAS]) ** (1 / 3))),
-            self._tolerance()))
-        decide_crossover(context, Crossover(
-            VECTOR_BLAS, self._product("1 x N x N", context, lambda s: 1, int, int),
-            _wide(context),
-            compiled_run, on_blas, lambda s: s * s,
-            max(1, math.isqrt(int(context.values[VECTOR_BLAS]))), self._tolerance(),
-            VECTOR_BLAS_RESOLUTION_OCTAVES))
-        limit = int(context.values[SKINNY])
-        if limit < 2:
-            context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_m_limit is {limit}, no product of "
-                                      f"2 rows or more is skinny")
-            return
-        # one threshold in multiply-adds serves few rows and many, measured on both (from 2
-        # rows: one row has its own threshold), on the sizes of B the skinny path takes; a
-        # smaller B meets the blocked path's threshold
-        skinny_sizes = self._skinny_sizes(context, SKINNY_BLAS)
-        if skinny_sizes is None:
-            return
-        skinny = self._runner(context, compiled)
-        decide_shared_crossover(context, [
-            Crossover(SKINNY_BLAS, self._product(f"{rows} x N x N", context,
-                                                 lambda s, rows=rows: rows, int, int),
-                      skinny_sizes, ("skinny", skinny), on_blas,
-                      lambda s, rows=rows: rows * s * s,
-                      max(1, math.isqrt(int(context.values[SKINNY_BLAS]) // rows)),
-                      self._tolerance())
-            for rows in sorted({2, max(2, limit // 2)})])
-
-    def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
-                  compiled: dict) -> None:
-        if context.threads == 1:
-            context.keep(FMAS_PER_UNIT, "kept: one thread, so no parallel path to tune")
-            return
-        blas = int(context.values[BLAS])
-        below_blas = [s for s in squares if s ** 3 < blas] or squares
-        decide_crossover(context, Crossover(
-            FMAS_PER_UNIT, square, below_blas,
-            ("serial", self._runner(context, {**compiled, FMAS_PER_UNIT: NEVER})),
-            ("parallel", self._runner(context, {**compiled, FMAS_PER_UNIT: 1}, 2)),
-            lambda s: max(1, s ** 3 // 2),
-            max(1, round((2 * int(context.values[FMAS_PER_UNIT])) ** (1 / 3))),
-            parallel_above=True))
-
-    def _conversion(self, context: CalibrationContext, compiled: dict) -> None:
-        if context.threads == 1:
-            context.keep(CONVERSION_MINIMUM, "kept: one thread, so no parallel path to tune")
-            return
-        width = 64
-        case = self._product("tall", context, lambda s: s // width, lambda s: width,
-                             lambda s: width)
-        sizes = geometric_grid(1 << 12, min(1 << 20, context.options.level.largest_elements),
-                               context.options.level.steps_per_octave, width)
-        # pure modes on both sides, as for the elementwise kernels (see _pure_modes there)
-        serial = {**compiled, FMAS_PER_UNIT: NEVER, CONVERSION_MINIMUM: NEVER}
-        parallel = {**compiled, FMAS_PER_UNIT: 1, CONVERSION_MINIMUM: 1}
-        decide_crossover(context, Crossover(
-            CONVERSION_MINIMUM, case, sizes, ("serial", self._runner(context, serial, 2)),
-            ("parallel", self._runner(context, parallel, 2)),
-            _grain_of, 2 * int(context.values[CONVERSION_MINIMUM]),
-            resolution=GRAIN_RESOLUTION_OCTAVES, parallel_above=True))
-
-    def workload(self, context: CalibrationContext) -> Workload:
-        """The tile families plus a skinny and a small square product."""
-        cases = [*self.families(context),
-                 (self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
-                                lambda s: SKINNY_DEPTH), 4),
-                 (self._square(context), 64)]
-
-        return Workload(cases, lambda config: self._runner_for(config, context.threads),
-                        self._tolerance())
-
-
-#: the parallel probe's call: Add on FLOAT operands of this many elements per thread (the
-#: portable grain), forced parallel
-PROBE_ELEMENTS_PER_THREAD = 16384
-#: the aspect of the machine :func:`shared_cache_probe` watches
-SHARED_CACHE = "shared cache"
-
-
-def _medians(runs: Sequence[Callable[[], object]], repetitions: int) -> list[float]:
-    """Seconds per call of each of ``runs``, measured interleaved as a search at normal
-    effort measures."""
-    return [m.median for m in measure(runs, repetitions, EFFORTS["normal"].minimum_sample_seconds,
-                                      Deadline(math.inf, "none"))]
-
-
-def machine_probe(kernel: ElementwiseKernel, element_type: int = FLOAT,
-                  elements_per_thread: int = PROBE_ELEMENTS_PER_THREAD,
-                  repetitions: int = EFFORTS["normal"].repetitions) -> Callable[[int], float]:
-    """The parallel probe: serial time / parallel time of ``kernel``, forced parallel.
-
-    The library's probe is Add on FLOAT operands, :data:`PROBE_ELEMENTS_PER_THREAD`
-    per thread: a call near the crossovers, where the parallel run's fixed costs
-    still weigh, so the probe moves when they do.
-    """
-
-    def probe(threads: int) -> float:
-        # made here: registration is at import
-        x = randn_tensor(element_type, (elements_per_thread * threads,), 0)
-        inputs = (x, x) if isinstance(kernel, BinaryKernel) else (x,)
-        config = kernel.configure(element_type, {PARALLEL_MINIMUM: 1})
-        prepared = kernel.prepare(element_type, config, threads)
-        serial, parallel = _medians([functools.partial(prepared.run_serial, *inputs),
-                                     functools.partial(prepared.run, *inputs)], repetitions)
-        return serial / parallel
-
-    return probe
-
-
-def shared_cache_probe(kernel: BinaryKernel, element_type: int = FLOAT,
-                       l2_bytes: int | None = None,
-                       repetitions: int = EFFORTS["normal"].repetitions
-                       ) -> Callable[[int], float]:
-    """The shared cache's probe: calls per second of binary ``kernel``, serial, on two
-    operands of twice the core's L2 (``l2_bytes``, else the processor's) each.
-
-    Operands the core's own L2 cannot hold are read from the cache it shares
-    with its neighbours, and a neighbour's traffic there slows every such
-    read, on any thread count, the probe's as much as a product's that
-    streams its B from there (docs/calibration.md).
-    """
-
-    @functools.cache
-    def operands() -> tuple[np.ndarray, np.ndarray]:
-        # made at the first probe, and kept: registration is at import, and making 4 MB
-        # of random operands costs more than the probe
-        l2 = l2_bytes or get_cpu_descriptor().l2_bytes or DEFAULT_L2
-        elements = 2 * l2 // NUMPY_DTYPES[element_type].itemsize
-        return randn_tensor(element_type, (elements,), 0), randn_tensor(element_type,
-                                                                        (elements,), 1)
-
-    def probe(threads: int) -> float:
-        prepared = kernel.prepare(element_type, kernel.configure(element_type, {}), 1)
-        (seconds,) = _medians([functools.partial(prepared.run_serial, *operands())],
-                              repetitions)
-        return 1.0 / seconds
-
-    return probe
-
-
-def register_calibrations(kernels: Iterable[Kernel], registry: KernelTuningRegistry) -> int:
-    """Register with ``registry`` a calibration function for every (kernel, element type).
-
-    Add also gives the machine probes that watch the library's calibrations: its
-    parallel speed, and its shared cache (on one thread too).
-    """
-    count = 0
-    for kernel in kernels:
-        if kernel.name == "Add":
-            register_machine_probe(LIBRARY, machine_probe(kernel), registry=registry)
-            register_machine_probe(LIBRARY, shared_cache_probe(kernel), SHARED_CACHE,
-                                   minimum_threads=1, registry=registry)
-        kind = GemmCalibration if isinstance(kernel, Gemm) else ElementwiseCalibration
-        for element_type in kernel.element_types:
-            register_kernel_calibration_function(kernel.tuning_key(element_type),
-                                                 kind(kernel, element_type), registry=registry)
-            count += 1
-    return count
