@@ -1,10 +1,8 @@
 """Arrays that start on a cache line, so that a kernel's speed does not depend on malloc.
 
 Gemm's compiled path reads B in place below its pack-B threshold, and a SIMD
-load that straddles two cache lines costs two: on an x86_64_v4 processor a
-B 16, 32 or 48 bytes past a cache line made a 256 x 256 x 256 DOUBLE product
-on one thread take 490 us instead of 385 us, and the skinny path a quarter
-longer. numpy's arrays start wherever malloc puts them, in 16-byte steps, so
+load that straddles two cache lines costs two (docs/kernels.md, Alignment).
+numpy's arrays start wherever malloc puts them, in 16-byte steps, so
 calibration inputs placed by it gave each process its own crossovers. The
 arrays kerneltune allocates for a kernel to read therefore start on a
 multiple of :data:`ALIGNMENT`, as onnxruntime's tensors do: calibration

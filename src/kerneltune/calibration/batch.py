@@ -132,9 +132,8 @@ def spinning_blas_warning(threads: int) -> str | None:
     more than one thread, starts each compiled sample while OpenBLAS's
     threads (its pthreads build, numpy's wheels) still spin, about 0.1 s
     by default: the compiled kernel's OpenMP thread waits for a scheduler
-    tick. On the 2-CPU virtual machine of the README's figures a 128 x 128
-    product then took 4 to 16 ms instead of 0.03 ms, and the BLAS crossovers
-    were measured on stalls. OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` once,
+    tick, and the BLAS crossovers are measured on stalls (docs/calibration.md,
+    Spinning BLAS threads). OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` once,
     when it loads, so only the environment of the process can fix it.
     """
     if threads < 2:
@@ -233,10 +232,8 @@ def _measure_keys(
     ``state``; the latest among equals): one taken deeper in a slow spell
     describes the machine less well than the one it would replace. A spell
     too short or too narrow for the probes still makes fewer threads win, and
-    only those decisions (Relu DOUBLE's grain once went from 32768 to 131072,
-    two threads as slow as one up to 524288 elements, between probes 13% below
-    their reference; its siblings measured just before crossed over at 16384):
-    such a key is measured again, and among equally steady measurements one
+    only those decisions (docs/calibration.md, Measuring again): such a key
+    is measured again, and among equally steady measurements one
     without such a decision stands, as a neighbour only ever slows the machine
     down. Returns the reports of keys calibrated, the keys a budget stopped,
     the keys measured again and those never settled. A second measurement cut

@@ -1,17 +1,12 @@
 """Which state the machine was in while calibration measured a key, and measuring again.
 
 A crossover moves with the machine's speed, and on a shared host that speed
-jumps between states while nothing in the calibrating process changes. On the
-2-CPU virtual machine of the README's figures two aspects of it move. Its
-parallel speed: the 2-thread speedup of a call near the crossovers flips
-between about 1.05 and about 0.70 (a neighbour loads the core under the second
-vCPU, the host moves it), and a key's crossover moves by two to four times
-with it. And the shared cache: a neighbour's traffic there slows every read
-the core's own L2 cannot serve, for seconds at a time, on one thread as on
-two: the rate of a serial Add on operands twice the L2 moved by up to 70%
-within one calibration, and it was more than 20% below its fastest whenever
-a skinny product streaming its B from there took 1.6 times its usual time
-or more. Within one state, calibration repeats.
+jumps between states while nothing in the calibrating process changes. Two
+aspects of it move: its parallel speed (a neighbour loads the core under the
+second vCPU, and a key's crossover moves with it) and its shared cache (a
+neighbour's traffic slows every read the core's own L2 cannot serve, on one
+thread as on two). Within one state, calibration repeats; the figures are in
+docs/calibration.md (Steadiness: the machine probes).
 
 So a batch watches: a kernel library registers a probe per aspect (for more
 than one thread only, when the aspect is parallel speed) into the registry it
@@ -44,15 +39,11 @@ from dataclasses import dataclass
 from ..registry import KernelTuningRegistry, default_registry
 from ..schema import KernelTuningKey
 
-#: how many consecutive probes must reach a rate for it to be the reference state's. A state
-#: lasts: on the 2-CPU virtual machine of the README's figures the parallel probe's usual
-#: state sat at 1.05-1.15 while single probes among 774 reached 1.3-1.54, scattered over
-#: minutes; taken as the third-highest rate, they set a reference no later key met.
+#: how many consecutive probes must reach a rate for it to be the reference state's: a state
+#: lasts, while single lucky probes would set a reference no later key meets
 REFERENCE_RUN = 3
-#: a probe this fraction below the reference was taken in a slower state. On the 2-CPU
-#: virtual machine of the README's figures, probes within one state stay within 11% of
-#: each other; the states of parallel speed are 50% apart, those of the shared cache 30%
-#: to 70%.
+#: a probe this fraction below the reference was taken in a slower state: wider than the
+#: scatter within one state, narrower than the distance between states
 STEADY_TOLERANCE = 0.20
 
 #: seconds between two probes while a batch waits for the reference state to come back

@@ -2,7 +2,7 @@
 
 Tiles are judged on one thread on shape families that stress each dimension;
 the thresholds between the blocked, skinny-M, one-row and BLAS paths are
-crossovers searched on those families (docs/calibration.md, The Gemm search).
+crossovers searched on those families (docs/calibration.md, Gemm and MatMul).
 """
 
 from __future__ import annotations

@@ -61,9 +61,8 @@ class HalfConversionConfig:
     conversion_minimum_elements: int = tunable(
         "conversion.parallel_minimum_elements", DEFAULT_GRAIN, minimum=1,
         doc="elements per thread when widening FLOAT16 inputs and narrowing outputs; by "
-            "default the computation's grain: a call that computes on two threads and "
-            "converts on one ran 1.5-1.9x slower than one doing all on two (x86_64_v4, "
-            "70000 to 130000 elements)")
+            "default the computation's grain, since a call that computes on more threads "
+            "than it converts on loses what the parallel computation won")
 
 
 @dataclass(frozen=True)

@@ -110,13 +110,10 @@ class GemmConfig:
         "algorithm.skinny_minimum_b_elements", 16_384, minimum=0,
         doc="elements of B (K * N) from which a product of at most algorithm.skinny_m_limit "
             "rows takes the skinny path, which pays by streaming B once: a B that stays in "
-            "cache goes faster through the blocked path (0: any B). 128**2 by default: the "
-            "blocked path is 16-30% faster at 64**2 whatever the rows, and calibrations on "
-            "x86_64_v4 find the crossover between 91**2 and 128**2")
+            "cache goes faster through the blocked path (0: any B)")
     blas_minimum_fmas: int = tunable(
         "algorithm.blas_minimum_fmas", 2_097_152, minimum=0,
-        doc="M * N * K from which numpy.matmul (BLAS) computes the product; 128**3 by default, "
-            "where the compiled x86_64_v4 kernel and OpenBLAS on two cores break even")
+        doc="M * N * K from which numpy.matmul (BLAS) computes the product")
     skinny_blas_minimum_fmas: int = tunable(
         "algorithm.skinny_blas_minimum_fmas", 2_097_152, minimum=0,
         doc="M * N * K from which a skinny product of 2 rows or more "
@@ -125,19 +122,16 @@ class GemmConfig:
     vector_blas_minimum_fmas: int = tunable(
         "algorithm.vector_blas_minimum_fmas", 262_144, minimum=0,
         doc="M * N * K from which a one-row product is computed by numpy.matmul (BLAS), "
-            "which runs it as a matrix-vector product; 512**2 by default: on two threads "
-            "the skinny path took 0.47-0.84x OpenBLAS's time at N = 362 and 512 (every "
-            "x86_64 variant) and 1.1-1.5x at 724, on one thread 0.6-0.95x at 256")
+            "which runs it as a matrix-vector product")
     fmas_per_work_unit: int = tunable(
         "parallel.fmas_per_work_unit", 524_288, minimum=1,
         doc="multiply-adds (M * N * K) each thread must have at least: a product runs on at "
-            "most M * N * K // this many threads (about 8 us of work per thread by default, "
-            "an OpenMP fork and join costing a few us)")
+            "most M * N * K // this many threads, so that each thread's work outweighs an "
+            "OpenMP fork and join")
     skinny_fmas_per_work_unit: int = tunable(
         "parallel.skinny_fmas_per_work_unit", 131_072, minimum=1,
-        doc="parallel.fmas_per_work_unit of the skinny path, which streams B: two threads "
-            "ran 1 x 512 x 512 FLOAT in 0.75x the time of one (x86_64_v4), where the "
-            "square products' unit keeps it on one; 1 x 362 x 362 stays faster on one")
+        doc="parallel.fmas_per_work_unit of the skinny path, which streams B and so gains "
+            "from a second thread at sizes where a square product does not")
     minimum_tasks: int = tunable(
         "parallel.minimum_tasks", 2, minimum=1,
         doc="tasks (output tiles) below which a compiled product runs serially")
@@ -162,10 +156,7 @@ class HalfGemmConfig(GemmConfig):
     conversion_minimum_elements: int = tunable(
         "conversion.parallel_minimum_elements", 32_768, minimum=1,
         doc="elements of an operand or result from which its conversion runs on every thread "
-            "(as the elementwise kernels' FLOAT16 default): every calibration on a 2-vCPU "
-            "x86_64_v4 machine that measured it found parallel conversions winning from 4096 "
-            "to 8192 elements, and one that started from 1048576 found the two tied there, "
-            "where conversions are bound by memory, and kept it")
+            "(as the elementwise kernels' FLOAT16 default)")
 
 
 class Gemm(Kernel):
