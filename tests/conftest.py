@@ -128,12 +128,12 @@ def toys():
     return registry, keys, calls, uncalibratable
 
 
-def _run(registry, **selection):
+def calibrate_toys(registry, **selection):
     """Calibrate the selection in ``registry``: one thread, quick, unless ``options`` say."""
     options = selection.pop("options", CalibrationOptions(threads=1, effort="quick"))
     return calibrate_registered_kernels(options=options, registry=registry, **selection)
 
 
-def _measurement(seconds: float) -> Measurement:
+def measurement_of(seconds: float) -> Measurement:
     """A synthetic measurement whose median is ``seconds``, with narrow quartiles."""
     return Measurement(tuple(seconds * f for f in (0.99, 1.0, 1.0, 1.0, 1.01)), (), 1)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import AVAILABLE_CPUS, ToyConfig, _run, needs_two_cpus, toy_key
+from conftest import AVAILABLE_CPUS, ToyConfig, calibrate_toys, needs_two_cpus, toy_key
 from kerneltune import CalibrationError, KernelTuningRegistry, Tier, TuningValidationError
 from kerneltune.calibration import (
     CalibrationOptions,
@@ -26,11 +26,11 @@ from kerneltune.detect import current_execution
 def test_an_empty_selection_calibrates_every_calibratable_key(toys):
     registry, keys, calls, uncalibratable = toys
     before = registry.generation
-    report = _run(registry, library="test_library")
+    report = calibrate_toys(registry, library="test_library")
     assert sorted(map(str, calls)) == sorted(map(str, keys))
     assert registry.generation == before + 1  # one publication for the whole batch
     assert len(report.successful_profiles) == len(keys)
-    everything = _run(registry)
+    everything = calibrate_toys(registry)
     assert [u.key for u in everything.unsupported] == [uncalibratable]
     assert "no calibration function" in everything.unsupported[0].reason
     assert not is_calibratable(uncalibratable)
@@ -48,7 +48,7 @@ def test_an_empty_selection_calibrates_every_calibratable_key(toys):
 ])
 def test_selection_fields_combine_with_and_values_with_or(toys, selection, expected):
     registry, keys, calls, _ = toys
-    report = _run(registry, library="test_library", **selection)
+    report = calibrate_toys(registry, library="test_library", **selection)
     wanted = sorted(str(k) for k in keys if expected(k))
     assert sorted(map(str, calls)) == wanted
     assert sorted(str(r.key) for r in report.calibrated) == wanted
@@ -57,13 +57,14 @@ def test_selection_fields_combine_with_and_values_with_or(toys, selection, expec
 def test_a_bad_selection_names_every_field(toys):
     registry = toys[0]
     with pytest.raises(TuningValidationError) as error:
-        _run(registry, library="", kernels=[3], element_types=["FLOAT", "QUATERNION"])
+        calibrate_toys(registry, library="", kernels=[3], element_types=["FLOAT", "QUATERNION"])
     assert {p.field for p in error.value.problems} == {"library", "kernels", "element_types"}
 
 
 def test_calibrated_profiles_bind_to_the_execution_and_point_to_their_report(toys):
     registry, keys, _, _ = toys
-    report = _run(registry, kernels=["Abs"], element_types=["FLOAT"], implementations="v3")
+    report = calibrate_toys(registry, kernels=["Abs"], element_types=["FLOAT"],
+                            implementations="v3")
     (profile,) = report.successful_profiles
     (calibrated,) = report.calibrated
     assert profile.execution == report.execution and profile.origin == "calibration"
@@ -80,15 +81,15 @@ def test_only_missing_is_scoped_to_the_thread_count(toys):
     registry, keys, calls, _ = toys
     one = CalibrationOptions(threads=1, effort="quick")
     two = CalibrationOptions(threads=2, effort="quick")
-    _run(registry, kernels=["Abs"], options=one)
+    calibrate_toys(registry, kernels=["Abs"], options=one)
     calls.clear()
-    again = _run(registry, kernels=["Abs"], only_missing=True, options=one)
+    again = calibrate_toys(registry, kernels=["Abs"], only_missing=True, options=one)
     assert calls == [] and not again.calibrated and not again.successful_profiles
     assert all("2 threads" not in s.reason and "1 threads" in s.reason for s in again.skipped)
-    other = _run(registry, kernels=["Abs"], only_missing=True, options=two)
+    other = calibrate_toys(registry, kernels=["Abs"], only_missing=True, options=two)
     assert len(other.calibrated) == len(calls) == 4
     calls.clear()
-    assert not _run(registry, kernels=["Abs"], only_missing=True, options=two).calibrated
+    assert not calibrate_toys(registry, kernels=["Abs"], only_missing=True, options=two).calibrated
 
 
 def test_a_failing_function_publishes_nothing(toys):
@@ -101,7 +102,7 @@ def test_a_failing_function_publishes_nothing(toys):
     register_kernel_calibration_function(broken, fails, registry=registry)
     before = registry.generation
     with pytest.raises(RuntimeError, match="sensor on fire"):
-        _run(registry, library="test_library")
+        calibrate_toys(registry, library="test_library")
     assert registry.generation == before
     assert all(p.execution is None for k in keys for p in registry.snapshot().profiles(k))
 
@@ -112,7 +113,7 @@ def test_an_invalid_value_publishes_nothing(toys):
                                          registry=registry)
     before = registry.generation
     with pytest.raises(TuningValidationError, match="parallel.minimum_elements"):
-        _run(registry, library="test_library")
+        calibrate_toys(registry, library="test_library")
     assert registry.generation == before
 
 
@@ -123,7 +124,7 @@ def test_calibrating_an_unregistered_key_is_an_error(toys):
 
 def test_more_threads_than_cpus_is_an_error(toys):
     with pytest.raises(CalibrationError, match="CPUs"):
-        _run(toys[0], options=CalibrationOptions(threads=AVAILABLE_CPUS + 1))
+        calibrate_toys(toys[0], options=CalibrationOptions(threads=AVAILABLE_CPUS + 1))
 
 
 def test_a_tiny_total_budget_skips_the_remaining_keys_and_says_so(toys):
@@ -136,7 +137,7 @@ def test_a_tiny_total_budget_skips_the_remaining_keys_and_says_so(toys):
 
     for key in keys:
         register_kernel_calibration_function(key, slow, registry=registry)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=1, time_budget=0.01))
     assert len(report.calibrated) <= 1
     assert any("total time budget" in s.reason for s in report.skipped)
@@ -149,7 +150,7 @@ def test_a_calibration_function_belongs_to_the_registry_it_was_registered_with(t
     assert all(is_calibratable(key, registry=registry) for key in keys)
     assert not any(is_calibratable(key, registry=other) or is_calibratable(key) for key in keys)
     assert calibration_function(keys[0], registry=other) is None
-    report = _run(other, library="test_library")
+    report = calibrate_toys(other, library="test_library")
     assert calls == [] and not report.calibrated and len(report.unsupported) == len(keys)
 
 
@@ -177,7 +178,7 @@ def test_blas_threads_that_spin_into_the_measurements_are_named(monkeypatch, tim
 
 def test_explicit_comparison_needs_a_workload(toys):
     registry = toys[0]
-    report = _run(registry, kernels=["Abs"], options=CalibrationOptions(
+    report = calibrate_toys(registry, kernels=["Abs"], options=CalibrationOptions(
         threads=1, parameter="parallel.minimum_elements", values=[1024]))
     assert len(report.unsupported) == 4
     assert all("workload" in u.reason for u in report.unsupported)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import _measurement
+from conftest import measurement_of
 from kerneltune.calibration.measure import Deadline, Measurement, measure
 
 
@@ -26,8 +26,8 @@ def test_outliers_are_rejected_and_recorded():
 
 
 def test_beats_needs_the_margin_and_separate_quartiles():
-    fast, slow = _measurement(1.0), _measurement(1.2)
+    fast, slow = measurement_of(1.0), measurement_of(1.2)
     assert fast.beats(slow, 0.05) and not slow.beats(fast, 0.05)
-    assert not fast.beats(_measurement(1.04), 0.05)
+    assert not fast.beats(measurement_of(1.04), 0.05)
     wide = Measurement((0.5, 0.8, 1.0, 1.3, 1.5), (), 1)
-    assert not wide.beats(_measurement(1.2), 0.05)
+    assert not wide.beats(measurement_of(1.2), 0.05)

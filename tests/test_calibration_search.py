@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import ToyConfig, _measurement, toy_key
+from conftest import ToyConfig, measurement_of, toy_key
 from kerneltune import CalibrationError
 from kerneltune.calibration import CalibrationOptions, Case, Comparison, Crossover, Setting
 from kerneltune.calibration.context import CalibrationContext
@@ -44,7 +44,7 @@ def _synthetic(context, timing):
     def fake(runs):
         size = context._current_size
         measured.append(size)
-        return {name: _measurement(timing(name, size)) for name in runs}
+        return {name: measurement_of(timing(name, size)) for name in runs}
 
     context.measure = fake
     return measured
@@ -120,7 +120,7 @@ def _settings_comparison(context, timings):
 
     def fake(runs):
         seconds = next(rounds)
-        return {name: _measurement(seconds[name]) for name in runs}
+        return {name: measurement_of(seconds[name]) for name in runs}
 
     context.measure = fake
     case = Case("unary", lambda size: (np.zeros(1),), lambda size: 8)
@@ -196,8 +196,8 @@ def test_an_overlap_of_medians_a_margin_apart_is_measured_again(noisy_at):
         size = context._current_size
         measured.append(size)
         if size == 16384 and measured.count(size) == noisy_at:
-            return {"serial": _measurement(1.0), "parallel": noisy}
-        return {name: _measurement(1.0 if name == "serial" or size < 16384 else 0.5)
+            return {"serial": measurement_of(1.0), "parallel": noisy}
+        return {name: measurement_of(1.0 if name == "serial" or size < 16384 else 0.5)
                 for name in runs}
 
     context.measure = fake
@@ -486,7 +486,7 @@ def test_the_thread_cap_moves_only_on_clear_wins(timing, expected):
     case = Case("unary", inputs, lambda size: size)
 
     def fake(runs):
-        return {name: _measurement(timing[int(name.split()[0])]) for name in runs}
+        return {name: measurement_of(timing[int(name.split()[0])]) for name in runs}
 
     context.measure = fake
     decision = search_threads(context, "parallel.maximum_threads", case, SIZES,
@@ -517,7 +517,7 @@ def test_the_thread_cap_race_drops_counts_that_lost_once(effort, timing, measure
 
     def fake(runs):
         seen.append({int(name.split()[0]) for name in runs})
-        return {name: _measurement(timing(int(name.split()[0]), context._current_size))
+        return {name: measurement_of(timing(int(name.split()[0]), context._current_size))
                 for name in runs}
 
     context.measure = fake

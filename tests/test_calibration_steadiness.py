@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import AVAILABLE_CPUS, TOY_SECONDS, _run, needs_two_cpus
+from conftest import AVAILABLE_CPUS, TOY_SECONDS, calibrate_toys, needs_two_cpus
 from kerneltune import KernelTuningRegistry
 from kerneltune.calibration import (
     PARALLEL,
@@ -42,7 +42,7 @@ def _two_thread_batch(registry, keys, calibrate, speedups, effort):
     for key in keys:
         register_kernel_calibration_function(key, calibrate, registry=registry)
     register_machine_probe("test_library", _scripted_probe(speedups), registry=registry)
-    return _run(registry, library="test_library",
+    return calibrate_toys(registry, library="test_library",
                 options=CalibrationOptions(threads=2, effort=effort))
 
 
@@ -54,7 +54,7 @@ def test_a_batch_on_two_threads_probes_the_machine_around_each_key(toys):
     register_machine_probe("test_library", _scripted_probe(speedups, asked), registry=registry)
     register_machine_probe("another_library", lambda threads: 1 / 0,  # no key selected: unused
                            registry=registry)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="quick"))
     # before the first key and after each: a probe between two keys serves both
     assert asked == [2] * (len(keys) + 1)
@@ -84,7 +84,7 @@ def test_keys_measured_while_the_machine_was_slow_are_measured_again(toys):
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
                            registry=registry)
     before = registry.generation
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     order = [r.key for r in report.calibrated]
     assert sorted(map(str, order)) == sorted(map(str, keys))
@@ -104,7 +104,7 @@ def test_keys_never_measured_in_the_reference_state_are_published_and_named(toys
     registry, keys, calls, _ = toys
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 1.0, 0.7]),
                            registry=registry)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort=effort))
     slow = tuple(str(r.key) for r in report.calibrated[3:])
     (watched,) = report.steadiness
@@ -210,7 +210,7 @@ def test_a_second_measurement_cut_short_leaves_the_first_standing(toys):
         register_kernel_calibration_function(key, calibrate, registry=registry)
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
                            registry=registry)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     assert len(measured) > len(keys) and not report.skipped
     assert all(r.values["parallel.minimum_elements"] == 5000 and not r.stopped_early
@@ -247,7 +247,7 @@ def test_a_measurement_taken_deeper_in_a_slow_spell_does_not_replace_the_first(
     register_machine_probe("test_library",
                            _scripted_probe([1.0] * 4 + [0.7] * 5 + [1.0, 0.5] * 1000),
                            registry=registry)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     (watched,) = report.steadiness
     slow = [r for r in report.calibrated if str(r.key) in watched.unsettled]
@@ -266,7 +266,7 @@ def test_keys_are_measured_again_once_the_machine_is_back_in_its_reference_state
     # the spell begins after the third key and lasts three probes into measuring again
     register_machine_probe("test_library", _scripted_probe([1.0] * 4 + [0.7] * 8 + [1.0]),
                            registry=registry)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     (watched,) = report.steadiness
     slow = [str(r.key) for r in report.calibrated[3:]]
@@ -292,7 +292,7 @@ def test_a_key_whose_measurements_contradicted_each_other_is_measured_again(toys
         return 5000
 
     measured = _register_timed(registry, keys, value)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=threads, effort="thorough"))
     assert sorted(map(str, measured[:len(keys)])) == sorted(map(str, keys))
     assert measured[len(keys):] == [keys[2]]
@@ -309,7 +309,7 @@ def test_an_aspect_probed_on_one_thread_too_sends_its_slow_keys_back(toys, threa
     register_machine_probe("test_library", lambda threads: 1.0, registry=registry)
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
                            "shared cache", minimum_threads=1, registry=registry)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=threads, effort="thorough"))
     order = [r.key for r in report.calibrated]
     assert calls == order + order[2:4]
@@ -328,7 +328,7 @@ def test_a_failing_aspect_leaves_the_others_watching(toys):
     register_machine_probe("test_library", lambda threads: 1 / 0, registry=registry)
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
                            "shared cache", minimum_threads=1, registry=registry)
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="thorough"))
     order = [r.key for r in report.calibrated]
     assert calls == order + order[2:4]
@@ -346,10 +346,10 @@ def test_a_probe_belongs_to_the_registry_it_was_registered_with(toys):
     register_machine_probe("test_library", _scripted_probe([1.0], asked), "shared cache",
                            minimum_threads=1, registry=other)
     assert registry.machine_probes("test_library") == {}
-    assert _run(registry, library="test_library").steadiness == () and asked == []
+    assert calibrate_toys(registry, library="test_library").steadiness == () and asked == []
     register_machine_probe("test_library", _scripted_probe([1.0], asked), "shared cache",
                            minimum_threads=1, registry=registry)
-    (watched,) = _run(registry, library="test_library").steadiness
+    (watched,) = calibrate_toys(registry, library="test_library").steadiness
     assert [trace.aspect for trace in watched.probes] == ["shared cache"]
     assert asked == [1] * (len(keys) + 1)
 
@@ -382,10 +382,10 @@ def test_the_reference_state_is_the_fastest_that_three_consecutive_probes_held()
 def test_one_thread_and_unprobed_libraries_are_not_probed(toys):
     registry = toys[0]
     if AVAILABLE_CPUS >= 2:
-        assert _run(registry, library="test_library",
+        assert calibrate_toys(registry, library="test_library",
                     options=CalibrationOptions(threads=2, effort="quick")).steadiness == ()
     register_machine_probe("test_library", lambda threads: 1 / 0, registry=registry)
-    assert _run(registry, library="test_library").steadiness == ()
+    assert calibrate_toys(registry, library="test_library").steadiness == ()
 
 
 @needs_two_cpus
@@ -402,7 +402,7 @@ def test_a_failing_probe_is_reported_and_costs_nothing_else(toys, probe, error):
     registry, keys, _, _ = toys
     register_machine_probe("test_library", probe, registry=registry)
     before = registry.generation
-    report = _run(registry, library="test_library",
+    report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="quick"))
     assert registry.generation == before + 1 and len(report.calibrated) == len(keys)
     (watched,) = report.steadiness
