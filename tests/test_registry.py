@@ -323,3 +323,33 @@ def test_resolution_with_many_profiles_picks_the_matching_one(registry, key):
     assert registry.resolve(key, execution(2)).source.profile_name == "model-17"
     assert registry.resolve(key, execution(2, model=250)).source.profile_name == "threads-2"
     assert len(registry.resolve(key, execution(2)).rejected) == len(profiles) - 1
+
+
+def test_every_ambiguity_of_a_batch_is_named_and_nothing_is_published(registry, key):
+    batch = [KernelTuningProfile(key, {GRAIN: n}, selector=ISA, name=f"p{n}") for n in (1, 2, 3)]
+    generation = registry.generation
+    with pytest.raises(AmbiguousProfileError) as raised:
+        registry.register_profiles(iter(batch))
+    assert "p2" in str(raised.value) and "p3" in str(raised.value)
+    assert registry.generation == generation
+
+
+def test_check_profiles_reports_what_registration_would_refuse_and_publishes_nothing(
+        registry, key):
+    registry.register_profile(key, ISA, {GRAIN: 1000}, name="first")
+    generation = registry.generation
+    clash = KernelTuningProfile(key, {GRAIN: 2000}, selector=ISA, name="second")
+    bad = KernelTuningProfile(key, {GRAIN: 0}, selector=ISA, priority=1, name="bad")
+    fine = KernelTuningProfile(key, {GRAIN: 2000}, selector=ISA, priority=2, name="fine")
+    assert any("second" in problem for problem in registry.check_profiles([clash]))
+    assert any("parallel.minimum_elements" in problem for problem in registry.check_profiles([bad]))
+    assert registry.check_profiles([fine]) == ()
+    assert registry.generation == generation
+    assert registry.register_profiles(iter([fine])) == (fine,)
+
+
+def test_disjoint_thread_ranges_of_one_selector_never_overlap():
+    one = CpuSelector(vendor="amd", family=25, models=[17], minimum_threads=1, maximum_threads=1)
+    two = CpuSelector(vendor="amd", family=25, models=[17], minimum_threads=2, maximum_threads=3)
+    assert not one.can_overlap(two) and two.can_overlap(
+        CpuSelector(vendor="amd", family=25, minimum_threads=3))

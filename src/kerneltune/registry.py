@@ -385,38 +385,58 @@ class KernelTuningRegistry:
         """
         profiles = list(profiles)
         with self._write_lock:
-            keys = dict(self._generation._keys)
-            entries, problems = [], []
-            for index, profile in enumerate(profiles):
-                state = keys.get(profile.key)
-                if state is None:
-                    problems.append(Problem("key", "no tuning schema is registered for this key",
-                                            entry=_where(index, profile), file=profile.origin))
-                    continue
-                try:
-                    config = state.schema.configure(profile.values)
-                except TuningValidationError as error:
-                    problems += error.located(entry=_where(index, profile),
-                                              file=profile.origin).problems
-                    continue
-                resolved = types.MappingProxyType(state.schema.values_of(config))
-                entries.append(_Entry(profile, resolved))
+            keys, problems, ambiguous = self._stage(profiles)
             if problems:
                 raise TuningValidationError(problems, context="profiles not published")
-            touched: dict[KernelTuningKey, tuple[dict, list[_Entry]]] = {}
-            for entry in entries:
-                key = entry.profile.key
-                if key not in touched:
-                    touched[key] = (dict(keys[key].calibrated), list(keys[key].entries))
-                calibrated, selected = touched[key]
-                if entry.profile.execution is not None:
-                    calibrated[entry.profile.execution.identity] = entry
-                else:
-                    _add_selector_entry(selected, entry)
-            for key, (calibrated, selected) in touched.items():
-                keys[key] = _KeyState.build(keys[key].schema, calibrated, selected)
+            if ambiguous:
+                raise AmbiguousProfileError("\n".join(ambiguous))
             self._publish(keys)
         return tuple(profiles)
+
+    def check_profiles(self, profiles: Iterable[KernelTuningProfile]) -> tuple[str, ...]:
+        """Every reason :meth:`register_profiles` would refuse ``profiles`` now; publishes nothing.
+
+        An importer asks this of one file's profiles (with those it already
+        accepted) to tell which file a refusal belongs to.
+        """
+        with self._write_lock:
+            _, problems, ambiguous = self._stage(list(profiles))
+        return (*map(str, problems), *ambiguous)
+
+    def _stage(self, profiles: list[KernelTuningProfile]
+               ) -> tuple[dict[KernelTuningKey, _KeyState], list[Problem], list[str]]:
+        """The key states ``profiles`` would publish, their problems and their ambiguities."""
+        keys = dict(self._generation._keys)
+        entries, problems, ambiguous = [], [], []
+        for index, profile in enumerate(profiles):
+            state = keys.get(profile.key)
+            if state is None:
+                problems.append(Problem("key", "no tuning schema is registered for this key",
+                                        entry=_where(index, profile), file=profile.origin))
+                continue
+            try:
+                config = state.schema.configure(profile.values)
+            except TuningValidationError as error:
+                problems += error.located(entry=_where(index, profile),
+                                          file=profile.origin).problems
+                continue
+            resolved = types.MappingProxyType(state.schema.values_of(config))
+            entries.append(_Entry(profile, resolved))
+        if problems:
+            return keys, problems, ambiguous
+        touched: dict[KernelTuningKey, tuple[dict, list[_Entry]]] = {}
+        for entry in entries:
+            key = entry.profile.key
+            if key not in touched:
+                touched[key] = (dict(keys[key].calibrated), list(keys[key].entries))
+            calibrated, selected = touched[key]
+            if entry.profile.execution is not None:
+                calibrated[entry.profile.execution.identity] = entry
+            else:
+                _add_selector_entry(selected, entry, ambiguous)
+        for key, (calibrated, selected) in touched.items():
+            keys[key] = _KeyState.build(keys[key].schema, calibrated, selected)
+        return keys, problems, ambiguous
 
     def _publish(self, keys: dict[KernelTuningKey, _KeyState]) -> None:
         """Swap in a new generation; callers hold the write lock and validated everything."""
@@ -451,21 +471,25 @@ def _where(index: int, profile: KernelTuningProfile) -> str:
     return f"profile {index} ({profile.label}, {profile.key})"
 
 
-def _add_selector_entry(entries: list[_Entry], entry: _Entry) -> None:
-    """Add a selector profile unless an identical one is there; reject ambiguity."""
+def _add_selector_entry(entries: list[_Entry], entry: _Entry, ambiguous: list[str]) -> None:
+    """Add a selector profile unless an identical one is there; note every ambiguity."""
     p = entry.profile
+    conflicts = []
     for other in entries:
         q = other.profile
         if q.digest == p.digest:
             return
         if q.tier == p.tier and q.priority == p.priority and q.selector.can_overlap(p.selector):
-            raise AmbiguousProfileError(
+            conflicts.append(
                 f"{p.key}: profile {p.label} ({p.origin or 'api'}; {p.selector}) and "
                 f"profile {q.label} ({q.origin or 'api'}; {q.selector}) have the same tier "
                 f"({p.tier.label}) and priority ({p.priority}) and their selectors can "
                 f"match the same processor; give one a different priority or narrow a selector"
             )
-    entries.append(entry)
+    if conflicts:
+        ambiguous.extend(conflicts)
+    else:
+        entries.append(entry)
 
 
 default_registry = KernelTuningRegistry()

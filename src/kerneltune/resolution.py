@@ -42,7 +42,9 @@ class KernelTuningProfile:
 
     Exactly one of ``selector`` and ``execution`` is given. ``values`` may be
     partial: the kernel's defaults fill in the rest. ``origin`` says where the
-    profile came from (a file, ``"api"``, ``"calibration"``) for diagnostics.
+    profile came from (a file, ``"api"``, ``"calibration"``) for diagnostics,
+    and ``provenance`` how it was made (a deployment profile's calibrating
+    machines and environment); neither is part of the profile's identity.
     """
 
     key: KernelTuningKey
@@ -53,6 +55,7 @@ class KernelTuningProfile:
     name: str | None = None
     origin: str | None = None
     report_digest: str | None = None
+    provenance: Mapping[str, object] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         problems = []

@@ -194,18 +194,19 @@ class CpuSelector:
         Conservative: when in doubt the answer is True, so the registry errs on
         the side of calling two profiles ambiguous.
         """
-        a, b = self._implied(), other._implied()
+        low = max(self.minimum_threads or 1, other.minimum_threads or 1)
+        high = min(self.maximum_threads or 2**31, other.maximum_threads or 2**31)
+        if low > high:
+            return False
+        a, b = self._implied, other._implied
         for name in ("architecture", "vendor", "family", "microarchitecture"):
             if a[name] is not None and b[name] is not None and a[name] != b[name]:
                 return False
         if self.models and other.models and not set(self.models) & set(other.models):
             return False
-        if a["required"] & b["excluded"] or b["required"] & a["excluded"]:
-            return False
-        low = max(self.minimum_threads or 1, other.minimum_threads or 1)
-        high = min(self.maximum_threads or 2**31, other.maximum_threads or 2**31)
-        return low <= high
+        return not (a["required"] & b["excluded"] or b["required"] & a["excluded"])
 
+    @functools.cached_property
     def _implied(self) -> dict[str, object]:
         """The fields, completed with what the microarchitecture implies."""
         target = self._target
