@@ -71,9 +71,44 @@ def parse_text(text: str) -> tuple[object, str | None]:
     except (ValueError, RecursionError):
         pass
     try:
-        return yaml.load(text, Loader=SafeLoader), None  # noqa: S506 - a safe loader
+        if "*" not in text:  # no alias: nothing can expand
+            return yaml.load(text, Loader=SafeLoader), None  # noqa: S506 - a safe loader
+        return _load_bounded(text)
     except (yaml.YAMLError, ValueError, RecursionError) as error:
         return None, f"not plain YAML: {' '.join(str(error).split())}"
+
+
+#: nodes a document may expand to through its aliases; far beyond any real kerneltune file
+MAXIMUM_NODES = 5_000_000
+
+
+def _load_bounded(text: str) -> tuple[object, str | None]:
+    """Load a text with aliases unless they expand past :data:`MAXIMUM_NODES` nodes.
+
+    A few anchors, each naming the previous one several times, expand to more
+    nodes than memory holds; the composed graph is small, so its expanded size
+    is counted there, once per node, before anything is constructed.
+    """
+    loader = SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        sizes: dict[int, int] = {}
+
+        def size(node: yaml.Node) -> int:
+            known = sizes.get(id(node))
+            if known is None:
+                children = (node.value if isinstance(node, yaml.SequenceNode) else
+                            [n for pair in node.value for n in pair]
+                            if isinstance(node, yaml.MappingNode) else ())
+                known = sizes[id(node)] = 1 + sum(size(child) for child in children)
+            return known
+
+        if root is not None and size(root) > MAXIMUM_NODES:
+            return None, (f"its aliases expand to more than {MAXIMUM_NODES:,} nodes; "
+                          f"not a kerneltune file")
+        return (None if root is None else loader.construct_document(root)), None
+    finally:
+        loader.dispose()
 
 
 def kind(value: object) -> str:
