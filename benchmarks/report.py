@@ -44,7 +44,7 @@ class Figure:
 
 
 def elementwise(kernel: str, field: str, threads: str) -> Figure:
-    return Figure(f"{kernel}, 1e6 FLOAT elements, {threads}: numpy / kerneltune",
+    return Figure(f"{kernel}, 1e6 FLOAT, {threads}: numpy / kerneltune",
                   "bench_kernels", field, table="elementwise",
                   where=(("kernel", kernel), ("elements", 1_000_000)))
 
@@ -55,7 +55,7 @@ HEADLINE = (
       for field, threads in (("serial_ratio", "serial"), ("parallel_ratio", "2 threads"))),
     Figure("Gemm, 1024 x 1024 x 1024 FLOAT, 2 threads: numpy / kerneltune", "bench_kernels",
            "parallel_ratio", table="gemm", where=(("m", 1024), ("k", 1024), ("n", 1024))),
-    Figure("RuntimeSession, 2 threads, geometric mean of single-node models: "
+    Figure("RuntimeSession, 2 threads, geometric mean over single-node models: "
            "onnxruntime / kerneltune", "bench_session", "geomean_ratio",
            arguments=(("threads", 2),)),
     Figure("RuntimeSession's overhead over a bare kernel call", "bench_session", "overhead_us",
@@ -132,7 +132,8 @@ def markdown_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list
 
 def machine_name(run: Mapping[str, Any]) -> str:
     machine = run["machine"]
-    return f"{machine['model_name'] or 'unnamed'} ({machine['slug']})"
+    return (f"{machine['model_name'] or 'unnamed'}, {machine['logical_cpus_available']} "
+            f"logical CPUs ({machine['slug']})")
 
 
 def matches(row: Mapping[str, Any], where: Iterable[tuple[str, Any]]) -> bool:
@@ -267,10 +268,7 @@ def document(runs: list[dict[str, Any]]) -> str:
 def with_headline(readme: str, runs: list[dict[str, Any]]) -> str:
     """README with the headline table between its markers (unchanged without them)."""
     start, end = HEADLINE_MARKERS
-    table = "\n".join([*headline(runs), "",
-                       "Generated from `benchmarks/results/` by `python benchmarks/report.py`; "
-                       "each run's machine, commit, date and versions are in "
-                       "[docs/benchmarks.md](docs/benchmarks.md)."])
+    table = "\n".join(headline(runs))
     pattern = re.compile(rf"^{re.escape(start)}$.*?^{re.escape(end)}$", re.DOTALL | re.MULTILINE)
     return pattern.sub(lambda _: f"{start}\n{table}\n{end}", readme, count=1)
 
