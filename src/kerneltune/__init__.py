@@ -36,6 +36,7 @@ from .errors import (
     CpuDescriptorError,
     KernelTuningError,
     Problem,
+    ProfileError,
     TuningValidationError,
     UnknownKernelError,
     UnsupportedModelError,
@@ -76,6 +77,7 @@ from .schema import (
     element_type_number,
     tunable,
 )
+from .selector_files import NamedSelector, load_selector, shipped_selectors
 from .selectors import CpuSelector, Tier
 from .startup import StartupReport, initialise
 from .version import __version__
@@ -134,7 +136,9 @@ __all__ = [
     "KernelTuningProposal",
     "KernelTuningRegistry",
     "KernelTuningSchema",
+    "NamedSelector",
     "Problem",
+    "ProfileError",
     "RejectedCacheEntry",
     "RejectedCandidate",
     "StartupReport",
@@ -164,6 +168,7 @@ __all__ = [
     "kernel_tuning_parameters",
     "load_cpu_descriptor",
     "load_kernel_tuning_cache",
+    "load_selector",
     "propose_kernel_tuning_updates",
     "randn_tensor",
     "register_kernel_tuning_profile",
@@ -172,6 +177,7 @@ __all__ = [
     "remove_kernel_tuning_cache",
     "resolve_kernel_tuning",
     "set_kernel_tuning_parameters",
+    "shipped_selectors",
     "snapshot",
     "startup_report",
     "tunable",

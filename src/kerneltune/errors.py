@@ -63,10 +63,18 @@ class TuningValidationError(KernelTuningError, ValueError):
     def located(
         self, *, file: str | None = None, entry: str | None = None
     ) -> TuningValidationError:
-        """The same problems, with the file and entry filled in where unknown."""
-        return TuningValidationError(
+        """The same problems, with the file and entry filled in where unknown, in the same class."""
+        return type(self)(
             (p.located(file=file, entry=entry) for p in self.problems), context=self.context
         )
+
+
+class ProfileError(TuningValidationError):
+    """A selector, profile or deployment file that cannot be used.
+
+    Its problems name the file, the entry and the field, all of them at once, so
+    one round of fixing a hand-edited file is enough.
+    """
 
 
 class AmbiguousProfileError(KernelTuningError):
