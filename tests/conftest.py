@@ -63,8 +63,8 @@ def detect(name: str) -> CpuDescriptor:
 
 
 def toy_key(kernel: str = "Abs", element_type: object = "FLOAT", **fields) -> KernelTuningKey:
-    return KernelTuningKey("test_library", kernel, fields.pop("implementation", "baseline"),
-                           element_type, **fields)
+    return KernelTuningKey(fields.pop("library", "test_library"), kernel,
+                           fields.pop("implementation", "baseline"), element_type, **fields)
 
 
 ZEN4 = {

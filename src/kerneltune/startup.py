@@ -1,18 +1,27 @@
 """What ``import kerneltune`` does, and the report of it.
 
 Import registers the kernel library's schemas with the process-wide registry,
-then loads the compatible entries of the user calibration cache. Nothing it
-meets may stop the import: a missing compiled library (a source checkout that
-was never built, a variant that cannot load) costs the kernels, not the tuning
-API; a missing, corrupt or foreign cache costs only its values. Every problem
-is kept in :func:`startup_report`.
+imports the deployment profiles ``KERNELTUNE_DEPLOYMENT_PROFILES`` names, then
+loads the compatible entries of the user calibration cache. Nothing it meets
+may stop the import: a missing compiled library (a source checkout that was
+never built, a variant that cannot load) costs the kernels, not the tuning
+API; a missing, corrupt or stale profile or cache costs only its values.
+Every problem is kept in :func:`startup_report`.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .cache import CacheLoadReport, load_kernel_tuning_cache
+from .profile_import import (
+    ENVIRONMENT_VARIABLE,
+    IMPORTED,
+    ProfileImportReport,
+    import_deployment_profiles,
+    profile_paths,
+)
 from .registry import KernelTuningRegistry
 
 #: cache statuses that say nothing went wrong
@@ -23,14 +32,16 @@ _QUIET_CACHE = ("loaded", "not_found", "disabled")
 class StartupReport:
     """The outcome of ``import kerneltune``: what was registered and loaded, what went wrong.
 
-    ``cache`` is the load report of the default cache (None when loading it
-    failed outright; the reason is then in ``problems``).
+    ``cache`` is the load report of the default cache and ``profiles`` the
+    import report of ``KERNELTUNE_DEPLOYMENT_PROFILES`` (None when it is not
+    set, or when loading failed outright; the reason is then in ``problems``).
     """
 
     implementation: str | None
     schemas: int
     problems: tuple[str, ...]
     cache: CacheLoadReport | None = None
+    profiles: ProfileImportReport | None = None
 
 
 def _library(registry: KernelTuningRegistry) -> tuple[str | None, int, list[str]]:
@@ -57,7 +68,24 @@ def _cache(registry: KernelTuningRegistry) -> tuple[CacheLoadReport | None, list
     return report, problems
 
 
+def _profiles(registry: KernelTuningRegistry) -> tuple[ProfileImportReport | None, list[str]]:
+    spec = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    if not spec:
+        return None, []
+    try:
+        report = import_deployment_profiles(profile_paths(spec), registry=registry)
+    except Exception as error:  # noqa: BLE001 - any failure here must only be reported
+        return None, [f"deployment profiles not imported: {type(error).__name__}: {error}"]
+    problems = [f"deployment profile not imported ({file.status}): {problem}"
+                for file in report.files if file.status != IMPORTED for problem in file.problems]
+    problems += [f"deployment profile warning: {warning}"
+                 for file in report.files for warning in file.warnings]
+    return report, problems
+
+
 def initialise(registry: KernelTuningRegistry) -> StartupReport:
     implementation, count, problems = _library(registry)
+    profiles, profile_problems = _profiles(registry)
     cache, cache_problems = _cache(registry)
-    return StartupReport(implementation, count, tuple(problems + cache_problems), cache)
+    return StartupReport(implementation, count,
+                         tuple(problems + profile_problems + cache_problems), cache, profiles)
