@@ -297,7 +297,7 @@ def entry_damage(document: dict, damage: str) -> None:
     ("duplicate", "", "duplicate"),
     ("wrong type", "parallel.minimum_elements", "invalid"),
     ("structure", "values.parallel.minimum_elements", "invalid"),
-    ("nan", "algorithm.expected_speedup", "invalid"),
+    ("nan", "values.algorithm.expected_speedup", "invalid"),
     ("huge integer", "parallel.minimum_elements", "invalid"),
     ("unknown field", "comment", "invalid"),
     ("unknown parameter", "parallel.grain", "invalid"),

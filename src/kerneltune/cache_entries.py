@@ -21,7 +21,7 @@ from .cpu import CpuExecutionDescriptor
 from .documents import DocumentFormat, kind
 from .errors import CpuDescriptorError, Problem, TuningValidationError
 from .registry import KernelTuningProfile, TuningSnapshot
-from .schema import KernelTuningKey, TuningValue
+from .schema import KernelTuningKey, TuningValue, value_problems
 from .version import __version__
 
 #: the cache file's format: its header and top-level fields
@@ -37,7 +37,6 @@ _ENTRY_FIELD_SET = frozenset(_ENTRY_FIELDS)
 #: a hand-written entry may leave out its report digest (a manual one has none)
 _REQUIRED_ENTRY_FIELDS = _ENTRY_FIELD_SET - {"report_digest"}
 _VERSION_FIELDS = frozenset({"kerneltune"})
-_SCALARS = (bool, int, float, str)
 
 
 @dataclass(frozen=True)
@@ -175,14 +174,7 @@ def _entry(index: int, raw: object, executions: Mapping, keys: dict,
     elif execution is None and "execution" in raw:
         problems.append(Problem("execution", f"{ident!r} is not an id of the executions table"))
     values = raw.get("values", {})
-    if not isinstance(values, dict):
-        problems.append(Problem("values", f"expected a mapping of parameter names, got "
-                                          f"{kind(values)}"))
-    else:
-        for name, value in values.items():
-            if not isinstance(name, str) or not isinstance(value, _SCALARS):
-                problems.append(Problem(f"values.{name}", f"expected an int, float, bool or "
-                                                          f"string, got {kind(value)}"))
+    problems += value_problems(values)
     source = raw.get("source")
     if source not in SOURCES and "source" in raw:
         problems.append(Problem("source", f"expected one of {', '.join(SOURCES)}, got "

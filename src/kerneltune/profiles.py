@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import math
 import os
 import types
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,7 +34,7 @@ from .cpu import CpuDescriptor, CpuExecutionDescriptor
 from .documents import DocumentFormat, kind, read_document
 from .errors import CpuDescriptorError, Problem, ProfileError, TuningValidationError
 from .files import write_atomically
-from .schema import KernelTuningKey, TuningValue
+from .schema import KernelTuningKey, TuningValue, value_problems
 from .selector_files import NamedSelector, load_selector
 from .selectors import CpuSelector
 from .version import __version__
@@ -52,7 +51,6 @@ RECORDED_VARIABLE_PREFIXES = ("OMP_", "GOMP_", "OPENBLAS_", "KMP_", "MKL_", "BLI
                               "KERNELTUNE_ISA")
 
 _ENTRY_FIELDS = frozenset({"key", "threads", "values"})
-_SCALARS = (bool, int, float, str)
 
 
 @dataclass(frozen=True)
@@ -376,17 +374,7 @@ def _entry(index: int, raw: object, path: str, problems: list[Problem]) -> Profi
         found.append(Problem("threads", f"expected [low, high] with 1 <= low <= high, got "
                                         f"{threads!r}"))
     values = raw.get("values", {})
-    if not isinstance(values, dict):
-        found.append(Problem("values", f"expected a mapping of parameter names, got "
-                                       f"{kind(values)}"))
-    else:
-        for parameter, value in values.items():
-            if not isinstance(value, _SCALARS):
-                found.append(Problem(f"values.{parameter}", f"expected an int, float, bool or "
-                                                            f"string, got {kind(value)}"))
-            elif isinstance(value, float) and not math.isfinite(value):
-                found.append(Problem(f"values.{parameter}", f"expected a finite number, got "
-                                                            f"{value!r}"))
+    found += value_problems(values)
     if found:
         problems += [p.located(entry=where, file=path) for p in found]
         return None

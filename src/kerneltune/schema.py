@@ -203,6 +203,25 @@ class KernelTuningKey:
         )
 
 
+def value_problems(values: object) -> list[Problem]:
+    """What keeps ``values`` (read from a file) from being parameter names to finite scalars.
+
+    The schema judges the values themselves; this only checks their plain-data form.
+    """
+    if not isinstance(values, Mapping):
+        return [Problem("values", f"expected a mapping of parameter names, got "
+                                  f"{_kind(values)}")]
+    problems = []
+    for name, value in values.items():
+        if not isinstance(name, str) or not isinstance(value, _ALLOWED_TYPES):
+            problems.append(Problem(f"values.{name}", f"expected an int, float, bool or "
+                                                      f"string, got {_kind(value)}"))
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(Problem(f"values.{name}", f"expected a finite number, got "
+                                                      f"{value!r}"))
+    return problems
+
+
 def _kind(value: object) -> str:
     return type(value).__name__
 
