@@ -243,13 +243,30 @@ def test_cached_exact_values_and_overrides_stay_above_an_imported_profile(tmp_pa
     assert registry.resolve(toy_key(), run, {GRAIN: 5}).values[GRAIN] == 5
 
 
-def test_a_blas_threshold_from_another_blas_is_flagged(tmp_path):
-    blas_key = toy_key()
-    entries = [ProfileEntry(blas_key, (1, 1), {"algorithm.tile_m": 64})]
-    profile = DeploymentProfile("zen4-farm", ZEN4, tuple(entries), 0, None, {},
-                                ({"blas": [{"name": "openblas", "version": "0.0.1",
-                                            "architecture": "Elsewhere", "threads": 1}]},))
-    # tile_m involves no BLAS: no warning
+ELSEWHERE_BLAS = ({"blas": [{"name": "openblas", "version": "0.0.1", "architecture": "Elsewhere",
+                              "threads": 1}]},)
+
+
+def test_a_blas_threshold_from_another_blas_is_flagged_by_import_and_explain(tmp_path):
+    from kerneltune.kernels import library, register_library
+
+    registry = KernelTuningRegistry()
+    register_library(registry)
+    gemm = library()["Gemm"].tuning_key("FLOAT")
+    entries = (ProfileEntry(gemm, (1, 64), {"algorithm.blas_minimum_fmas": 1 << 20}),)
+    profile = DeploymentProfile("host-farm", _host_selector(), entries, 0, None, {},
+                                ELSEWHERE_BLAS)
+    report = import_deployment_profiles(_written(tmp_path, profile), registry=registry)
+    (file,) = report.files
+    assert file.status == "imported" and "decide BLAS thresholds" in file.warnings[0]
+    assert "openblas 0.0.1 (Elsewhere)" in file.warnings[0]
+    (row,) = explain(threads=1, keys=[gemm], registry=registry).keys
+    assert row.changed == ("algorithm.blas_minimum_fmas",) and "BLAS" in row.warnings[0]
+
+
+def test_values_that_involve_no_blas_are_not_flagged(tmp_path):
+    entries = [ProfileEntry(toy_key(), (1, 1), {"algorithm.tile_m": 64})]
+    profile = DeploymentProfile("zen4-farm", ZEN4, tuple(entries), 0, None, {}, ELSEWHERE_BLAS)
     report = import_deployment_profiles(_written(tmp_path, profile), registry=_registry())
     assert report.files[0].warnings == ()
 
