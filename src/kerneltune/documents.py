@@ -141,8 +141,11 @@ class Document:
     problems: tuple[Problem, ...] = ()
 
 
-def read_document(target: Path, form: DocumentFormat) -> Document:
-    """Read ``target`` as a document of ``form``; never raises for what the file holds."""
+def read_document(target: Path, form: DocumentFormat, *others: DocumentFormat) -> Document:
+    """Read ``target`` as a document of ``form`` (or of one of ``others``, by its ``format``).
+
+    Never raises for what the file holds.
+    """
     path = str(target)
     try:
         data = target.read_bytes()
@@ -159,6 +162,8 @@ def read_document(target: Path, form: DocumentFormat) -> Document:
     document, reason = parse_text(text)
     if reason is not None:
         return Document("malformed", path, problems=(Problem("", reason, file=path),))
+    if isinstance(document, dict):  # the format named, when it is one of the others
+        form = next((other for other in others if other.name == document.get("format")), form)
     status, problems = check_envelope(document, path, form)
     return Document(status, path, document if status == "ok" else None, tuple(problems))
 

@@ -18,22 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .documents import read_document
+from .deployment import read_profiles
 from .errors import AmbiguousProfileError, Problem, ProfileError, TuningValidationError
-from .profiles import (
-    PROFILE_FORMAT,
-    DeploymentProfile,
-    ProfileEntry,
-    blas_of,
-    profile_from_document,
-)
+from .profiles import DeploymentProfile, ProfileEntry, blas_of
 from .registry import KernelTuningRegistry, TuningSnapshot, default_registry
 from .resolution import KernelTuningProfile
-from .schema import KernelTuningKey
+from .schema import KernelTuningKey, KernelTuningSchema
 from .selectors import CpuSelector
 
 #: files or folders (``os.pathsep``-separated) that ``import kerneltune`` imports
@@ -169,41 +163,59 @@ def _base(key: KernelTuningKey) -> tuple:
 def _check_file(path: Path, known: _Registered, snapshot: TuningSnapshot
                 ) -> tuple[ProfileFileReport, list[KernelTuningProfile]]:
     """A file's report before publication, and the profiles it would register."""
-    document = read_document(path, PROFILE_FORMAT)
-    if document.status != "ok":
-        problems = document.problems or (Problem("", "no such file", file=document.path),)
-        return ProfileFileReport(document.path, document.status,
-                                 problems=tuple(map(str, problems))), []
-    try:
-        profile = profile_from_document(document.data, document.path)
-    except ProfileError as error:
-        return ProfileFileReport(document.path, "malformed",
-                                 problems=tuple(map(str, error.problems))), []
+    status, found, read_problems, digest = read_profiles(path)
+    if status != "ok":
+        return ProfileFileReport(str(path), status, problems=tuple(map(str, read_problems))), []
     problems, stale, profiles, skipped = [], [], [], 0
+    for profile in found:
+        checked = check_entries(profile, known.classify, snapshot.schema)
+        problems += checked.problems
+        stale += checked.stale
+        skipped += checked.skipped
+        profiles += checked.profiles
+    report = ProfileFileReport(
+        str(path), "rejected" if problems else IMPORTED, ", ".join(p.name for p in found),
+        digest, 0 if problems else len(profiles), skipped, tuple(stale), tuple(problems),
+        () if problems else tuple(w for p in found for w in _blas_warnings(p)))
+    return report, ([] if problems else profiles)
+
+
+@dataclass(frozen=True)
+class CheckedEntries:
+    """A profile's entries against the schemas: the profiles to register and the rest."""
+
+    profiles: list[KernelTuningProfile]
+    problems: list[str]
+    stale: list[str]
+    skipped: int
+
+
+def check_entries(profile: DeploymentProfile,
+                  classify: Callable[[KernelTuningKey], tuple[str, str | None]],
+                  schema: Callable[[KernelTuningKey], KernelTuningSchema]) -> CheckedEntries:
+    """Every entry classified (``classify``) and validated whole by its ``schema(key)``."""
+    checked = CheckedEntries([], [], [], 0)
     selectors: dict[tuple[int, int], CpuSelector] = {}
     for index, entry in enumerate(profile.entries):
-        where = f"entry {index} ({entry.key})"
-        verdict, why = known.classify(entry.key)
+        where = ", ".join(filter(None, (profile.within, f"entry {index} ({entry.key})")))
+        verdict, why = classify(entry.key)
         if verdict == "skip":
-            skipped += 1
+            checked = dataclasses.replace(checked, skipped=checked.skipped + 1)
             continue
         if verdict != "ok":
             field = "key.tuning_abi" if verdict == "stale" else "key"
-            problems.append(str(Problem(field, why, entry=where, file=str(path))))
+            checked.problems.append(str(Problem(field, why, entry=where, file=profile.path)))
             if verdict == "stale":
-                stale.append(where)
+                checked.stale.append(where)
             continue
         try:
-            snapshot.schema(entry.key).configure(entry.values)
+            schema(entry.key).configure(entry.values)
         except TuningValidationError as error:
-            problems += [str(p.located(entry=where, file=str(path))) for p in error.problems]
+            checked.problems.extend(str(p.located(entry=where, file=profile.path))
+                                    for p in error.problems)
             continue
-        profiles.append(_registered_profile(profile, index, entry, selectors))
-    report = ProfileFileReport(
-        str(path), "rejected" if problems else IMPORTED, profile.name, profile.digest,
-        0 if problems else len(profiles), skipped, tuple(stale), tuple(problems),
-        () if problems else _blas_warnings(profile))
-    return report, ([] if problems else profiles)
+        checked.profiles.append(_registered_profile(profile, index, entry, selectors))
+    return checked
 
 
 def _registered_profile(profile: DeploymentProfile, index: int, entry: ProfileEntry,
@@ -217,7 +229,7 @@ def _registered_profile(profile: DeploymentProfile, index: int, entry: ProfileEn
                   "machines": profile.provenance}
     return KernelTuningProfile(entry.key, entry.values, selector=selector,
                                priority=profile.priority, name=profile.name,
-                               origin=f"{profile.path}, entry {index}", provenance=provenance)
+                               origin=f"{profile.place}, entry {index}", provenance=provenance)
 
 
 def _publish(checked: Sequence[tuple[ProfileFileReport, list[KernelTuningProfile]]],

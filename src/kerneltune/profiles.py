@@ -20,6 +20,7 @@ the profile is imported (:mod:`kerneltune.profile_import`).
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -71,7 +72,8 @@ class DeploymentProfile:
     """A selector-bound profile: entries, priority, versions and provenance.
 
     ``selector_name`` is the selector file's name when the selector came from
-    one; ``path`` is where the profile was read from (None for one built here).
+    one; ``path`` is where the profile was read from (None for one built here),
+    and ``within`` which profile of a deployment file it is.
     """
 
     name: str
@@ -82,6 +84,7 @@ class DeploymentProfile:
     versions: Mapping[str, object] = field(default_factory=dict)
     provenance: tuple[Mapping[str, object], ...] = ()
     path: str | None = field(default=None, compare=False)
+    within: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, object]:
         """The file's document, field by field in the file's order."""
@@ -95,6 +98,12 @@ class DeploymentProfile:
     def digest(self) -> str:
         """SHA-256 of the file's bytes: what a deployment names and verification keys on."""
         return hashlib.sha256(profile_text(self).encode()).hexdigest()
+
+    @property
+    def place(self) -> str:
+        """Where the profile is, for messages and origins: its file and, in a deployment
+        file, which profile."""
+        return ", ".join(filter(None, (self.path, self.within))) or self.name
 
     @property
     def thread_counts(self) -> tuple[int, ...]:
@@ -282,14 +291,18 @@ def blas_of(thread_pools: Iterable[Mapping]) -> list[dict[str, object]]:
 # --- writing and reading --------------------------------------------------------------------
 
 
-def profile_text(profile: DeploymentProfile) -> str:
-    """The file's text: JSON-form YAML, a header field a line and an entry a line."""
+def profile_text(profile: DeploymentProfile, indent: str = "") -> str:
+    """The file's text: JSON-form YAML, a header field a line and an entry a line.
+
+    ``indent`` shifts every line, for a profile inside a deployment file.
+    """
     document = profile.to_dict()
     entries = document.pop("entries")
-    header = ",\n".join(f" {json.dumps(name)}: {json.dumps(value, sort_keys=True)}"
+    header = ",\n".join(f"{indent} {json.dumps(name)}: {json.dumps(value, sort_keys=True)}"
                         for name, value in document.items())
-    body = ",\n".join(f"  {json.dumps(entry, sort_keys=True)}" for entry in entries)
-    return "{\n" + header + ',\n "entries": [\n' + body + ("\n" if body else "") + " ]\n}\n"
+    body = ",\n".join(f"{indent}  {json.dumps(entry, sort_keys=True)}" for entry in entries)
+    return (f"{indent}{{\n{header},\n{indent} \"entries\": [\n{body}" + ("\n" if body else "")
+            + f"{indent} ]\n{indent}}}\n")
 
 
 def write_deployment_profile(profile: DeploymentProfile, path: str | os.PathLike[str]) -> Path:
@@ -313,12 +326,16 @@ def read_deployment_profile(path: str | os.PathLike[str]) -> DeploymentProfile:
     return profile_from_document(document.data, document.path)
 
 
-def profile_from_document(data: Mapping[str, Any], path: str) -> DeploymentProfile:
-    """A profile from a checked document's data; every problem raised at once."""
+def profile_from_document(data: Mapping[str, Any], path: str,
+                          within: str | None = None) -> DeploymentProfile:
+    """A profile from a checked document's data; every problem raised at once.
+
+    ``within`` says which profile of a deployment file it is, for the messages.
+    """
     problems: list[Problem] = []
 
-    def problem(name: str, message: str, entry: str | None = None) -> None:
-        problems.append(Problem(name, message, entry=entry, file=path))
+    def problem(name: str, message: str) -> None:
+        problems.append(Problem(name, message, entry=within, file=path))
 
     name = data["name"]
     if not name.strip():
@@ -332,27 +349,28 @@ def profile_from_document(data: Mapping[str, Any], path: str) -> DeploymentProfi
     try:
         selector = CpuSelector.from_dict(data["selector"])
     except TuningValidationError as error:
-        problems += [Problem(f"selector.{p.field}".rstrip("."), p.message, file=path)
-                     for p in error.problems]
+        problems += [Problem(f"selector.{p.field}".rstrip("."), p.message, entry=within,
+                             file=path) for p in error.problems]
     if selector is not None and (selector.minimum_threads or selector.maximum_threads):
         problem("selector", "a profile's selector names no thread bounds: its entries do")
     if not all(isinstance(p, dict) for p in data["provenance"]):
         problem("provenance", "expected a list of mappings")
     indexed = [(index, entry) for index, raw in enumerate(data["entries"])
-               if (entry := _entry(index, raw, path, problems)) is not None]
-    problems += _overlapping(indexed, path)
+               if (entry := _entry(index, raw, path, problems, within)) is not None]
+    problems += _overlapping(indexed, path, within)
     entries = [entry for _, entry in indexed]
     if problems:
         raise ProfileError(problems, context="deployment profile not read")
     return DeploymentProfile(name, selector, tuple(entries), data["priority"], selector_name,
                              types.MappingProxyType(dict(data["versions"])),
                              tuple(types.MappingProxyType(p) for p in data["provenance"]),
-                             path)
+                             path, within)
 
 
-def _entry(index: int, raw: object, path: str, problems: list[Problem]) -> ProfileEntry | None:
+def _entry(index: int, raw: object, path: str, problems: list[Problem],
+           within: str | None) -> ProfileEntry | None:
     """One entry, or None with its every problem added."""
-    where = f"entry {index}"
+    where = _entry_label(within, index)
     if not isinstance(raw, dict):
         problems.append(Problem("", f"expected a mapping with the fields key, threads, values, "
                                     f"got {kind(raw)}", entry=where, file=path))
@@ -363,8 +381,8 @@ def _entry(index: int, raw: object, path: str, problems: list[Problem]) -> Profi
     key = None
     if "key" in raw:
         try:
-            key = KernelTuningKey.from_dict(raw["key"])
-            where = f"entry {index} ({key})"
+            key = _key(raw["key"])
+            where = _entry_label(within, index, key)
         except TuningValidationError as error:
             found += error.problems
     threads = raw.get("threads")
@@ -381,7 +399,25 @@ def _entry(index: int, raw: object, path: str, problems: list[Problem]) -> Profi
     return ProfileEntry(key, (threads[0], threads[1]), types.MappingProxyType(dict(values)))
 
 
-def _overlapping(entries: Sequence[tuple[int, ProfileEntry]], path: str) -> list[Problem]:
+@functools.lru_cache(maxsize=4096)
+def _parsed_key(fields: tuple) -> KernelTuningKey:
+    return KernelTuningKey.from_dict(dict(fields))
+
+
+def _key(raw: object) -> KernelTuningKey:
+    """An entry's key, parsed once per spelling: a profile repeats each key per thread range."""
+    if isinstance(raw, dict) and all(isinstance(v, str | int) for v in raw.values()):
+        return _parsed_key(tuple(raw.items()))
+    return KernelTuningKey.from_dict(raw)
+
+
+def _entry_label(within: str | None, index: int, key: KernelTuningKey | None = None) -> str:
+    label = f"entry {index}" + (f" ({key})" if key is not None else "")
+    return f"{within}, {label}" if within else label
+
+
+def _overlapping(entries: Sequence[tuple[int, ProfileEntry]], path: str,
+                 within: str | None) -> list[Problem]:
     """Two entries of one key whose thread ranges share a count say two things at once."""
     problems: list[Problem] = []
     by_key: dict[KernelTuningKey, list[tuple[int, ProfileEntry]]] = {}
@@ -394,5 +430,5 @@ def _overlapping(entries: Sequence[tuple[int, ProfileEntry]], path: str) -> list
                 problems.append(Problem(
                     "threads", f"{list(after.threads)} overlaps entry {first}'s "
                                f"{list(before.threads)}: a duplicate entry for this key",
-                    entry=f"entry {index} ({key})", file=path))
+                    entry=_entry_label(within, index, key), file=path))
     return problems

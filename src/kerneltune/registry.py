@@ -94,6 +94,12 @@ class _Entry:
         return (int(self.profile.tier), self.profile.priority)
 
     @functools.cached_property
+    def threads(self) -> tuple[int, int]:
+        """The selector's thread bounds, so resolution passes other ranges without a call."""
+        s = self.profile.selector
+        return (s.minimum_threads or 1, s.maximum_threads or 2**31)
+
+    @functools.cached_property
     def source(self) -> TuningSource:
         p = self.profile
         return TuningSource(p.tier, p.name, p.digest, p.origin, p.priority)
@@ -229,11 +235,14 @@ class TuningSnapshot:
         if best is not None and not mode.admits(best):
             best = None
         if best is None:
+            threads = execution.effective_threads
             for bucket in state.buckets(execution.processor):
                 for entry in bucket:
                     if best is not None and entry.order <= best.order:
                         break
-                    if mode.admits(entry) and entry.profile.selector.matches(execution):
+                    low, high = entry.threads
+                    if (low <= threads <= high and mode.admits(entry)
+                            and entry.profile.selector.matches(execution)):
                         best = entry
                         break
         if best is None:
@@ -477,9 +486,10 @@ def _add_selector_entry(entries: list[_Entry], entry: _Entry, ambiguous: list[st
     conflicts = []
     for other in entries:
         q = other.profile
-        if q.digest == p.digest:
-            return
+        # an identical profile always overlaps: digests are compared only for those that do
         if q.tier == p.tier and q.priority == p.priority and q.selector.can_overlap(p.selector):
+            if q.digest == p.digest:
+                return
             conflicts.append(
                 f"{p.key}: profile {p.label} ({p.origin or 'api'}; {p.selector}) and "
                 f"profile {q.label} ({q.origin or 'api'}; {q.selector}) have the same tier "

@@ -208,7 +208,7 @@ def value_problems(values: object) -> list[Problem]:
 
     The schema judges the values themselves; this only checks their plain-data form.
     """
-    if not isinstance(values, Mapping):
+    if not isinstance(values, dict | Mapping):  # a dict first: the ABC's check is slower
         return [Problem("values", f"expected a mapping of parameter names, got "
                                   f"{_kind(values)}")]
     problems = []

@@ -219,6 +219,7 @@ def _measure_keys(
     monitor: SteadinessMonitor,
     remeasure_factor: float,
     total: Deadline | None,
+    on_report: Callable[[CalibrationReport], None] | None = None,
 ) -> tuple[dict[KernelTuningKey, CalibrationReport], list[KeyOutcome], list[KernelTuningKey],
            list[KernelTuningKey]]:
     """Each key once; then, while probes say the machine was slow for some (or their own
@@ -286,6 +287,8 @@ def _measure_keys(
             stopped.append(KeyOutcome(key, f"not published: {report.stopped_early}", report))
         else:
             reports[key] = report
+            if on_report is not None:
+                on_report(report)
     until = time.perf_counter() + remeasure_factor * (time.perf_counter() - start)
     if total is not None:
         until = min(until, total.at)
@@ -301,6 +304,8 @@ def _measure_keys(
             report = measure(key)
             if not report.stopped_early and state(report) >= state(reports[key]):
                 reports[key] = report
+                if on_report is not None:
+                    on_report(report)
             if key not in remeasured:
                 remeasured.append(key)
         pending = doubtful()
@@ -348,10 +353,13 @@ def calibrate_kernel_thresholds(
     *,
     registry: KernelTuningRegistry = default_registry,
     only_missing: bool = False,
+    on_report: Callable[[CalibrationReport], None] | None = None,
 ) -> CalibrationBatchReport:
     """Calibrate exactly ``keys`` (each must have a registered schema) and publish once.
 
     The calibration functions and machine probes are those registered in ``registry``.
+    ``on_report(report)`` is called whenever a key's standing report is made or
+    replaced by a steadier one: what a checkpoint keeps of a run that may be killed.
 
     A key that the machine probes never saw measured in the reference state
     (``steadiness[...].unsettled``) publishes its steadiest measurement
@@ -385,7 +393,7 @@ def calibrate_kernel_thresholds(
         reports, stopped, remeasured, unsettled = _measure_keys(
             queue, lambda key, inputs: _calibrate(key, queue[key], snapshot, execution, options,
                                                   total, inputs, environment),
-            monitor, options.level.remeasure_factor, total)
+            monitor, options.level.remeasure_factor, total, on_report)
         steadiness = monitor.finish(remeasured, unsettled)
     skipped += stopped
     calibrated = tuple(_withhold_fewer_threads(report) if key in unsettled else report
@@ -412,6 +420,7 @@ def calibrate_registered_kernels(
     options: CalibrationOptions | None = None,
     *,
     registry: KernelTuningRegistry = default_registry,
+    on_report: Callable[[CalibrationReport], None] | None = None,
 ) -> CalibrationBatchReport:
     """Calibrate every registered key the selection matches (all of them when it is empty).
 
@@ -422,4 +431,4 @@ def calibrate_registered_kernels(
     selection = KeyFilter.of(library, kernels, implementations, element_types, device)
     keys = filter(selection.matches, registry.snapshot().keys())
     return calibrate_kernel_thresholds(keys, options, registry=registry,
-                                       only_missing=only_missing)
+                                       only_missing=only_missing, on_report=on_report)
