@@ -103,22 +103,37 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def calibrate(session: nox.Session) -> None:
-    """Calibrate every kernel on this machine for each thread count and write the report.
+    """Calibrate this machine for each thread count and write its deployment profile.
 
-    Builds and installs the package as `tests` does, then runs `kerneltune calibrate` for
-    the thread matrix (1, 2, 4, ... and the CPUs this process may use) and writes every
-    measurement and decision to build/calibration-report.json, with OpenBLAS's threads
-    sleeping right after each call (OPENBLAS_THREAD_TIMEOUT=4 unless the environment sets
-    it). Other arguments go to `kerneltune calibrate`:
+    Builds and installs the package as `tests` does, then runs `kerneltune calibrate
+    --profile` for the thread matrix (1, 2, 4, ... and the CPUs this process may use):
+    profiles/<this machine>.yaml, bound to `--selector` (a selector file or a shipped
+    name; by default this processor's vendor/family/model), with the reports as JSON
+    beside it. A run stopped part-way resumes from its checkpoint (`--restart` discards
+    it). OpenBLAS's threads sleep right after each call (OPENBLAS_THREAD_TIMEOUT=4 unless
+    the environment sets it). Other arguments go to `kerneltune calibrate`:
 
-        nox -s calibrate -- --effort quick --kernel Add --threads 2
+        nox -s calibrate -- --selector selectors/zen4.yaml
+        nox -s calibrate -- --effort quick --kernel Add --output profiles/test.yaml
     """
     variants, arguments = _variant_selection(session)
     session.install(*_config_settings(variants), str(ROOT))
-    report = ROOT / "build" / "calibration-report.json"
-    report.parent.mkdir(exist_ok=True)
     # OpenBLAS's threads must not spin into the compiled kernels measured after a BLAS call
     # (docs/kernels.md); the value, read when numpy loads, is the one deployments should use
     timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4")
-    session.run("kerneltune", "calibrate", f"--report={report}", *arguments,
+    session.run("kerneltune", "calibrate", "--profile", *arguments,
                 env={"OPENBLAS_THREAD_TIMEOUT": timeout})
+
+
+@nox.session
+def bake(session: nox.Session) -> None:
+    """Merge profiles into one checked, read-only deployment file, with its coverage.
+
+    The entries are checked against the kernel library's schemas, which every ISA variant
+    shares, so only the baseline variant is compiled. Arguments go to `kerneltune profiles
+    bake`:
+
+        nox -s bake -- profiles/*.yaml --output build/deployment.yaml --require-complete
+    """
+    session.install(*_config_settings("baseline"), str(ROOT))
+    session.run("kerneltune", "profiles", "bake", *session.posargs)

@@ -1,9 +1,11 @@
 """The ``kerneltune`` command line.
 
 Each subcommand is a thin shell over the public API, so anything it prints can
-also be had from Python; errors are one line on stderr and exit status 2, and
-``calibrate --require-steady`` exits with status 3 when keys could not be
-measured with the machine in its reference state.
+also be had from Python. Errors go to stderr: a file or a machine that cannot
+be used (a bad profile, a machine outside the selector, a failed bake or
+validation) exits with status 1, bad arguments and other errors with 2, and
+``calibrate --require-steady`` with 3 when keys could not be measured with the
+machine in its reference state.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import yaml
 
 from .cpu_files import FILE_FORMAT, SCHEMA_VERSION
 from .detect import current_execution, detect_cpu_descriptor
-from .errors import KernelTuningError
+from .errors import KernelTuningError, ProfileError
 from .files import write_atomically
 from .threads import available_threads
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .calibration import Steadiness
+    from .calibration import CalibrationOptions, Steadiness
 
 #: exit status of ``calibrate --require-steady`` when keys were only measured in a slow state
 UNSTEADY = 3
@@ -49,24 +51,27 @@ def _value(text: str) -> object:
     return value if isinstance(value, bool | int | float | str) else text
 
 
+def _options(args: argparse.Namespace, threads: int | None) -> CalibrationOptions:
+    from .calibration import CalibrationOptions
+
+    return CalibrationOptions(
+        threads=threads, effort=args.effort, time_budget_per_key=args.time_budget_per_key,
+        time_budget=args.time_budget, memory_budget=args.memory_budget,
+        minimum_margin=args.margin, seed=args.seed, parameter=args.parameter,
+        values=[_value(v) for v in args.values or ()])
+
+
 def _calibrate(args: argparse.Namespace) -> int:
-    from .calibration import (
-        CalibrationOptions,
-        calibrate_registered_kernels,
-        spinning_blas_warning,
-        thread_counts,
-    )
+    from .calibration import calibrate_registered_kernels, spinning_blas_warning, thread_counts
 
     threads = args.threads or thread_counts(available_threads())
     if warning := spinning_blas_warning(max(threads)):
         print(f"warning: {warning}")
+    if args.profile:
+        return _calibrate_profile(args, threads)
     reports, unsteady = [], False
     for count in threads:
-        options = CalibrationOptions(
-            threads=count, effort=args.effort, time_budget_per_key=args.time_budget_per_key,
-            time_budget=args.time_budget, memory_budget=args.memory_budget,
-            minimum_margin=args.margin, seed=args.seed, parameter=args.parameter,
-            values=[_value(v) for v in args.values or ()])
+        options = _options(args, count)
         report = calibrate_registered_kernels(
             kernels=args.kernel or (), implementations=args.implementation or (),
             element_types=args.element_type or (), only_missing=args.only_missing,
@@ -102,6 +107,71 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"report written to {args.report}")
     if args.require_steady and unsteady:
         return UNSTEADY
+    return 0
+
+
+def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
+    from .pipeline import calibrate_machine
+
+    result = calibrate_machine(
+        args.selector, output=args.output, name=args.name, threads=threads,
+        options=_options(args, None), kernels=args.kernel or (),
+        element_types=args.element_type or (), implementations=args.implementation or (),
+        restart=args.restart)
+    for note in result.notes:
+        print(f"checkpoint {note}")
+    print(result.table())
+    print(f"profile written to {result.profile_path} ({len(result.profile.entries)} entries), "
+          f"reports to {result.reports_path}")
+    return 0
+
+
+def _bake(args: argparse.Namespace) -> int:
+    from .pipeline import bake
+
+    report = bake(args.profiles, args.output, require_complete=args.require_complete,
+                  expected_selectors=args.expect or ())
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        for name, keys in report.coverage.items():
+            covered = sum(1 for row in keys.values() if row["covered"])
+            print(f"{name}: {covered} of {len(keys)} keys covered")
+        for gap in report.gaps:
+            print(f"  gap: {gap}")
+    for problem in report.problems:
+        print(f"kerneltune profiles bake: {problem}", file=sys.stderr)
+    if not report.written:
+        print(f"kerneltune profiles bake: nothing written to {args.output}", file=sys.stderr)
+        return 1
+    print(f"written {args.output} (sha256 {report.digest})")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .kernels import register_library
+    from .profile_import import import_deployment_profiles
+    from .registry import KernelTuningRegistry
+
+    registry = KernelTuningRegistry()
+    register_library(registry)
+    report = import_deployment_profiles(args.files, registry=registry)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    for file in report.files:
+        if not args.json:
+            print(f"{file.path}: {file.status}, {file.imported} entries, "
+                  f"{file.not_applicable} for other machines")
+        for line in (*file.problems, *file.warnings):
+            print(f"  {line}", file=sys.stderr)
+    return 0 if all(file.status == "imported" for file in report.files) else 1
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from .explain import explain
+
+    explanation = explain(descriptor=args.descriptor, threads=args.threads)
+    print(json.dumps(explanation.to_dict(), indent=1) if args.json else explanation.table())
     return 0
 
 
@@ -184,7 +254,40 @@ def _parser() -> argparse.ArgumentParser:
                            help=f"exit with status {UNSTEADY} and save nothing of a thread "
                                 f"count with keys measured only while the machine probe saw "
                                 f"the machine slower than its reference state (or failed)")
+    calibrate.add_argument("--profile", action="store_true",
+                           help="write a deployment profile of this machine bound to "
+                                "--selector (default: this processor's vendor/family/model), "
+                                "resuming from a checkpoint of an interrupted run")
+    calibrate.add_argument("--selector", help="a selector file or a shipped selector's name")
+    calibrate.add_argument("--output", help="the profile file (default: profiles/NAME.yaml)")
+    calibrate.add_argument("--name", help="the profile's name (default: this machine's)")
+    calibrate.add_argument("--restart", action="store_true",
+                           help="discard the checkpoint of an interrupted run")
     calibrate.set_defaults(run=_calibrate)
+
+    profiles = commands.add_parser("profiles", help="bake, validate and explain profiles")
+    actions = profiles.add_subparsers(dest="action", required=True)
+    baking = actions.add_parser("bake", help="merge profiles into one deployment file")
+    baking.add_argument("profiles", nargs="+", help="profile files (or deployment files)")
+    baking.add_argument("--output", required=True, help="the deployment file to write")
+    baking.add_argument("--require-complete", action="store_true",
+                        help="fail on any coverage gap or expected selector without a profile")
+    baking.add_argument("--expect", action="append",
+                        help="a selector (file or name) that must have a profile (repeatable)")
+    baking.add_argument("--json", action="store_true", help="print the bake report as JSON")
+    baking.set_defaults(run=_bake)
+    validate = actions.add_parser("validate", help="check profile or deployment files against "
+                                                   "this kerneltune; exit 1 on any problem")
+    validate.add_argument("files", nargs="+")
+    validate.add_argument("--json", action="store_true")
+    validate.set_defaults(run=_validate)
+    explaining = actions.add_parser("explain", help="what every kernel gets, and why")
+    explaining.add_argument("--descriptor", help="a processor descriptor file (default: this "
+                                                 "machine)")
+    explaining.add_argument("--threads", type=int, help="the thread count (default: the CPUs "
+                                                        "this process may use)")
+    explaining.add_argument("--json", action="store_true")
+    explaining.set_defaults(run=_explain)
     return parser
 
 
@@ -192,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.run(args) or 0
+    except ProfileError as error:  # a file or a machine that cannot be used: a failure
+        print(f"kerneltune {args.command}: {error}", file=sys.stderr)
+        return 1
     except (KernelTuningError, OSError) as error:
         print(f"kerneltune {args.command}: {error}", file=sys.stderr)
         return 2

@@ -194,26 +194,48 @@ def _check_machine(executions: Sequence[CpuExecutionDescriptor], selector: CpuSe
             problems.append(Problem("reports", f"reports {seen[count]} and {index} both "
                                                f"calibrated {count} threads"))
         seen.setdefault(count, index)
-    processor = executions[0].processor
-    for field_name in selector.mismatches(processor):
-        wanted = getattr(selector, field_name)
-        actual = _processor_value(processor, field_name)
-        problems.append(Problem(f"selector.{field_name}", f"the selector asks for {wanted!r}, "
-                                                          f"the calibrating processor has "
-                                                          f"{actual!r}",
-                                file=selector_path))
+    problems += machine_mismatches(selector, executions[0].processor, selector_path)
     if problems:
         raise ProfileError(problems, context=f"profile {name!r} not exported")
 
 
-def _processor_value(processor: CpuDescriptor, field_name: str) -> object:
-    if field_name == "models":
-        return processor.model
-    if field_name == "required_features":
-        return "its own features"
-    if field_name == "excluded_features":
-        return "an excluded feature"
-    return getattr(processor, field_name)
+def machine_mismatches(selector: CpuSelector, processor: CpuDescriptor,
+                       selector_path: str | None = None) -> list[Problem]:
+    """Each field of ``selector`` that ``processor`` fails, with both values (threads aside)."""
+    return [Problem(f"selector.{name}", f"the selector asks for {_wanted(selector, name)}; this "
+                                        f"processor has {_actual(processor, name, selector)}",
+                    file=selector_path)
+            for name in selector.mismatches(processor)]
+
+
+def _wanted(selector: CpuSelector, name: str) -> str:
+    value = getattr(selector, name)
+    if name == "models":
+        return "models " + _spans(value)
+    if isinstance(value, frozenset):
+        return ", ".join(sorted(value))
+    return repr(value)
+
+
+def _actual(processor: CpuDescriptor, name: str, selector: CpuSelector) -> str:
+    if name == "models":
+        return f"model {processor.model}"
+    if name == "required_features":
+        return "none of " + ", ".join(sorted(selector.required_features - processor.features))
+    if name == "excluded_features":
+        return ", ".join(sorted(selector.excluded_features & processor.features))
+    return repr(getattr(processor, name))
+
+
+def _spans(numbers: Iterable[int]) -> str:
+    """``0-15, 32-95`` for a long list of models."""
+    spans: list[list[int]] = []
+    for number in sorted(numbers):
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ", ".join(f"{low}-{high}" if high > low else str(low) for low, high in spans)
 
 
 def _thread_ranges(counts: Iterable[int]) -> dict[int, tuple[int, int]]:
@@ -225,7 +247,7 @@ def _thread_ranges(counts: Iterable[int]) -> dict[int, tuple[int, int]]:
 
 def _entries(batch: Mapping, threads: tuple[int, int]) -> list[ProfileEntry]:
     """One entry per calibrated key: the values its decisions chose."""
-    decided = {_report_digest(report): [d["parameter"] for d in report.get("decisions", ())]
+    decided = {report_digest(report): [d["parameter"] for d in report.get("decisions", ())]
                for report in batch.get("calibrated", ())}
     entries = []
     for profile in batch.get("successful_profiles", ()):
@@ -237,7 +259,7 @@ def _entries(batch: Mapping, threads: tuple[int, int]) -> list[ProfileEntry]:
     return entries
 
 
-def _report_digest(report: Mapping) -> str:
+def report_digest(report: Mapping) -> str:
     """The digest a calibrated profile names its report by (``CalibrationReport.digest``)."""
     text = json.dumps(dict(report), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -273,7 +295,7 @@ def _provenance(batches: Sequence[Mapping], executions: Sequence[CpuExecutionDes
         "thread_counts": sorted(execution.effective_threads for execution in executions),
         "effort": options.get("effort"),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "report_digests": {str(execution.effective_threads): _report_digest(batch)
+        "report_digests": {str(execution.effective_threads): report_digest(batch)
                            for batch, execution in zip(batches, executions, strict=True)},
         "blas": blas_of(environment.get("thread_pools", ())),
         "environment": {name: value for name, value in sorted(variables.items())

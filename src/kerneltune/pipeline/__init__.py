@@ -1,0 +1,14 @@
+"""The build-farm pipeline: a machine's calibration becomes a profile; profiles bake into one file.
+
+``nox -s calibrate`` runs :func:`calibrate_machine` on each representative
+machine (a CI matrix job each); ``nox -s bake`` runs :func:`bake` over the
+profiles they leave, for the deployment image.
+"""
+
+from __future__ import annotations
+
+from .bake import BakeReport, bake
+from .calibrate import MachineCalibration, ThreadSummary, calibrate_machine, machine_selector
+
+__all__ = ["BakeReport", "MachineCalibration", "ThreadSummary", "bake", "calibrate_machine",
+           "machine_selector"]

@@ -1,0 +1,219 @@
+"""One farm machine's job: calibrate the thread matrix, then leave a selector-bound profile.
+
+Refuses before measuring anything on a machine its selector does not match.
+Calibrates every selected key for each thread count (1, 2, 4, ... and the CPUs
+this process may use), journals each finished key (:mod:`.checkpoint`), and
+writes ``profiles/<name>.yaml`` with the batch reports as JSON beside it. A
+run killed part-way and started again with the same arguments measures only
+the keys it had not finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ..calibration import CalibrationOptions, calibrate_kernel_thresholds, thread_counts
+from ..calibration.report import CalibrationReport
+from ..cpu import CpuDescriptor
+from ..detect import get_cpu_descriptor
+from ..errors import Problem, ProfileError
+from ..files import write_atomically
+from ..keyfilter import KeyFilter
+from ..profiles import (
+    DeploymentProfile,
+    export_deployment_profile,
+    machine_mismatches,
+    report_digest,
+    write_deployment_profile,
+)
+from ..registry import KernelTuningRegistry, default_registry
+from ..selector_files import NamedSelector, load_selector
+from ..selectors import CpuSelector
+from ..threads import available_threads
+from .checkpoint import Checkpoint, identity_of
+
+#: where profiles go unless ``output`` says otherwise
+PROFILES_DIRECTORY = Path("profiles")
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    """One thread count of a machine calibration."""
+
+    threads: int
+    calibrated: int
+    changed: int
+    resumed: int
+    skipped: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MachineCalibration:
+    """What a machine calibration left: the profile, its files and a summary per thread count."""
+
+    profile: DeploymentProfile
+    profile_path: Path
+    reports_path: Path
+    summaries: tuple[ThreadSummary, ...]
+    notes: tuple[str, ...] = ()
+
+    def table(self) -> str:
+        lines = [f"{'threads':>7} {'keys':>5} {'changed':>8} {'resumed':>8} {'skipped':>8} "
+                 f"{'seconds':>8}"]
+        lines += [f"{s.threads:>7} {s.calibrated:>5} {s.changed:>8} {s.resumed:>8} "
+                  f"{s.skipped:>8} {s.seconds:>8.1f}" for s in self.summaries]
+        return "\n".join(lines)
+
+
+def machine_selector(processor: CpuDescriptor) -> NamedSelector:
+    """The exact vendor/family/model selector of ``processor``, named after it."""
+    missing = [name for name in ("vendor", "family", "model") if getattr(processor, name) is None]
+    if missing:
+        raise ProfileError([Problem(name, "unknown on this processor; give a selector file")
+                            for name in missing], context="no selector for this machine")
+    name = f"{processor.vendor}-{processor.family}-{processor.model}"
+    return NamedSelector(name, f"this processor: {processor.vendor} family {processor.family} "
+                               f"model {processor.model}",
+                         CpuSelector(architecture=processor.architecture,
+                                     vendor=processor.vendor, family=processor.family,
+                                     models=[processor.model]), None)
+
+
+def machine_name(processor: CpuDescriptor) -> str:
+    """A profile name for this machine: vendor, microarchitecture, family and model."""
+    parts = (processor.vendor, processor.microarchitecture, processor.family, processor.model)
+    return "-".join(str(part).lower().replace("_", "-") for part in parts if part is not None)
+
+
+def calibrate_machine(
+    selector: str | NamedSelector | None = None,
+    *,
+    output: str | Path | None = None,
+    name: str | None = None,
+    threads: Sequence[int] | None = None,
+    options: CalibrationOptions | None = None,
+    kernels: Iterable[str] = (),
+    element_types: Iterable[object] = (),
+    implementations: Iterable[str] = (),
+    restart: bool = False,
+    progress: IO[str] | None = None,
+    registry: KernelTuningRegistry = default_registry,
+) -> MachineCalibration:
+    """Calibrate this machine for each thread count and write its profile.
+
+    ``selector`` is a selector file, a shipped selector's name or a
+    :class:`NamedSelector`; by default this processor's exact vendor/family/model.
+    ``options`` give the effort and budgets (their ``threads`` is ignored: the
+    matrix is ``threads``, by default 1, 2, 4, ... and the CPUs this process may
+    use). Raises :class:`ProfileError` before measuring when the machine does
+    not match the selector.
+    """
+    processor = get_cpu_descriptor()
+    named = (selector if isinstance(selector, NamedSelector)
+             else load_selector(selector) if selector is not None else machine_selector(processor))
+    failed = machine_mismatches(named.selector, processor, named.path)
+    if failed:
+        raise ProfileError(failed, context=f"this machine does not match the selector "
+                                           f"{named.name!r}")
+    name = name or machine_name(processor)
+    profile_path = Path(output) if output is not None else PROFILES_DIRECTORY / f"{name}.yaml"
+    options = options or CalibrationOptions()
+    matrix = sorted(set(threads or thread_counts(available_threads())))
+    selection = KeyFilter.of(None, tuple(kernels), tuple(implementations), tuple(element_types))
+    keys = list(filter(selection.matches, registry.snapshot().keys()))
+    arguments = {"selector": named.selector.to_dict(), "name": name, "threads": matrix,
+                 "options": options.to_dict(), "keys": sorted(map(str, keys))}
+    checkpoint, note = Checkpoint.open(profile_path.with_suffix(".checkpoint.jsonl"),
+                                       identity_of(arguments, processor.to_dict()), restart)
+    reporter = _Progress(progress if progress is not None else sys.stderr, len(keys))
+    batches, summaries = [], []
+    try:
+        for count in matrix:
+            batch, summary = _calibrate_count(count, keys, options, checkpoint, reporter,
+                                              registry)
+            batches.append(batch)
+            summaries.append(summary)
+    finally:
+        checkpoint.close(remove=False)
+    profile = export_deployment_profile(batches, named, name)
+    write_deployment_profile(profile, profile_path)
+    reports_path = profile_path.with_suffix(".reports.json")
+    write_atomically(reports_path, json.dumps(batches, indent=1, sort_keys=True, default=str)
+                     + "\n")
+    checkpoint.close(remove=True)
+    return MachineCalibration(profile, profile_path, reports_path, tuple(summaries),
+                              (note,) if note else ())
+
+
+def _calibrate_count(count: int, keys: Sequence, options: CalibrationOptions,
+                     checkpoint: Checkpoint, reporter: _Progress,
+                     registry: KernelTuningRegistry) -> tuple[dict, ThreadSummary]:
+    """One thread count: the keys not yet finished, then the batch with the resumed ones."""
+    finished = checkpoint.finished(count)
+    remaining = [key for key in keys if str(key) not in finished]
+    reporter.start(count, len(finished))
+
+    def record(report: CalibrationReport) -> None:
+        checkpoint.record(count, str(report.key), report.to_dict())
+        reporter.advance(str(report.key))
+
+    start = time.perf_counter()
+    batch = calibrate_kernel_thresholds(
+        remaining, dataclasses.replace(options, threads=count), registry=registry,
+        on_report=record)
+    document = batch.to_dict()
+    fresh = {str(report.key) for report in batch.calibrated}
+    resumed = [report for key, report in finished.items() if key not in fresh]
+    document["calibrated"] = resumed + document["calibrated"]
+    document["successful_profiles"] = [
+        {"key": report["key"], "values": report["values"], "report_digest": report_digest(report)}
+        for report in resumed] + document["successful_profiles"]
+    calibrated = len(document["calibrated"])
+    changed = sum(1 for report in document["calibrated"] for decision in report["decisions"]
+                  if decision["changed"])
+    summary = ThreadSummary(count, calibrated, changed, len(resumed),
+                            len(batch.skipped) + len(batch.unsupported),
+                            time.perf_counter() - start)
+    reporter.finish(summary)
+    return document, summary
+
+
+class _Progress:
+    """Progress on a stream: a line rewritten in place on a terminal, one per count elsewhere."""
+
+    def __init__(self, stream: IO[str], keys: int):
+        self.stream, self.keys = stream, keys
+        self.interactive = bool(getattr(stream, "isatty", lambda: False)())
+        self.threads, self.done, self.begun = 0, 0, time.perf_counter()
+
+    def start(self, threads: int, resumed: int) -> None:
+        self.threads, self.done, self.begun = threads, resumed, time.perf_counter()
+        self.measured = 0
+
+    def advance(self, key: str) -> None:
+        self.done += 1
+        self.measured += 1
+        if not self.interactive:
+            return
+        used = time.perf_counter() - self.begun
+        left = used / self.measured * max(self.keys - self.done, 0)
+        self.stream.write(f"\rthreads {self.threads}: key {min(self.done, self.keys)} of "
+                          f"{self.keys} ({key}), {used:.0f} s used, about {left:.0f} s left "
+                          f"\033[K")
+        self.stream.flush()
+
+    def finish(self, summary: ThreadSummary) -> None:
+        if self.interactive:
+            self.stream.write("\r\033[K")
+        self.stream.write(f"threads {summary.threads}: {summary.calibrated} keys "
+                          f"({summary.resumed} resumed), {summary.changed} values changed, "
+                          f"{summary.seconds:.1f} s\n")
+        self.stream.flush()
