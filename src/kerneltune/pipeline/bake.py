@@ -87,7 +87,7 @@ def bake(
     schemas = _Schemas(snapshot)
     for profile in found:
         problems += check_entries(profile, schemas.classify, schemas.schema).problems
-    problems += _ambiguities(found)
+    problems += _ambiguities(found) + _same_names(found)
     coverage, gaps = _coverage(found, snapshot)
     gaps += _missing_selectors(found, [_named(s) for s in expected_selectors])
     if require_complete:
@@ -146,6 +146,18 @@ def _ambiguities(profiles: Sequence[DeploymentProfile]) -> list[str]:
                 f"that can match the same processor (for example {_example(a, b)}) at the "
                 f"same tier ({a.tier.label}) and priority ({first.priority}); give one a "
                 f"different priority or narrow a selector")
+    return problems
+
+
+def _same_names(profiles: Sequence[DeploymentProfile]) -> list[str]:
+    """Profiles are told apart by name (coverage, order, ``profile=`` in sessions)."""
+    first: dict[str, DeploymentProfile] = {}
+    problems = []
+    for profile in profiles:
+        other = first.setdefault(profile.name, profile)
+        if other is not profile:
+            problems.append(f"{other.place} and {profile.place} are both named "
+                            f"{profile.name!r}; give one another --name")
     return problems
 
 

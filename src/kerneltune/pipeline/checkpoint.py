@@ -45,7 +45,10 @@ class Checkpoint:
         if restart and path.exists():
             note = f"{path}: discarded (--restart)"
         elif path.exists():
-            reports, note = _read(path, identity)
+            reports, note, complete = _read(path, identity)
+            if reports:
+                # a record cut by a crash is dropped before the next one is appended
+                os.truncate(path, complete)
         checkpoint = cls(path, dict(identity), reports)
         checkpoint._start(fresh=not reports)
         return checkpoint, note
@@ -86,31 +89,33 @@ class Checkpoint:
         os.fsync(self._stream.fileno())
 
 
-def _read(path: Path, identity: Mapping[str, object]) -> tuple[dict[int, dict[str, dict]],
-                                                              str | None]:
-    """The finished reports of a journal that is this calibration's, or why it is not."""
+def _read(path: Path, identity: Mapping[str, object]
+          ) -> tuple[dict[int, dict[str, dict]], str | None, int]:
+    """The finished reports of a journal that is this calibration's, or why it is not,
+    and the length in bytes of its complete lines."""
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")
+        data = path.read_bytes()
+        lines = data.decode("utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as error:
-        return {}, f"{path}: unreadable ({error}); ignored"
-    complete, last = lines[:-1], lines[-1]
-    if last:  # no newline after it: the write a crash cut short
-        complete = lines[:-1]
+        return {}, f"{path}: unreadable ({error}); ignored", 0
+    # the last piece has no newline after it: empty, or the write a crash cut short
+    complete = lines[:-1]
+    length = data.rfind(b"\n") + 1
     try:
         header = json.loads(complete[0]) if complete else None
     except ValueError:
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        return {}, f"{path}: not a calibration checkpoint; ignored"
+        return {}, f"{path}: not a calibration checkpoint; ignored", 0
     if header.get("schema_version") != SCHEMA_VERSION:
-        return {}, f"{path}: checkpoint version {header.get('schema_version')!r}; ignored"
+        return {}, f"{path}: checkpoint version {header.get('schema_version')!r}; ignored", 0
     theirs = json.loads(json.dumps(header.get("identity"), sort_keys=True))
     ours = json.loads(json.dumps(identity, sort_keys=True, default=str))
     if theirs != ours:
         differing = sorted(name for name in {*ours, *(theirs or {})}
                            if (theirs or {}).get(name) != ours.get(name))
         return {}, (f"{path}: from another calibration (different {', '.join(differing)}); "
-                    f"ignored")
+                    f"ignored"), 0
     reports: dict[int, dict[str, dict]] = {}
     for number, line in enumerate(complete[1:], start=2):
         try:
@@ -118,8 +123,8 @@ def _read(path: Path, identity: Mapping[str, object]) -> tuple[dict[int, dict[st
             reports.setdefault(int(record["threads"]), {})[str(record["key"])] = dict(
                 record["report"])
         except (ValueError, KeyError, TypeError):
-            return {}, f"{path}: line {number} is damaged; the checkpoint is ignored"
-    return reports, None
+            return {}, f"{path}: line {number} is damaged; the checkpoint is ignored", 0
+    return reports, None, length
 
 
 def identity_of(arguments: Mapping[str, object], processor: Mapping[str, object]
