@@ -95,10 +95,14 @@ def build(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff over the whole repository."""
+    """Ruff over the whole repository (arguments go to ruff), actionlint over the workflows."""
     extras = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
     session.install(*extras["lint"])
     session.run("ruff", "check", str(ROOT), *session.posargs)
+    # At the project root actionlint finds .github/workflows itself; shellcheck, when on PATH,
+    # also checks the `run:` scripts.
+    session.chdir(ROOT)
+    session.run("actionlint", external=False)
 
 
 @nox.session
