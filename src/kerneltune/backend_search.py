@@ -49,7 +49,7 @@ from .schema import KernelTuningKey, TuningValue
 MAX_SETS = 256
 DEFAULT_REPEAT = 20
 DEFAULT_WARMUP = 3
-#: seconds one case may take in a worker (warm-up, check and timed runs together)
+#: seconds one case may take in a worker (session, output check, warm-up and timed runs)
 DEFAULT_TIMEOUT = 60.0
 #: seconds a worker may take to import kerneltune and load its cache before its first case
 STARTUP_TIMEOUT = 300.0
@@ -406,6 +406,10 @@ def search_backend_parameters(
     to the values to try; set 0 holds the active values and is the speedup
     baseline. A case that times out, fails or gives wrong outputs has no
     latency, which makes its set incomplete and never selected.
+
+    Workers are started with ``spawn``, which imports the caller's main
+    module again: a script calling this must do so under
+    ``if __name__ == "__main__":``.
     """
     _check_options(repeat, warmup, timeout, criterion)
     execution = current_execution(threads)
