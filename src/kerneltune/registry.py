@@ -235,14 +235,14 @@ class TuningSnapshot:
         if best is not None and not mode.admits(best):
             best = None
         if best is None:
-            threads = execution.effective_threads
-            for bucket in state.buckets(execution.processor):
+            threads, processor = execution.effective_threads, execution.processor
+            for bucket in state.buckets(processor):
                 for entry in bucket:
                     if best is not None and entry.order <= best.order:
                         break
                     low, high = entry.threads
                     if (low <= threads <= high and mode.admits(entry)
-                            and entry.profile.selector.matches(execution)):
+                            and entry.profile.selector.matches_processor(processor)):
                         best = entry
                         break
         if best is None:

@@ -170,7 +170,10 @@ class CpuSelector:
         threads = getattr(execution, "effective_threads", None)
         if threads is not None and not self.accepts_threads(threads):
             return False
-        processor = getattr(execution, "processor", execution)
+        return self.matches_processor(getattr(execution, "processor", execution))
+
+    def matches_processor(self, processor: object) -> bool:
+        """Whether the processor fields match, thread bounds aside (resolution tests those)."""
         return not (
             (self.architecture is not None and self.architecture != processor.architecture)
             or (self.vendor is not None and self.vendor != processor.vendor)
