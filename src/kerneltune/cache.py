@@ -237,26 +237,13 @@ class ClassifiedEntries:
 
 
 def _stale_problem(key: KernelTuningKey, registered_abis: Mapping[tuple, list[int]]) -> Problem:
-    abis = registered_abis.get(_base(key))
+    abis = registered_abis.get(key.without_abi)
     if abis:
         return Problem("key.tuning_abi", f"tuning ABI {key.tuning_abi}; the registered schema "
                                          f"has tuning ABI {', '.join(map(str, abis))}")
     return Problem("key.implementation", f"no tuning schema is registered for "
                                          f"{key.library}/{key.kernel}/{key.implementation}/"
                                          f"{key.element_type_name} on {key.device}")
-
-
-def _base(key: KernelTuningKey) -> tuple:
-    """A key without its tuning ABI: what two ABIs of one kernel share."""
-    return (key.library, key.kernel, key.implementation, key.element_type, key.device)
-
-
-def _registered_abis(snapshot: TuningSnapshot) -> dict[tuple, list[int]]:
-    abis: dict[tuple, list[int]] = {}
-    registered = snapshot.keys()
-    for key in registered:
-        abis.setdefault(_base(key), []).append(key.tuning_abi)
-    return abis
 
 
 def classify_entries(
@@ -270,7 +257,7 @@ def classify_entries(
     without, that is left to the caller (a load lets the registry do it).
     """
     registered = set(snapshot.keys())
-    abis = _registered_abis(snapshot)
+    abis = snapshot.tuning_abis()
     compatible: dict[int, bool] = {}
     usable, incompatible, stale = [], [], []
     for entry in entries:
@@ -429,7 +416,7 @@ def _merge(existing: Sequence[CacheEntry], incoming: Sequence[CacheEntry], repla
             kept.append(existing[i])
     pruned = [] if newest_abis is None else [
         entry for i, entry in enumerate(existing)
-        if i not in touched and entry.key.tuning_abi < newest_abis.get(_base(entry.key), 0)
+        if i not in touched and entry.key.tuning_abi < newest_abis.get(entry.key.without_abi, 0)
     ]
     gone = set(map(id, pruned))
     if gone:
@@ -541,7 +528,7 @@ def update_kernel_tuning_cache(
     entries = entries_from_profiles(profiles, SOURCES[0], snapshot)
     newest = None
     if prune_stale_abis:
-        newest = {base: max(abis) for base, abis in _registered_abis(snapshot).items()}
+        newest = {base: max(abis) for base, abis in snapshot.tuning_abis().items()}
     return update_cache_entries(cache_path(path), lambda existing: entries, read_only=read_only,
                                 replace_existing=replace_existing, newest_abis=newest,
                                 lock_timeout=lock_timeout)

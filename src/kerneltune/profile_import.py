@@ -133,9 +133,7 @@ class _Registered:
         self.kernels = {(key.library, key.kernel) for key in self.keys}
         self.element_types = {(key.library, key.kernel, key.element_type) for key in self.keys}
         self.implementations = {(k.library, k.kernel, k.implementation) for k in self.keys}
-        self.abis: dict[tuple, list[int]] = {}
-        for key in self.keys:
-            self.abis.setdefault(_base(key), []).append(key.tuning_abi)
+        self.abis = snapshot.tuning_abis()
 
     def classify(self, key: KernelTuningKey) -> tuple[str, str | None]:
         """``("ok", None)``, ``("skip", why)``, ``("stale", why)`` or ``("bad", why)``."""
@@ -143,10 +141,10 @@ class _Registered:
             return "ok", None
         if key.library not in self.libraries:
             return "skip", f"library {key.library} is not registered here"
-        abis = self.abis.get(_base(key))
+        abis = self.abis.get(key.without_abi)
         if abis:
             return "stale", (f"stale: tuning ABI {key.tuning_abi}; the registered schema has "
-                             f"tuning ABI {', '.join(map(str, sorted(abis)))}")
+                             f"tuning ABI {', '.join(map(str, abis))}")
         if (key.library, key.kernel) not in self.kernels:
             return "bad", f"unknown kernel {key.kernel} of {key.library}"
         if (key.library, key.kernel, key.element_type) not in self.element_types:
@@ -154,10 +152,6 @@ class _Registered:
         if (key.library, key.kernel, key.implementation) not in self.implementations:
             return "skip", f"implementation {key.implementation} is not loaded here"
         return "bad", f"no tuning schema is registered for {key}"
-
-
-def _base(key: KernelTuningKey) -> tuple:
-    return (key.library, key.kernel, key.implementation, key.element_type, key.device)
 
 
 def _check_file(path: Path, known: _Registered, snapshot: TuningSnapshot

@@ -200,6 +200,14 @@ class TuningSnapshot:
     def keys(self) -> tuple[KernelTuningKey, ...]:
         return tuple(self._keys)
 
+    def tuning_abis(self) -> dict[tuple, list[int]]:
+        """The registered tuning ABIs of each key apart from its ABI (``key.without_abi``),
+        ascending: what tells a stale entry from an unknown one."""
+        abis: dict[tuple, list[int]] = {}
+        for key in sorted(self._keys, key=lambda k: k.tuning_abi):
+            abis.setdefault(key.without_abi, []).append(key.tuning_abi)
+        return abis
+
     def profiles(self, key: KernelTuningKey | None = None) -> tuple[KernelTuningProfile, ...]:
         """Published profiles, of one key or all, calibrated ones first."""
         self._counters.lookup()

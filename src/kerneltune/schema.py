@@ -158,6 +158,11 @@ class KernelTuningKey:
         return self._hash  # type: ignore[attr-defined]
 
     @property
+    def without_abi(self) -> tuple:
+        """The key apart from its tuning ABI: what two ABIs of one kernel share."""
+        return (self.library, self.kernel, self.implementation, self.element_type, self.device)
+
+    @property
     def element_type_name(self) -> str:
         return _ELEMENT_TYPE_NAMES[self.element_type]
 
