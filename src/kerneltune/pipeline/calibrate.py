@@ -192,7 +192,7 @@ class _Progress:
     def __init__(self, stream: IO[str], keys: int):
         self.stream, self.keys = stream, keys
         self.interactive = bool(getattr(stream, "isatty", lambda: False)())
-        self.threads, self.done, self.begun = 0, 0, time.perf_counter()
+        self.threads, self.done, self.measured, self.begun = 0, 0, 0, time.perf_counter()
 
     def start(self, threads: int, resumed: int) -> None:
         self.threads, self.done, self.begun = threads, resumed, time.perf_counter()
