@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from kerneltune.calibration import EFFORTS, CalibrationOptions
-from kerneltune.cli import _parser
+from kerneltune.cli import build_parser as _parser
 
 
 def test_calibrate_defaults_are_the_calibration_options_defaults():

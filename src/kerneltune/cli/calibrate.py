@@ -1,68 +1,36 @@
-"""The ``kerneltune`` command line.
-
-Each subcommand is a thin shell over the public API, so anything it prints can
-also be had from Python. Errors go to stderr: a file or a machine that cannot
-be used (a bad profile, a machine outside the selector, a failed bake or
-validation) exits with status 1, bad arguments and other errors with 2, and
-``calibrate --require-steady`` with 3 when keys could not be measured with the
-machine in its reference state.
-"""
+"""``kerneltune calibrate``: measure the kernels here, per thread count, and keep the winners."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
-from .cpu_files import FILE_FORMAT, SCHEMA_VERSION
-from .detect import current_execution, detect_cpu_descriptor
-from .errors import KernelTuningError, ProfileError
-from .files import write_atomically
-from .threads import available_threads
-from .version import __version__
+from ..files import write_atomically
+from ..threads import available_threads
+from .common import add_command, parse_value
 
 if TYPE_CHECKING:
-    from .calibration import CalibrationOptions, Steadiness
+    from ..calibration import CalibrationOptions, Steadiness
 
 #: exit status of ``calibrate --require-steady`` when keys were only measured in a slow state
 UNSTEADY = 3
 
 
-def _cpu(args: argparse.Namespace) -> None:
-    if args.root is not None or args.machine is not None:
-        processor = detect_cpu_descriptor(args.root or "/", args.machine)
-    else:
-        processor = current_execution().processor
-    document = {"format": FILE_FORMAT, "schema_version": SCHEMA_VERSION, **processor.to_dict()}
-    if args.json:
-        print(json.dumps(document, indent=2))
-    else:
-        print(yaml.safe_dump(document, sort_keys=False), end="")
-
-
-def _value(text: str) -> object:
-    """A parameter value from the command line: 4096, 1.5, true and row as YAML reads them."""
-    value = yaml.safe_load(text)
-    return value if isinstance(value, bool | int | float | str) else text
-
-
 def _options(args: argparse.Namespace, threads: int | None) -> CalibrationOptions:
-    from .calibration import CalibrationOptions
+    from ..calibration import CalibrationOptions
 
     return CalibrationOptions(
         threads=threads, effort=args.effort, time_budget_per_key=args.time_budget_per_key,
         time_budget=args.time_budget, memory_budget=args.memory_budget,
         minimum_margin=args.margin, seed=args.seed, parameter=args.parameter,
-        values=[_value(v) for v in args.values or ()])
+        values=[parse_value(v) for v in args.values or ()])
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from .calibration import calibrate_registered_kernels, spinning_blas_warning, thread_counts
+    from ..calibration import calibrate_registered_kernels, spinning_blas_warning, thread_counts
 
     threads = args.threads or thread_counts(available_threads())
     if warning := spinning_blas_warning(max(threads)):
@@ -94,7 +62,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             print("  not saved to the cache: keys were measured with the machine slower than "
                   "its reference state (--require-steady)")
         elif args.save:
-            from .cache import update_kernel_tuning_cache
+            from ..cache import update_kernel_tuning_cache
 
             saved = update_kernel_tuning_cache(report.successful_profiles)
             print(f"  cache {saved.path}: {saved.status}, {len(saved.added)} added, "
@@ -111,7 +79,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
-    from .pipeline import calibrate_machine
+    from ..pipeline import calibrate_machine
 
     result = calibrate_machine(
         args.selector, output=args.output, name=args.name, threads=threads,
@@ -126,57 +94,8 @@ def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
     return 0
 
 
-def _bake(args: argparse.Namespace) -> int:
-    from .pipeline import bake
-
-    report = bake(args.profiles, args.output, require_complete=args.require_complete,
-                  expected_selectors=args.expect or ())
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=1))
-    else:
-        for name, keys in report.coverage.items():
-            covered = sum(1 for row in keys.values() if row["covered"])
-            print(f"{name}: {covered} of {len(keys)} keys covered")
-        for gap in report.gaps:
-            print(f"  gap: {gap}")
-    for problem in report.problems:
-        print(f"kerneltune profiles bake: {problem}", file=sys.stderr)
-    if not report.written:
-        print(f"kerneltune profiles bake: nothing written to {args.output}", file=sys.stderr)
-        return 1
-    print(f"written {args.output} (sha256 {report.digest})")
-    return 0
-
-
-def _validate(args: argparse.Namespace) -> int:
-    from .kernels import register_library
-    from .profile_import import import_deployment_profiles
-    from .registry import KernelTuningRegistry
-
-    registry = KernelTuningRegistry()
-    register_library(registry)
-    report = import_deployment_profiles(args.files, registry=registry)
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=1))
-    for file in report.files:
-        if not args.json:
-            print(f"{file.path}: {file.status}, {file.imported} entries, "
-                  f"{file.not_applicable} for other machines")
-        for line in (*file.problems, *file.warnings):
-            print(f"  {line}", file=sys.stderr)
-    return 0 if all(file.status == "imported" for file in report.files) else 1
-
-
-def _explain(args: argparse.Namespace) -> int:
-    from .explain import explain
-
-    explanation = explain(descriptor=args.descriptor, threads=args.threads)
-    print(json.dumps(explanation.to_dict(), indent=1) if args.json else explanation.table())
-    return 0
-
-
 def _print_steadiness(watched: Sequence[Steadiness]) -> None:
-    from .calibration.steadiness import STEADY_TOLERANCE
+    from ..calibration.steadiness import STEADY_TOLERANCE
 
     for steadiness in watched:
         for trace in steadiness.probes:
@@ -204,25 +123,19 @@ def _print_steadiness(watched: Sequence[Steadiness]) -> None:
                 print(f"    {key}")
 
 
-def _parser() -> argparse.ArgumentParser:
-    from .calibration import EFFORTS, CalibrationOptions
+def register(commands: argparse._SubParsersAction) -> None:
+    from ..calibration import EFFORTS, CalibrationOptions
 
     defaults = CalibrationOptions()
-    parser = argparse.ArgumentParser(
-        prog="kerneltune", description="Processor-aware tuning of compute-kernel thresholds.")
-    parser.add_argument("--version", action="version", version=f"kerneltune {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    cpu = commands.add_parser(
-        "cpu", help="print this processor's descriptor (KERNELTUNE_CPU_DESCRIPTOR reads it back)")
-    cpu.add_argument("--root", help="detect from a copied sysroot instead of this machine")
-    cpu.add_argument("--machine", help="architecture of --root (x86_64, aarch64)")
-    cpu.add_argument("--json", action="store_true", help="print JSON instead of YAML")
-    cpu.set_defaults(run=_cpu)
-
-    calibrate = commands.add_parser(
-        "calibrate", help="measure the kernels on this machine for each thread count and "
-                          "publish the winners for this process; --save keeps them in the "
-                          "user cache, --report keeps every measurement")
+    calibrate = add_command(
+        commands, "calibrate", "measure the kernels on this machine for each thread count "
+                               "and publish the winners for this process; --save keeps them "
+                               "in the user cache, --report keeps every measurement, "
+                               "--profile writes a deployment profile", _calibrate,
+        examples=["kerneltune calibrate --effort quick --save",
+                  "kerneltune calibrate --kernel Add --threads 1 --threads 2 "
+                  "--report add.json",
+                  "kerneltune calibrate --profile --selector zen4 --effort normal"])
     calibrate.add_argument("--threads", type=int, action="append",
                            help="a thread count to calibrate for (repeat for several; default "
                                 "1, 2, 4, ... and the CPUs this process may use)")
@@ -263,41 +176,3 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--name", help="the profile's name (default: this machine's)")
     calibrate.add_argument("--restart", action="store_true",
                            help="discard the checkpoint of an interrupted run")
-    calibrate.set_defaults(run=_calibrate)
-
-    profiles = commands.add_parser("profiles", help="bake, validate and explain profiles")
-    actions = profiles.add_subparsers(dest="action", required=True)
-    baking = actions.add_parser("bake", help="merge profiles into one deployment file")
-    baking.add_argument("profiles", nargs="+", help="profile files (or deployment files)")
-    baking.add_argument("--output", required=True, help="the deployment file to write")
-    baking.add_argument("--require-complete", action="store_true",
-                        help="fail on any coverage gap or expected selector without a profile")
-    baking.add_argument("--expect", action="append",
-                        help="a selector (file or name) that must have a profile (repeatable)")
-    baking.add_argument("--json", action="store_true", help="print the bake report as JSON")
-    baking.set_defaults(run=_bake)
-    validate = actions.add_parser("validate", help="check profile or deployment files against "
-                                                   "this kerneltune; exit 1 on any problem")
-    validate.add_argument("files", nargs="+")
-    validate.add_argument("--json", action="store_true")
-    validate.set_defaults(run=_validate)
-    explaining = actions.add_parser("explain", help="what every kernel gets, and why")
-    explaining.add_argument("--descriptor", help="a processor descriptor file (default: this "
-                                                 "machine)")
-    explaining.add_argument("--threads", type=int, help="the thread count (default: the CPUs "
-                                                        "this process may use)")
-    explaining.add_argument("--json", action="store_true")
-    explaining.set_defaults(run=_explain)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        return args.run(args) or 0
-    except ProfileError as error:  # a file or a machine that cannot be used: a failure
-        print(f"kerneltune {args.command}: {error}", file=sys.stderr)
-        return 1
-    except (KernelTuningError, OSError) as error:
-        print(f"kerneltune {args.command}: {error}", file=sys.stderr)
-        return 2

@@ -1,0 +1,61 @@
+"""The ``kerneltune`` command line: a module per command group, each a thin shell over the API.
+
+Anything a command prints can also be had from Python, and its defaults are
+the API's. Errors go to stderr with exit status 1 when the command failed (a
+file, a machine or a measurement that cannot be used) and 2 when it was given
+arguments it cannot run with; ``calibrate --require-steady`` exits with 3
+when keys could only be measured with the machine slower than its reference
+state. docs/cli.md shows every command with its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import KernelTuningError, ProfileError, TuningValidationError, UnknownKernelError
+from ..version import __version__
+from . import backend, cache, calibrate, kernel, machine, profiles, report
+from .calibrate import UNSTEADY
+from .common import FAILURE, USAGE, UsageError
+
+#: the command groups, in the order ``kerneltune --help`` lists them
+GROUPS = (machine, kernel, calibrate, cache, profiles, backend, report)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kerneltune", description="Processor-aware tuning of compute-kernel thresholds.",
+        epilog="Run 'kerneltune COMMAND --help' for a command's options and examples.")
+    parser.add_argument("--version", action="version", version=f"kerneltune {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in GROUPS:
+        group.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    name = args.parser.prog
+    try:
+        return args.run(args) or 0
+    except UsageError as error:
+        args.parser.print_usage(sys.stderr)
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return USAGE
+    except ProfileError as error:  # a file or a machine that cannot be used
+        print(f"{name}: {error}", file=sys.stderr)
+        return FAILURE
+    except (UnknownKernelError, TuningValidationError) as error:  # what the arguments named
+        print(f"{name}: {error}", file=sys.stderr)
+        return USAGE
+    except (KernelTuningError, OSError, ValueError) as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        return FAILURE
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+
+
+__all__ = ["FAILURE", "UNSTEADY", "USAGE", "build_parser", "main"]

@@ -1,0 +1,5 @@
+"""placeholder: replaced by the backend command group."""
+
+
+def register(commands) -> None:
+    pass

@@ -1,0 +1,5 @@
+"""placeholder: replaced by the cache command group."""
+
+
+def register(commands) -> None:
+    pass

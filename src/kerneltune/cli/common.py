@@ -1,0 +1,77 @@
+"""What every command group shares: the exit policy, help with examples, JSON and values."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import yaml
+
+#: exit statuses: the command failed (a file, a machine or a measurement that cannot be
+#: used), or it was given arguments it cannot run with
+FAILURE = 1
+USAGE = 2
+
+
+class UsageError(Exception):
+    """Arguments a command cannot run with, found after parsing: exit status 2."""
+
+
+Command = Callable[[argparse.Namespace], "int | None"]
+
+
+def add_command(commands: Any, name: str, summary: str, run: Command,
+                examples: Sequence[str] = (), description: str | None = None
+                ) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` ends with worked examples, as pip's and git's do."""
+    epilog = None
+    if examples:
+        epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+    parser = commands.add_parser(
+        name, help=summary, description=description or summary, epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(run=run, parser=parser)
+    return parser
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print the result as JSON (documented in docs/cli.md)")
+
+
+def print_json(document: object) -> None:
+    print(json.dumps(document, indent=2, default=str))
+
+
+def warn(command: str, message: object) -> None:
+    print(f"kerneltune {command}: {message}", file=sys.stderr)
+
+
+def parse_value(text: str) -> object:
+    """A parameter value from the command line: 4096, 1.5, true and row as YAML reads them."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, bool | int | float | str) else text
+
+
+def assignment(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` split once; argparse reports anything else as a usage error."""
+    name, sign, value = text.partition("=")
+    if not sign or not name or not value:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    """Left-aligned columns under a header, the way ``pip list`` prints."""
+    cells = [[str(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+             .rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)

@@ -1,0 +1,5 @@
+"""placeholder: replaced by the kernel command group."""
+
+
+def register(commands) -> None:
+    pass

@@ -1,0 +1,56 @@
+"""``kerneltune cpu``: this processor's descriptor, the ISA variant it runs, its selectors."""
+
+from __future__ import annotations
+
+import argparse
+
+import yaml
+
+from ..cpu import CpuDescriptor
+from ..cpu_files import FILE_FORMAT, SCHEMA_VERSION
+from ..detect import current_execution, detect_cpu_descriptor
+from ..errors import KernelTuningError
+from ..kernels.variants import installed_variants, select_variant
+from ..selector_files import shipped_selectors
+from .common import add_command, add_json, print_json
+
+
+def _variant(processor: CpuDescriptor) -> str | None:
+    try:
+        return select_variant(processor)
+    except KernelTuningError:  # nothing installed runs there: say so rather than fail
+        return None
+
+
+def _cpu(args: argparse.Namespace) -> None:
+    if args.root is not None or args.machine is not None:
+        processor = detect_cpu_descriptor(args.root or "/", args.machine)
+    else:
+        processor = current_execution().processor
+    document = {"format": FILE_FORMAT, "schema_version": SCHEMA_VERSION, **processor.to_dict()}
+    variant = _variant(processor)
+    selectors = [named for named in shipped_selectors()
+                 if named.selector.matches_processor(processor)]
+    if args.json:
+        print_json({"descriptor": document, "isa_variant": variant,
+                    "installed_variants": list(installed_variants()),
+                    "selectors": [named.name for named in selectors]})
+        return
+    # Comments, so that the output stays a descriptor file KERNELTUNE_CPU_DESCRIPTOR reads.
+    print(yaml.safe_dump(document, sort_keys=False), end="")
+    print(f"# ISA variant: {variant or 'none of the installed ones runs here'} "
+          f"(installed: {', '.join(installed_variants()) or 'none'})")
+    print(f"# shipped selectors matching: {', '.join(n.name for n in selectors) or 'none'}")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cpu = add_command(
+        commands, "cpu", "print this processor's descriptor, its ISA variant and the shipped "
+                         "selectors it matches", _cpu,
+        examples=["kerneltune cpu > this-machine.yaml   # a descriptor file, read back by "
+                  "KERNELTUNE_CPU_DESCRIPTOR",
+                  "kerneltune cpu --json",
+                  "kerneltune cpu --root sysroot/ --machine aarch64   # a copied machine"])
+    cpu.add_argument("--root", help="detect from a copied sysroot instead of this machine")
+    cpu.add_argument("--machine", help="architecture of --root (x86_64, aarch64)")
+    add_json(cpu)

@@ -1,0 +1,169 @@
+"""``kerneltune profiles``: export, bake, import, explain and validate deployment profiles."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import ProfileError
+from .common import FAILURE, add_command, add_json, print_json, warn
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ..profiles import export_deployment_profile, write_deployment_profile
+
+    reports = []
+    for path in args.reports:
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ProfileError([f"{path}: not a calibration report (JSON): {error}"],
+                               context="profile not exported") from None
+        reports.extend(loaded if isinstance(loaded, list) else [loaded])
+    profile = export_deployment_profile(reports, args.selector, args.name, args.priority)
+    written = write_deployment_profile(profile, args.output)
+    if args.json:
+        print_json(profile.to_dict())
+    print(f"profile {profile.name!r} written to {written} ({len(profile.entries)} entries)")
+    return 0
+
+
+def _bake(args: argparse.Namespace) -> int:
+    from ..pipeline import bake
+
+    report = bake(args.profiles, args.output, require_complete=args.require_complete,
+                  expected_selectors=args.expect or ())
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        for name, keys in report.coverage.items():
+            covered = sum(1 for row in keys.values() if row["covered"])
+            print(f"{name}: {covered} of {len(keys)} keys covered")
+        for gap in report.gaps:
+            print(f"  gap: {gap}")
+    for problem in report.problems:
+        warn("profiles bake", problem)
+    if not report.written:
+        warn("profiles bake", f"nothing written to {args.output}")
+        return FAILURE
+    if not args.json:
+        print(f"written {args.output} (sha256 {report.digest})")
+    return 0
+
+
+def _imported(files: list[str], registry: object, as_json: bool, command: str
+              ) -> tuple[int, object]:
+    from ..profile_import import import_deployment_profiles
+
+    report = import_deployment_profiles(files, registry=registry)
+    if as_json:
+        print_json(report.to_dict())
+    for file in report.files:
+        if not as_json:
+            print(f"{file.path}: {file.status}, {file.imported} entries for this machine, "
+                  f"{file.not_applicable} for other machines")
+        for line in (*file.problems, *file.warnings):
+            warn(command, line)
+    return (0 if all(file.status == "imported" for file in report.files) else FAILURE), report
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from ..kernels import register_library
+    from ..registry import KernelTuningRegistry
+
+    # A registry of the library alone: what the files hold is checked against this
+    # kerneltune, not against the profiles and cache this process started with.
+    registry = KernelTuningRegistry()
+    register_library(registry)
+    return _imported(args.files, registry, args.json, "profiles validate")[0]
+
+
+def _import(args: argparse.Namespace) -> int:
+    from ..explain import Explanation, explain
+    from ..registry import default_registry
+
+    status, report = _imported(args.files, default_registry, args.json, "profiles import")
+    if not args.json:
+        names = {file.name for file in report.files if file.imported}
+        everything = explain()
+        rows = tuple(row for row in everything.keys
+                     if row.resolution.source.profile_name in names)
+        print(f"{len(rows)} keys resolve from them here:")
+        print(Explanation(everything.execution, rows).table())
+    return status
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from ..explain import explain
+
+    explanation = explain(descriptor=args.descriptor, threads=args.threads)
+    if args.json:
+        print_json(explanation.to_dict())
+    else:
+        print(explanation.table())
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    group = commands.add_parser(
+        "profiles", help="export, bake, import, explain and validate deployment profiles",
+        description="Deployment profiles: calibrations bound to a processor selector, merged "
+                    "into one deployment file an image ships (docs/design.md).")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    export = add_command(
+        actions, "export", "turn calibration reports (calibrate --report) into a profile "
+                           "bound to a selector", _export,
+        examples=["kerneltune calibrate --threads 1 --threads 2 --report here.json",
+                  "kerneltune profiles export here.json --selector zen4 --name zen4-c7a "
+                  "--output profiles/zen4-c7a.yaml"])
+    export.add_argument("reports", nargs="+", help="calibration report files (JSON)")
+    export.add_argument("--selector", required=True,
+                        help="a selector file or a shipped selector's name")
+    export.add_argument("--name", required=True, help="the profile's name")
+    export.add_argument("--output", required=True, help="the profile file to write")
+    export.add_argument("--priority", type=int, default=0,
+                        help="breaks ties with profiles of equal specificity "
+                             "(default: %(default)s)")
+    add_json(export)
+
+    baking = add_command(
+        actions, "bake", "merge profiles into one deployment file, checking coverage", _bake,
+        examples=["kerneltune profiles bake profiles/*.yaml --output image/kerneltune.yaml",
+                  "kerneltune profiles bake profiles/*.yaml --output d.yaml "
+                  "--require-complete --expect zen4 --expect neoverse_v1"])
+    baking.add_argument("profiles", nargs="+", help="profile files (or deployment files)")
+    baking.add_argument("--output", required=True, help="the deployment file to write")
+    baking.add_argument("--require-complete", action="store_true",
+                        help="fail on any coverage gap or expected selector without a profile")
+    baking.add_argument("--expect", action="append",
+                        help="a selector (file or name) that must have a profile (repeatable)")
+    add_json(baking)
+
+    importing = add_command(
+        actions, "import", "import profile or deployment files on this machine, as a process "
+                           "given KERNELTUNE_DEPLOYMENT_PROFILES does, and show what every "
+                           "kernel then gets", _import,
+        examples=["kerneltune profiles import image/kerneltune.yaml"])
+    importing.add_argument("files", nargs="+")
+    add_json(importing)
+
+    validate = add_command(
+        actions, "validate", "check profile or deployment files against this kerneltune; exit "
+                             "1 on any problem (an image build step)", _validate,
+        examples=["kerneltune profiles validate image/kerneltune.yaml || exit 1"])
+    validate.add_argument("files", nargs="+")
+    add_json(validate)
+
+    explaining = add_command(
+        actions, "explain", "what every kernel gets on a machine, and why", _explain,
+        examples=["kerneltune profiles explain",
+                  "kerneltune cpu > m.yaml; kerneltune profiles explain --descriptor m.yaml "
+                  "--threads 8"])
+    explaining.add_argument("--descriptor",
+                            help="a processor descriptor file (default: this machine)")
+    explaining.add_argument("--threads", type=int,
+                            help="the thread count (default: the CPUs this process may use)")
+    add_json(explaining)

@@ -1,0 +1,5 @@
+"""placeholder: replaced by the report command group."""
+
+
+def register(commands) -> None:
+    pass
