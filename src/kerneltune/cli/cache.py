@@ -1,5 +1,147 @@
-"""placeholder: replaced by the cache command group."""
+"""``kerneltune cache``: where the calibration cache is, what it holds, load, remove, set."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+
+from ..cache import (
+    DISABLED,
+    ENVIRONMENT_VARIABLE,
+    CacheEntry,
+    RejectedCacheEntry,
+    cache_path,
+    inspect_kernel_tuning_cache,
+    load_kernel_tuning_cache,
+    remove_kernel_tuning_cache,
+)
+from .common import FAILURE, add_command, add_json, assignment, parse_value, print_json, table
+
+#: statuses of a cache that can be read (a missing or disabled cache is not a failure)
+_READABLE = ("ok", "not_found", "disabled")
 
 
-def register(commands) -> None:
-    pass
+def _where(path: str | None) -> str:
+    return path or f"none: persistence is off ({ENVIRONMENT_VARIABLE}={DISABLED})"
+
+
+def _entries(entries: Iterable[CacheEntry]) -> str:
+    return table([("-" if entry.index is None else entry.index, entry.key, entry.execution.effective_threads, entry.source,
+                   ", ".join(f"{name}={value}" for name, value in entry.values.items()))
+                  for entry in entries], ("entry", "key", "threads", "source", "values"))
+
+
+def _rejected(label: str, rejected: Iterable[RejectedCacheEntry]) -> None:
+    for entry in rejected:
+        print(f"  {label} entry {entry.index}: {entry.reason}")
+
+
+def _path(args: argparse.Namespace) -> int:
+    target = cache_path(args.path)
+    if args.json:
+        print_json({"path": None if target is None else str(target),
+                    "exists": target is not None and target.is_file()})
+    else:
+        print(_where(None if target is None else str(target)))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    inspection = inspect_kernel_tuning_cache(args.path)
+    if args.json:
+        print_json(inspection.to_dict())
+    else:
+        print(f"{_where(inspection.path)}: {inspection.status}, {len(inspection.entries)} "
+              f"entries")
+        if inspection.entries:
+            print(_entries(inspection.entries))
+        _rejected("invalid", inspection.invalid)
+        _rejected("duplicate", inspection.duplicate)
+        for problem in inspection.problems:
+            print(f"  {problem}")
+    return 0 if inspection.status in _READABLE else FAILURE
+
+
+def _load(args: argparse.Namespace) -> int:
+    report = load_kernel_tuning_cache(args.path)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(f"{_where(report.path)}: {report.status}, {len(report.loaded)} entries published "
+              f"for this processor, {len(report.incompatible)} for others, "
+              f"{len(report.missing)} keys without an entry for this execution")
+        _rejected("stale", report.stale)
+        _rejected("invalid", report.invalid)
+        _rejected("duplicate", report.duplicate)
+        for problem in report.problems:
+            print(f"  {problem}")
+    return 0 if report.status in ("loaded", *_READABLE) else FAILURE
+
+
+def _remove(args: argparse.Namespace) -> int:
+    report = remove_kernel_tuning_cache(args.path)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(f"{_where(report.path)}: {report.status}")
+        for problem in report.problems:
+            print(f"  {problem}")
+    return 0 if report.status in ("removed", "not_found", "disabled") else FAILURE
+
+
+def _set(args: argparse.Namespace) -> int:
+    from ..detect import current_execution
+    from ..parameters import set_kernel_tuning_parameters
+
+    values = {name: parse_value(text) for name, text in args.values}
+    report = set_kernel_tuning_parameters(
+        args.kernel, args.dtype, values, args.impl, args.abi, args.path, load=False,
+        execution=current_execution(args.threads))
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(f"{_where(report.path)}: {report.status}")
+        for entry in (*report.added, *report.replaced):
+            print(_entries([entry]))
+        for problem in report.problems:
+            print(f"  {problem}")
+    return 0 if report.status == "updated" else FAILURE
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    group = commands.add_parser(
+        "cache", help="the calibration cache: path, inspect, load, remove, set",
+        description="The calibration cache: one file per user (KERNELTUNE_CACHE names "
+                    "another, KERNELTUNE_CACHE=off turns it off) that every process loads "
+                    "at import.")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, summary: str, run, examples: list[str]) -> argparse.ArgumentParser:
+        parser = add_command(actions, name, summary, run, examples=examples)
+        parser.add_argument("--path", help="this cache file instead of the user's")
+        add_json(parser)
+        return parser
+
+    action("path", "print the cache file this process uses", _path,
+           ["kerneltune cache path", "KERNELTUNE_CACHE=/srv/tuning.yaml kerneltune cache path"])
+    action("inspect", "list what the cache holds, without publishing anything; exit 1 when "
+                      "the file cannot be read", _inspect,
+           ["kerneltune cache inspect", "kerneltune cache inspect --path farm.yaml --json"])
+    action("load", "load the cache as a process does at import, and report what it "
+                   "published and left out", _load,
+           ["kerneltune cache load --path farm.yaml"])
+    action("remove", "delete the cache file under its lock (later processes start from the "
+                     "profiles and defaults)", _remove,
+           ["kerneltune cache remove"])
+    setting = action(
+        "set", "persist values of one kernel for this execution, by hand; they are checked "
+               "against its schema first", _set,
+        ["kerneltune cache set --kernel Add --dtype FLOAT parallel.minimum_elements=65536",
+         "kerneltune cache set --kernel Gemm --dtype FLOAT --threads 8 algorithm.tile_m=96"])
+    setting.add_argument("--kernel", required=True)
+    setting.add_argument("--dtype", required=True, help="the element type, e.g. FLOAT")
+    setting.add_argument("--impl", help="the implementation, when several are registered")
+    setting.add_argument("--abi", type=int, help="the tuning ABI, when several are registered")
+    setting.add_argument("--threads", type=int,
+                         help="the thread count (default: the CPUs this process may use)")
+    setting.add_argument("values", nargs="+", type=assignment, metavar="NAME=VALUE")
