@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,28 @@ class ToyConfig:
         if self.tile_n % self.tile_m:
             yield ("algorithm.tile_n", f"{self.tile_n} is not a multiple of algorithm.tile_m "
                                        f"{self.tile_m}")
+
+
+#: variables that would make a child see another machine, cache or profiles than the test gives
+_HOST_VARIABLES = ("KERNELTUNE_CPU_DESCRIPTOR", "KERNELTUNE_DEPLOYMENT_PROFILES",
+                   "KERNELTUNE_CACHE")
+
+
+def kerneltune_script() -> Path:
+    """The installed ``kerneltune`` console script, the way a user runs the command."""
+    script = Path(sys.executable).with_name("kerneltune.exe" if os.name == "nt" else "kerneltune")
+    assert script.is_file(), f"no kerneltune console script next to {sys.executable}"
+    return script
+
+
+def run_kerneltune(*arguments: str, cache: str | os.PathLike[str] = "off", cwd=None,
+                   timeout: float = 900, **variables: str) -> subprocess.CompletedProcess:
+    """Run the console script with this host's processor and ``cache`` as the user cache."""
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in _HOST_VARIABLES}
+    environment.update(KERNELTUNE_CACHE=str(cache), **variables)
+    return subprocess.run([str(kerneltune_script()), *map(str, arguments)], env=environment,
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 #: fake sysroots of real processors, one folder each with its expected.yaml

@@ -10,7 +10,16 @@ from ..errors import UnknownKernelError
 from ..keyfilter import KeyFilter
 from ..registry import default_registry
 from ..schema import KernelTuningKey, TuningParameter, TuningValue
-from .common import FAILURE, UsageError, add_command, add_json, parse_value, print_json, table
+from .common import (
+    FAILURE,
+    UsageError,
+    add_command,
+    add_json,
+    parse_value,
+    print_json,
+    table,
+    warn,
+)
 
 if TYPE_CHECKING:
     from ..calibration import CalibrationBatchReport, CalibrationOptions
@@ -36,7 +45,7 @@ def _selected(args: argparse.Namespace) -> list[KernelTuningKey]:
     selection = KeyFilter.of(None, args.kernel or (), args.impl or (), args.dtype or ())
     keys = sorted(filter(selection.matches, default_registry.snapshot().keys()), key=_order)
     if not keys:
-        known = sorted({key.kernel for key in default_registry.snapshot()})
+        known = sorted({key.kernel for key in default_registry.snapshot().keys()})  # noqa: SIM118
         raise UnknownKernelError(
             f"no registered kernel matches --kernel {args.kernel}"
             + (f" --dtype {args.dtype}" if args.dtype else "")
@@ -75,6 +84,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    _selected(args)
     report = _report(args)
     if args.json:
         print_json(report.to_dict())
@@ -174,10 +184,10 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"cache {saved.path or 'disabled'}: {saved.status}, {len(saved.added)} added, "
               f"{len(saved.replaced)} replaced")
     for outcome in (*batch.skipped, *batch.unsupported):
-        print(f"kerneltune kernel: {outcome.key} not tuned: {outcome.reason}")
+        warn("kernel", f"{outcome.key} not tuned: {outcome.reason}")
     problems = [str(p) for p in saved.problems]
     for problem in problems:
-        print(f"kerneltune kernel: cache: {problem}")
+        warn("kernel", f"cache: {problem}")
     return FAILURE if problems or not batch.calibrated else 0
 
 
@@ -194,14 +204,15 @@ def _print_tuning(batch: CalibrationBatchReport, parameter: str | None) -> None:
 
 
 def _comparison_table(rows: Sequence[Mapping[str, object]], chosen: TuningValue) -> str:
-    """Value, summed seconds, speedup over the value in use (first row), and the one kept."""
+    """Value, milliseconds (the cases' medians summed), speedup over the value in use (the
+    geometric mean over the cases), and the value kept."""
     lines = []
     for index, row in enumerate(rows):
         (value,) = row["values"].values()
-        marker = "selected" if value == chosen else ""
-        lines.append((f"{value}" + (" (in use)" if index == 0 else ""),
-                      f"{row['seconds'] * 1e3:.3f}", f"{row['speedup']:.3f}", marker))
-    return table(lines, ("value", "ms (sum of medians)", "speedup", ""))
+        notes = ["in use"] * (index == 0) + ["selected"] * (value == chosen)
+        lines.append((value, f"{row['seconds'] * 1e3:.3f}", f"{row['speedup']:.3f}",
+                      ", ".join(notes)))
+    return table(lines, ("value", "ms", "speedup", ""))
 
 
 def _kernel(args: argparse.Namespace) -> int:

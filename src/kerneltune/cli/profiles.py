@@ -87,7 +87,7 @@ def _import(args: argparse.Namespace) -> int:
     status, report = _imported(args.files, default_registry, args.json, "profiles import")
     if not args.json:
         names = {file.name for file in report.files if file.imported}
-        everything = explain()
+        everything = explain(threads=args.threads)
         rows = tuple(row for row in everything.keys
                      if row.resolution.source.profile_name in names)
         print(f"{len(rows)} keys resolve from them here:")
@@ -148,6 +148,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                            "kernel then gets", _import,
         examples=["kerneltune profiles import image/kerneltune.yaml"])
     importing.add_argument("files", nargs="+")
+    importing.add_argument("--threads", type=int,
+                           help="show what a process on this many threads gets (default: the "
+                                "CPUs this process may use)")
     add_json(importing)
 
     validate = add_command(

@@ -1,0 +1,279 @@
+"""The console script as a user runs it: cpu, kernel, cache, profiles, and every usage error.
+
+Exit statuses: 0 done, 1 the command failed (a file, machine or measurement
+that cannot be used), 2 the arguments cannot be run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import run_kerneltune
+from kerneltune.cpu_files import load_cpu_descriptor
+from kerneltune.detect import get_cpu_descriptor
+from kerneltune.selector_files import NamedSelector, write_selector
+from kerneltune.selectors import CpuSelector
+
+#: one cheap calibratable key, tuned on one thread at quick effort
+QUICK = ("kernel", "--kernel", "Abs", "--dtype", "FLOAT", "--threads", "1", "--effort", "quick")
+
+
+def _json(done) -> object:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return tmp_path / "cache.yaml"
+
+
+# --- every command: help, version, usage --------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    ["cpu"], ["kernel"], ["calibrate"], ["cache", "path"], ["cache", "inspect"],
+    ["cache", "load"], ["cache", "remove"], ["cache", "set"], ["profiles", "export"],
+    ["profiles", "bake"], ["profiles", "import"], ["profiles", "validate"],
+    ["profiles", "explain"], ["backend"], ["report"]])
+def test_every_command_has_help_with_examples(command):
+    done = run_kerneltune(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert f"usage: kerneltune {' '.join(command)}" in done.stdout
+    assert "examples:\n  kerneltune" in done.stdout
+
+
+def test_the_top_level_help_lists_every_command_and_the_version_prints():
+    done = run_kerneltune("--help")
+    for command in ("cpu", "kernel", "calibrate", "cache", "profiles", "backend", "report"):
+        assert f"\n    {command}" in done.stdout
+    version = run_kerneltune("--version")
+    assert version.returncode == 0 and version.stdout.startswith("kerneltune ")
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ([], "the following arguments are required: COMMAND"),
+    (["nonsense"], "invalid choice: 'nonsense'"),
+    (["cache"], "the following arguments are required: ACTION"),
+    (["kernel", "--effort", "forever"], "invalid choice: 'forever'"),
+    (["kernel"], "give --list, or --kernel NAME"),
+    (["kernel", "--list", "--kernel", "Abs"], "--list takes no --kernel"),
+    (["kernel", "--kernel", "Nope"], "no registered kernel matches --kernel Nope"),
+    (["kernel", "--kernel", "Abs", "--dtype", "NOTATYPE"], "NOTATYPE"),
+    (["kernel", "--kernel", "Abs", "--parameter", "parallel.minimum_elements=default,4096"],
+     "--parameter compares values while tuning: add --tune"),
+    (["kernel", "--kernel", "Abs", "--max-duration", "5"], "add --tune"),
+    ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements=default,4096.5"],
+     "'4096.5': expected an integer"),
+    ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements=default,many"],
+     "'many': expected an integer"),
+    ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements=0,4096"],
+     "must be a positive integer"),
+    ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements=default"],
+     "give at least two distinct values"),
+    ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements=default,32768,32768"],
+     "give at least two distinct values"),
+    ([*QUICK, "--tune", "--parameter",
+      "parallel.minimum_elements=" + ",".join(str(v) for v in range(1, 65))],
+     "65 distinct values; at most 64"),
+    ([*QUICK, "--tune", "--parameter", "tile=default,3"], "has no parameter 'tile'"),
+    ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements"], "expected NAME=default"),
+    (["cache", "set", "--kernel", "Abs", "--dtype", "FLOAT", "nothing"],
+     "expected NAME=VALUE, got 'nothing'"),
+    (["cache", "set", "--kernel", "Abs", "--dtype", "FLOAT", "parallel.minimum_elements=0"],
+     "parallel.minimum_elements: must be a positive integer"),
+    (["cache", "set", "--kernel", "Nope", "--dtype", "FLOAT", "a=1"],
+     "no tuning schema is registered for kernel 'Nope'"),
+    (["profiles", "export", "r.json", "--selector", "zen4", "--name", "x"],
+     "the following arguments are required: --output"),
+])
+def test_a_usage_error_exits_2_naming_what_is_wrong(arguments, message, cache):
+    done = run_kerneltune(*arguments, cache=cache)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not cache.exists()  # nothing measured, nothing persisted
+
+
+# --- cpu --------------------------------------------------------------------------------------
+
+
+def test_cpu_prints_a_descriptor_file_that_reads_back_and_names_variant_and_selectors(tmp_path):
+    done = run_kerneltune("cpu")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "machine.yaml"
+    path.write_text(done.stdout, encoding="utf-8")
+    assert load_cpu_descriptor(path) == get_cpu_descriptor()
+    assert "# ISA variant: " in done.stdout and "# shipped selectors matching: " in done.stdout
+    document = _json(run_kerneltune("cpu", "--json"))
+    assert document["isa_variant"] in document["installed_variants"]
+    assert document["descriptor"]["vendor"] == get_cpu_descriptor().vendor
+    assert f"# ISA variant: {document['isa_variant']} " in done.stdout
+    for name in document["selectors"]:
+        assert name in done.stdout
+
+
+# --- kernel -----------------------------------------------------------------------------------
+
+
+def test_kernel_list_names_every_registered_key():
+    rows = _json(run_kerneltune("kernel", "--list", "--json"))["parameters"]
+    kernels = {row["key"]["kernel"] for row in rows}
+    assert {"Abs", "Add", "Gemm"} <= kernels
+    text = run_kerneltune("kernel", "--list").stdout
+    assert text.splitlines()[0].split() == ["kernel", "dtype", "implementation", "library", "abi",
+                                            "parameters", "calibratable", "active"]
+    assert len(text.splitlines()) == len(rows) + 2
+
+
+def test_kernel_shows_schema_defaults_cached_and_active_values(cache):
+    done = run_kerneltune("cache", "set", "--kernel", "Add", "--dtype", "FLOAT", "--threads", "1",
+                          "parallel.minimum_elements=65536", cache=cache)
+    assert done.returncode == 0, done.stderr
+    shown = _json(run_kerneltune("kernel", "--kernel", "Add", "--dtype", "FLOAT", "--threads",
+                                 "1", "--json", cache=cache))
+    (row,) = shown["parameters"]
+    assert row["cached"]["parallel.minimum_elements"] == 65536
+    assert row["cached_source"] == "manual"
+    assert row["active"]["parallel.minimum_elements"] == 65536  # loaded at start-up
+    assert row["active_source"]["tier"] == "calibrated"
+    assert row["defaults"]["parallel.minimum_elements"] != 65536
+    text = run_kerneltune("kernel", "--kernel", "Add", "--dtype", "FLOAT", "--threads", "1",
+                          cache=cache).stdout
+    assert "cached for this execution: manual" in text
+    line = next(line for line in text.splitlines()
+                if line.startswith("parallel.minimum_elements"))
+    assert line.split()[-2:] == ["65536", "65536"]  # cached, active
+
+
+def test_kernel_tune_persists_and_prints_before_and_after(cache):
+    done = run_kerneltune(*QUICK, "--tune", "--json", cache=cache)
+    document = _json(done)
+    (report,) = document["calibration"]["calibrated"]
+    assert document["cache"]["status"] == "updated"
+    shown = _json(run_kerneltune(*QUICK[:7], "--json", cache=cache))["parameters"][0]
+    assert shown["cached"] == report["values"] and shown["cached_source"] == "calibration"
+    text = run_kerneltune(*QUICK, "--tune", cache=cache)
+    assert text.returncode == 0, text.stderr
+    assert "1 keys tuned for 1 threads in " in text.stdout
+    assert "parallel.minimum_elements: " in text.stdout and " -> " in text.stdout
+    assert f"cache {cache}: updated, 0 added, 1 replaced" in text.stdout
+
+
+def test_kernel_parameter_compares_the_values_and_persists_the_selected_one(cache):
+    done = run_kerneltune(*QUICK, "--tune", "--parameter",
+                          "parallel.minimum_elements=default,1024,1048576", cache=cache)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("value "))
+    rows = [line.split(maxsplit=3) for line in lines[header + 2:header + 5]]
+    assert [row[0] for row in rows] == ["32768", "1024", "1048576"]
+    assert rows[0][2] == "1.000" and rows[0][3].startswith("in use")
+    (selected,) = [row for row in rows if row[-1].endswith("selected")]
+    entries = yaml.safe_load(cache.read_text(encoding="utf-8"))["entries"]
+    (entry,) = entries
+    assert entry["values"]["parallel.minimum_elements"] == int(selected[0])
+
+
+# --- cache ------------------------------------------------------------------------------------
+
+
+def test_cache_path_follows_the_environment_and_the_option(tmp_path, cache):
+    assert run_kerneltune("cache", "path", cache=cache).stdout.strip() == str(cache)
+    other = tmp_path / "other.yaml"
+    assert _json(run_kerneltune("cache", "path", "--path", other, "--json", cache=cache)) == {
+        "path": str(other), "exists": False}
+    assert "persistence is off" in run_kerneltune("cache", "path").stdout
+
+
+def test_cache_set_inspect_load_remove(cache):
+    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--dtype", "FLOAT",
+                          "parallel.minimum_elements=4096", "--json", cache=cache)
+    assert _json(done)["status"] == "updated"
+    inspection = _json(run_kerneltune("cache", "inspect", "--json", cache=cache))
+    (entry,) = inspection["entries"]
+    assert entry["values"]["parallel.minimum_elements"] == 4096 and entry["source"] == "manual"
+    text = run_kerneltune("cache", "inspect", cache=cache).stdout
+    assert f"{cache}: ok, 1 entries" in text and "parallel.minimum_elements=4096" in text
+    loaded = _json(run_kerneltune("cache", "load", "--json", cache=cache))
+    assert loaded["status"] == "loaded" and len(loaded["loaded"]) == 1
+    removed = run_kerneltune("cache", "remove", cache=cache)
+    assert removed.returncode == 0 and "removed" in removed.stdout and not cache.exists()
+    again = run_kerneltune("cache", "remove", cache=cache)
+    assert again.returncode == 0 and "not_found" in again.stdout
+
+
+def test_cache_commands_fail_on_a_file_they_cannot_read(cache):
+    cache.write_text("entries: [1, 2\n", encoding="utf-8")
+    before = cache.read_bytes()
+    for action in ("inspect", "load"):
+        done = run_kerneltune("cache", action, cache=cache)
+        assert done.returncode == 1, (action, done.stdout, done.stderr)
+        assert str(cache) in done.stdout
+    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--dtype", "FLOAT",
+                          "parallel.minimum_elements=4096", cache=cache)
+    assert done.returncode == 1 and cache.read_bytes() == before  # nothing lost
+
+
+# --- profiles ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def calibration_report(tmp_path):
+    report = tmp_path / "report.json"
+    done = run_kerneltune("calibrate", "--kernel", "Abs", "--element-type", "FLOAT", "--threads",
+                          "1", "--effort", "quick", "--report", report)
+    assert done.returncode == 0, done.stderr
+    return report
+
+
+@pytest.fixture
+def this_machine(tmp_path):
+    host = get_cpu_descriptor()
+    path = tmp_path / "here.yaml"
+    write_selector(NamedSelector("here", "this test's machine", CpuSelector(
+        vendor=host.vendor, family=host.family, models=[host.model])), path)
+    return path
+
+
+def test_profiles_export_validate_import_bake_explain(tmp_path, calibration_report,
+                                                      this_machine):
+    profile = tmp_path / "profiles" / "here.yaml"
+    done = run_kerneltune("profiles", "export", calibration_report, "--selector", this_machine,
+                          "--name", "here", "--output", profile)
+    assert done.returncode == 0, done.stderr
+    assert f"profile 'here' written to {profile} (1 entries)" in done.stdout
+    validated = run_kerneltune("profiles", "validate", profile)
+    assert validated.returncode == 0 and "imported, 1 entries" in validated.stdout
+    imported = run_kerneltune("profiles", "import", profile, "--threads", "1")
+    assert imported.returncode == 0, imported.stderr
+    assert "1 keys resolve from them here:" in imported.stdout
+    assert "Abs/" in imported.stdout.split("resolve from them here:")[1]
+    deployment = tmp_path / "kerneltune.yaml"
+    baked = run_kerneltune("profiles", "bake", profile, "--output", deployment)
+    assert baked.returncode == 0 and deployment.is_file(), baked.stderr
+    descriptor = tmp_path / "machine.yaml"
+    descriptor.write_text(run_kerneltune("cpu").stdout, encoding="utf-8")
+    explained = _json(run_kerneltune("profiles", "explain", "--descriptor", descriptor,
+                                     "--threads", "3", "--json"))
+    assert explained["execution"]["effective_threads"] == 3
+
+
+def test_profiles_commands_fail_on_files_they_cannot_use(tmp_path, this_machine):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json", encoding="utf-8")
+    done = run_kerneltune("profiles", "export", broken, "--selector", this_machine, "--name",
+                          "x", "--output", tmp_path / "x.yaml")
+    assert done.returncode == 1 and str(broken) in done.stderr
+    assert not (tmp_path / "x.yaml").exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("format: kerneltune-deployment-profile\nschema_version: 1\n", encoding="utf-8")
+    for action in ("validate", "import"):
+        done = run_kerneltune("profiles", action, bad)
+        assert done.returncode == 1 and str(bad) in done.stderr, (action, done.stderr)
+    missing = run_kerneltune("profiles", "explain", "--descriptor", tmp_path / "none.yaml")
+    assert missing.returncode == 1 and "none.yaml" in missing.stderr
+    assert "Traceback" not in missing.stderr
