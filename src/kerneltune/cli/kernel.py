@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -175,7 +176,11 @@ def _tune(args: argparse.Namespace) -> int:
     parameter, values = None, []
     if args.parameter is not None:
         parameter, values = _comparison(args.parameter, runnable, _execution(args))
-    batch = calibrate_kernel_thresholds(runnable, _options(args, parameter, values))
+    print(f"tuning {len(runnable)} keys of {args.kernel}", file=sys.stderr)
+    batch = calibrate_kernel_thresholds(
+        runnable, _options(args, parameter, values),
+        on_report=lambda report: print(f"  {report.key}: measured in {report.seconds:.1f} s",
+                                       file=sys.stderr))
     saved = update_kernel_tuning_cache(batch.successful_profiles, args.path)
     if args.json:
         print_json({"calibration": batch.to_dict(), "cache": saved.to_dict()})
