@@ -9,6 +9,9 @@ from pathlib import Path
 from ..errors import ProfileError
 from .common import FAILURE, add_command, add_json, print_json, warn
 
+#: the gaps a bake prints for a person; --json has all of them
+SHOWN_GAPS = 10
+
 
 def _export(args: argparse.Namespace) -> int:
     from ..profiles import export_deployment_profile, write_deployment_profile
@@ -41,8 +44,10 @@ def _bake(args: argparse.Namespace) -> int:
         for name, keys in report.coverage.items():
             covered = sum(1 for row in keys.values() if row["covered"])
             print(f"{name}: {covered} of {len(keys)} keys covered")
-        for gap in report.gaps:
+        for gap in report.gaps[:SHOWN_GAPS]:
             print(f"  gap: {gap}")
+        if len(report.gaps) > SHOWN_GAPS:
+            print(f"  ... and {len(report.gaps) - SHOWN_GAPS} more gaps (--json lists every one)")
     for problem in report.problems:
         warn("profiles bake", problem)
     if not report.written:

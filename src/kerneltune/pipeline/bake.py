@@ -89,7 +89,8 @@ def bake(
         problems += check_entries(profile, schemas.classify, schemas.schema).problems
     problems += _ambiguities(found) + _same_names(found)
     coverage, gaps = _coverage(found, snapshot)
-    gaps += _missing_selectors(found, [_named(s) for s in expected_selectors])
+    # A whole machine without a profile first: it is the gap a person must not miss.
+    gaps = _missing_selectors(found, [_named(s) for s in expected_selectors]) + gaps
     if require_complete:
         problems += [f"incomplete: {gap}" for gap in gaps]
     report = BakeReport(str(output), tuple(map(str, paths)), coverage, tuple(gaps),
