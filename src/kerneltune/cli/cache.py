@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..cache import (
     DISABLED,
     ENVIRONMENT_VARIABLE,
     CacheEntry,
-    RejectedCacheEntry,
     cache_path,
     inspect_kernel_tuning_cache,
     load_kernel_tuning_cache,
     remove_kernel_tuning_cache,
 )
-from .common import FAILURE, add_command, add_json, assignment, parse_value, print_json, table
+from .common import (
+    FAILURE,
+    add_command,
+    add_json,
+    add_threads,
+    assignment,
+    parse_value,
+    print_json,
+    table,
+)
 
 #: statuses of a cache that can be read (a missing or disabled cache is not a failure)
 _READABLE = ("ok", "not_found", "disabled")
@@ -26,14 +34,26 @@ def _where(path: str | None) -> str:
 
 
 def _entries(entries: Iterable[CacheEntry]) -> str:
-    return table([("-" if entry.index is None else entry.index, entry.key, entry.execution.effective_threads, entry.source,
+    return table([("-" if entry.index is None else entry.index, entry.key,
+                   entry.execution.effective_threads, entry.source,
                    ", ".join(f"{name}={value}" for name, value in entry.values.items()))
                   for entry in entries], ("entry", "key", "threads", "source", "values"))
 
 
-def _rejected(label: str, rejected: Iterable[RejectedCacheEntry]) -> None:
-    for entry in rejected:
-        print(f"  {label} entry {entry.index}: {entry.reason}")
+def _print(args: argparse.Namespace, report, summary: str = "",
+           entries: Sequence[CacheEntry] = (), rejected: Sequence[str] = ()) -> None:
+    """A cache report: JSON, or its status line, entries, rejected entries and problems."""
+    if args.json:
+        print_json(report.to_dict())
+        return
+    print(f"{_where(report.path)}: {report.status}{summary}")
+    if entries:
+        print(_entries(entries))
+    for label in rejected:
+        for entry in getattr(report, label):
+            print(f"  {label} entry {entry.index}: {entry.reason}")
+    for problem in report.problems:
+        print(f"  {problem}")
 
 
 def _path(args: argparse.Namespace) -> int:
@@ -48,44 +68,23 @@ def _path(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     inspection = inspect_kernel_tuning_cache(args.path)
-    if args.json:
-        print_json(inspection.to_dict())
-    else:
-        print(f"{_where(inspection.path)}: {inspection.status}, {len(inspection.entries)} "
-              f"entries")
-        if inspection.entries:
-            print(_entries(inspection.entries))
-        _rejected("invalid", inspection.invalid)
-        _rejected("duplicate", inspection.duplicate)
-        for problem in inspection.problems:
-            print(f"  {problem}")
+    _print(args, inspection, f", {len(inspection.entries)} entries", inspection.entries,
+           ("invalid", "duplicate"))
     return 0 if inspection.status in _READABLE else FAILURE
 
 
 def _load(args: argparse.Namespace) -> int:
     report = load_kernel_tuning_cache(args.path)
-    if args.json:
-        print_json(report.to_dict())
-    else:
-        print(f"{_where(report.path)}: {report.status}, {len(report.loaded)} entries published "
-              f"for this processor, {len(report.incompatible)} for others, "
-              f"{len(report.missing)} keys without an entry for this execution")
-        _rejected("stale", report.stale)
-        _rejected("invalid", report.invalid)
-        _rejected("duplicate", report.duplicate)
-        for problem in report.problems:
-            print(f"  {problem}")
+    _print(args, report, f", {len(report.loaded)} entries published for this processor, "
+                         f"{len(report.incompatible)} for others, {len(report.missing)} keys "
+                         f"without an entry for this execution",
+           rejected=("stale", "invalid", "duplicate"))
     return 0 if report.status in ("loaded", *_READABLE) else FAILURE
 
 
 def _remove(args: argparse.Namespace) -> int:
     report = remove_kernel_tuning_cache(args.path)
-    if args.json:
-        print_json(report.to_dict())
-    else:
-        print(f"{_where(report.path)}: {report.status}")
-        for problem in report.problems:
-            print(f"  {problem}")
+    _print(args, report)
     return 0 if report.status in ("removed", "not_found", "disabled") else FAILURE
 
 
@@ -97,14 +96,7 @@ def _set(args: argparse.Namespace) -> int:
     report = set_kernel_tuning_parameters(
         args.kernel, args.dtype, values, args.impl, args.abi, args.path, load=False,
         execution=current_execution(args.threads))
-    if args.json:
-        print_json(report.to_dict())
-    else:
-        print(f"{_where(report.path)}: {report.status}")
-        for entry in (*report.added, *report.replaced):
-            print(_entries([entry]))
-        for problem in report.problems:
-            print(f"  {problem}")
+    _print(args, report, entries=(*report.added, *report.replaced))
     return 0 if report.status == "updated" else FAILURE
 
 
@@ -142,6 +134,5 @@ def register(commands: argparse._SubParsersAction) -> None:
     setting.add_argument("--dtype", required=True, help="the element type, e.g. FLOAT")
     setting.add_argument("--impl", help="the implementation, when several are registered")
     setting.add_argument("--abi", type=int, help="the tuning ABI, when several are registered")
-    setting.add_argument("--threads", type=int,
-                         help="the thread count (default: the CPUs this process may use)")
+    add_threads(setting)
     setting.add_argument("values", nargs="+", type=assignment, metavar="NAME=VALUE")

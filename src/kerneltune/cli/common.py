@@ -42,6 +42,11 @@ def add_json(parser: argparse.ArgumentParser) -> None:
                         help="print the result as JSON (documented in docs/cli.md)")
 
 
+def add_threads(parser: argparse.ArgumentParser, what: str = "the thread count") -> None:
+    parser.add_argument("--threads", type=int,
+                        help=f"{what} (default: the CPUs this process may use)")
+
+
 def print_json(document: object) -> None:
     print(json.dumps(document, indent=2, default=str))
 

@@ -16,6 +16,7 @@ from .common import (
     UsageError,
     add_command,
     add_json,
+    add_threads,
     parse_value,
     print_json,
     table,
@@ -251,8 +252,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     kernel.add_argument("--kernel", help="the kernel, e.g. Add or Gemm")
     kernel.add_argument("--dtype", help="only this element type, e.g. FLOAT")
     kernel.add_argument("--impl", help="only this implementation (ISA variant)")
-    kernel.add_argument("--threads", type=int,
-                        help="the thread count (default: the CPUs this process may use)")
+    add_threads(kernel)
     kernel.add_argument("--path", help="the calibration cache (default: the user cache, "
                                        "KERNELTUNE_CACHE)")
     kernel.add_argument("--tune", action="store_true",

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import ProfileError
-from .common import FAILURE, add_command, add_json, print_json, warn
+from .common import FAILURE, add_command, add_json, add_threads, print_json, warn
 
 #: the gaps a bake prints for a person; --json has all of them
 SHOWN_GAPS = 10
@@ -153,9 +153,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                            "kernel then gets", _import,
         examples=["kerneltune profiles import image/kerneltune.yaml"])
     importing.add_argument("files", nargs="+")
-    importing.add_argument("--threads", type=int,
-                           help="show what a process on this many threads gets (default: the "
-                                "CPUs this process may use)")
+    add_threads(importing, "the threads of the process to show")
     add_json(importing)
 
     validate = add_command(
@@ -172,6 +170,5 @@ def register(commands: argparse._SubParsersAction) -> None:
                   "--threads 8"])
     explaining.add_argument("--descriptor",
                             help="a processor descriptor file (default: this machine)")
-    explaining.add_argument("--threads", type=int,
-                            help="the thread count (default: the CPUs this process may use)")
+    add_threads(explaining)
     add_json(explaining)
