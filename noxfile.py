@@ -66,7 +66,7 @@ def tests(session: nox.Session) -> None:
     """
     variants, pytest_args = _variant_selection(session)
     # A normal, non-editable install: meson-python compiles the pythran kernels into the wheel.
-    session.install(*_config_settings(variants), f"{ROOT}[test]")
+    session.install(*_config_settings(variants), f"{ROOT}[test,plot]")
     # The src layout keeps the package sources off sys.path, so the tests import the installed
     # package; plain `pytest` (unlike `python -m pytest`) does not add the working directory.
     # With no arguments pytest collects `testpaths` (tests/) of pyproject.toml.

@@ -1,5 +1,121 @@
-"""placeholder: replaced by the report command group."""
+"""``kerneltune report``: a calibration report's decisions as a table, and its crossover plots.
+
+The report is what ``kerneltune calibrate --report FILE`` writes (a list of batch
+reports, one per thread count, or one). ``--json`` prints
+``ReportCurves.to_dict()`` (:mod:`kerneltune.calibration.curves`)::
+
+    {"file": FILE,
+     "keys": [{"key": {...}, "name": "library/Kernel/isa/TYPE (cpu, abi N)",
+               "threads": 2, "status": "calibrated" | "skipped" | "unsupported",
+               "reason": null | why it was not calibrated, "seconds", "stopped_early",
+               "decisions": [{"parameter", "baseline", "value", "changed", "measured",
+                              "reason", "kind", "candidates": number measured,
+                              "reference", "selected_label",
+                              "marks": [{"label", "size", "role"}],
+                              "series": [{"case", "label",
+                                          "points": [{"size", "seconds", "q1", "q3",
+                                                      "relative"}]}]}]}]}
+
+``kind`` is crossover, threads, comparison, verification or unmeasured; a mark's
+``role`` is selected, previous or measured; seconds are per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import textwrap
+
+from ..calibration.curves import DecisionCurves, KeyCurves, read_report_curves
+from ..plot import MAXIMUM_PANELS, plot_report
+from .common import UsageError, add_command, add_json, print_json, table
+
+#: the narrowest the reason column is wrapped to, however narrow the terminal
+_REASON_WIDTH = 40
 
 
-def register(commands) -> None:
-    pass
+def _value(decision: DecisionCurves) -> str:
+    if decision.changed:
+        return f"{decision.baseline} -> {decision.value}"
+    return f"{decision.value} (kept)"
+
+
+def _heading(entry: KeyCurves) -> str:
+    head = f"{entry.key}, {entry.threads} threads: "
+    if entry.status == "calibrated":
+        head += "calibrated" + (f" in {entry.seconds:.1f} s" if entry.seconds is not None else "")
+    else:
+        head += f"{entry.status}: {entry.reason}"
+    if entry.stopped_early:
+        head += f" (stopped early: {entry.stopped_early})"
+    return head
+
+
+def _decisions(entry: KeyCurves, columns: int) -> str:
+    """One row per decision; the reason wrapped onto rows of its own to fit ``columns``."""
+    header = ("parameter", "baseline -> value", "points", "reason")
+    cells = [(d.parameter, _value(d), str(d.candidates)) for d in entry.decisions]
+    widths = [max(len(row[i]) for row in [header[:3], *cells]) for i in range(3)]
+    width = max(_REASON_WIDTH, columns - sum(widths) - 2 * len(widths))
+    rows = []
+    for cell, decision in zip(cells, entry.decisions, strict=True):
+        lines = textwrap.wrap(decision.reason, width) or [""]
+        rows.append((*cell, lines[0]))
+        rows += [("", "", "", line) for line in lines[1:]]
+    return table(rows, header)
+
+
+def _report(args: argparse.Namespace) -> int:
+    every = read_report_curves(args.file)
+    curves = every.select(args.key, args.parameter)
+    if not curves.keys:
+        wanted = " and ".join(f"{name} {value!r}" for name, value in
+                              (("--key", args.key), ("--parameter", args.parameter)) if value)
+        raise UsageError(f"nothing in {args.file} matches {wanted}")
+    drawn = None
+    if args.plot:  # first: a missing matplotlib fails before anything is printed
+        drawn = plot_report(curves, args.plot)
+    if args.json:
+        print_json(curves.to_dict())
+    else:
+        columns = shutil.get_terminal_size((100, 24)).columns
+        blocks = [_heading(entry) + ("\n" + _decisions(entry, columns) if entry.decisions
+                                     else "") for entry in curves.keys]
+        print("\n\n".join(blocks))
+    if drawn is not None:
+        # beside --json's document, not in it
+        stream = sys.stderr if args.json else sys.stdout
+        panels = len(drawn.panels)
+        print(f"plot written to {drawn.path} ({panels} panel{'s' * (panels != 1)})",
+              file=stream)
+        if drawn.left_out:
+            print(f"{drawn.left_out} more measured decisions not drawn: choose with --key or "
+                  f"--parameter", file=stream)
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    report = add_command(
+        commands, "report", "show what a calibration report decided and why: a table of "
+                            "the decisions, and with --plot the crossover curves", _report,
+        description="Show what a calibration report (calibrate --report FILE) decided: per "
+                    "key, each parameter's value before and after, how many points were "
+                    "measured and why. --plot draws the measurements behind each decision "
+                    "(time per call against size for each path, or each candidate value "
+                    "relative to the value in use), with the selected threshold marked; it "
+                    "needs matplotlib: pip install kerneltune[plot].",
+        examples=["kerneltune calibrate --kernel Add --threads 2 --report add.json",
+                  "kerneltune report add.json",
+                  "kerneltune report add.json --plot add.png --parameter minimum_elements",
+                  "kerneltune report reports.json --key Gemm/x86_64_v4/FLOAT --json"])
+    report.add_argument("file", help="a calibration report (JSON), as calibrate --report "
+                                     "writes it")
+    report.add_argument("--plot", metavar="PNG",
+                        help="draw the crossover curves of the measured decisions into this "
+                             f"PNG file (at most {MAXIMUM_PANELS} panels)")
+    report.add_argument("--key", help="only keys whose name contains this, e.g. Add or "
+                                      "Gemm/x86_64_v4/FLOAT (case-insensitive)")
+    report.add_argument("--parameter", help="only parameters whose name contains this, e.g. "
+                                            "minimum_elements (case-insensitive)")
+    add_json(report)

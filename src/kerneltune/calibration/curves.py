@@ -1,0 +1,367 @@
+"""The crossover curves of a calibration report, read back from its JSON file.
+
+``kerneltune calibrate --report`` keeps every measurement. This turns them into what a
+person looks at to see why a value was chosen: for each key and decision, one series per
+measured label (the serial and the parallel path, one per thread count, or one per
+candidate value) of (size, median seconds), and the sizes where the selected value and
+the value in use before it switch. ``kerneltune report`` prints and plots them
+(:mod:`kerneltune.plot`); nothing here needs matplotlib.
+
+A file that is not a calibration report raises :class:`ReportFileError` naming the file
+and the first entry that is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import KernelTuningError, TuningValidationError
+from ..schema import KernelTuningKey, TuningValue
+
+#: what a decision's candidates measured (see :mod:`.search`)
+CROSSOVER = "crossover"  # two paths raced on growing sizes
+THREADS = "threads"  # thread counts raced at the largest sizes
+COMPARISON = "comparison"  # settings timed on the same cases; the first is the value in use
+VERIFICATION = "verification"  # the decided values against the previous ones
+UNMEASURED = "unmeasured"  # decided without measurements of its own
+
+#: what a case's size counts, by case name (the kernel library's; others say "size")
+_SIZE_UNITS = (
+    (re.compile(r"(unary|equal|scalar|broadcast)"), "elements per call"),
+    (re.compile(r"tall"), "elements of A (N/64 x 64 by 64 x 64)"),
+    (re.compile(r"square"), "N (N x N by N x N)"),
+    (re.compile(r"skinny M"), "rows M (M x 512 by 512 x 512)"),
+    (re.compile(r"(\d+) x N x N"), r"N (\1 x N by N x N)"),
+)
+#: where a moved crossover's value switches, and a case's measured crossover, as the
+#: reasons of :func:`.search.record_crossover` and :func:`.search.search_crossover` say them
+_SET_AT = re.compile(r"short of it \((\d+)\), toward the value in use")
+_CROSSOVER_AT = re.compile(r"on (?P<case>.+?) \(margin [^)]*\) (?:from size (?P<size>\d+) on"
+                           r"|below size (?P<below>\d+)|up to the largest size, (?P<largest>\d+))")
+_THREAD_LABEL = re.compile(r"(\d+) threads")
+
+
+class ReportFileError(KernelTuningError, ValueError):
+    """A file that cannot be read as a calibration report (``calibrate --report``)."""
+
+
+def size_unit(case: str) -> str:
+    """What the sizes of ``case`` count, for an axis label."""
+    for pattern, unit in _SIZE_UNITS:
+        if pattern.fullmatch(case):
+            return pattern.sub(unit, case)
+    return f"size of the case {case!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CurvePoint:
+    """One label's measurement at one size: seconds per call (median and quartiles).
+
+    ``relative`` is the median over the reference label's median in the same
+    measurement (1.0 for the reference itself): the samples were interleaved, so
+    the ratio is what the search compared.
+    """
+
+    size: int
+    seconds: float
+    q1: float
+    q3: float
+    relative: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {"size": self.size, "seconds": self.seconds, "q1": self.q1, "q3": self.q3,
+                "relative": self.relative}
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """The points one label measured on one case, by growing size (repeats kept)."""
+
+    case: str
+    label: str
+    points: tuple[CurvePoint, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"case": self.case, "label": self.label,
+                "points": [point.to_dict() for point in self.points]}
+
+
+#: what a mark is: where the selected value switches, where the value in use before it
+#: switched, or where a case's measurements placed the crossover
+SELECTED, PREVIOUS, MEASURED = "selected", "previous", "measured"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """A size on a crossover's axis, and what happens there (``role``)."""
+
+    label: str
+    size: int
+    role: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"label": self.label, "size": self.size, "role": self.role}
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionCurves:
+    """One decision with the curves behind it.
+
+    ``reference`` is the label the others are compared with (the value in use, or
+    the lower side of a crossover); ``selected_label`` the label that won when the
+    decision chose between labels (thread counts, settings); ``marks`` where the
+    selected value and the value in use switch on a crossover's size axis (the
+    value in use at the grid size nearest to it, where the search started).
+    """
+
+    parameter: str
+    value: TuningValue
+    baseline: TuningValue
+    measured: TuningValue | None
+    reason: str
+    kind: str
+    candidates: int
+    series: tuple[Series, ...] = ()
+    reference: str | None = None
+    selected_label: str | None = None
+    marks: tuple[Mark, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.value != self.baseline
+
+    @property
+    def cases(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(series.case for series in self.series))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"parameter": self.parameter, "baseline": self.baseline, "value": self.value,
+                "changed": self.changed, "measured": self.measured, "reason": self.reason,
+                "kind": self.kind, "candidates": self.candidates, "reference": self.reference,
+                "selected_label": self.selected_label,
+                "marks": [mark.to_dict() for mark in self.marks],
+                "series": [series.to_dict() for series in self.series]}
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyCurves:
+    """One key of one batch: calibrated, or skipped or unsupported with the reason."""
+
+    key: KernelTuningKey
+    threads: int
+    status: str
+    reason: str | None
+    seconds: float | None
+    stopped_early: str | None
+    decisions: tuple[DecisionCurves, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"key": self.key.to_dict(), "name": str(self.key), "threads": self.threads,
+                "status": self.status, "reason": self.reason, "seconds": self.seconds,
+                "stopped_early": self.stopped_early,
+                "decisions": [decision.to_dict() for decision in self.decisions]}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportCurves:
+    """Every key of a report file, batch by batch (one batch per thread count)."""
+
+    path: str
+    keys: tuple[KeyCurves, ...]
+
+    def select(self, key: str | None = None, parameter: str | None = None) -> ReportCurves:
+        """The keys whose name contains ``key`` and the decisions whose parameter contains
+        ``parameter`` (both case-insensitive); keys left without decisions drop out when a
+        parameter is given."""
+        keys = []
+        for entry in self.keys:
+            if key is not None and key.lower() not in str(entry.key).lower():
+                continue
+            if parameter is not None:
+                decisions = tuple(d for d in entry.decisions
+                                  if parameter.lower() in d.parameter.lower())
+                if not decisions:
+                    continue
+                entry = dataclasses.replace(entry, decisions=decisions)
+            keys.append(entry)
+        return ReportCurves(self.path, tuple(keys))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"file": self.path, "keys": [entry.to_dict() for entry in self.keys]}
+
+
+def _get(mapping: object, name: str, kind: type | tuple[type, ...], where: str) -> object:
+    """``mapping[name]`` if it is of ``kind`` (a bool is no number here), else a ValueError
+    saying where."""
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"{where}: expected an object, got {type(mapping).__name__}")
+    if name not in mapping:
+        raise ValueError(f"{where}: no {name!r}")
+    value = mapping[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ValueError(f"{where}: {name!r} is {type(value).__name__}")
+    return value
+
+
+def _series(candidates: Sequence[object], where: str) -> tuple[tuple[Series, ...], str | None]:
+    """The series of every (case, label) measured, and the reference label (the first)."""
+    found: dict[tuple[str, str], list[CurvePoint]] = {}
+    reference = None
+    for index, candidate in enumerate(candidates):
+        at = f"{where}, candidates[{index}]"
+        case = _get(candidate, "case", str, at)
+        point = _get(candidate, "point", int, at)  # the searches' points are sizes
+        measurements = _get(candidate, "measurements", Mapping, at)
+        if not measurements:
+            raise ValueError(f"{at}: no measurements")
+        medians = {label: float(_get(m, "median", (int, float), f"{at}, {label}"))
+                   for label, m in measurements.items()}
+        first = next(iter(medians))
+        reference = reference or first
+        base = medians.get(reference, medians[first])
+        for label, m in measurements.items():
+            q1 = float(_get(m, "q1", (int, float), f"{at}, {label}"))
+            q3 = float(_get(m, "q3", (int, float), f"{at}, {label}"))
+            found.setdefault((case, label), []).append(CurvePoint(
+                point, medians[label], q1, q3, medians[label] / base if base > 0 else 1.0))
+    series = tuple(Series(case, label, tuple(sorted(points, key=lambda p: p.size)))
+                   for (case, label), points in found.items())
+    return series, reference
+
+
+def _kind(labels: set[str], settings: Sequence[str]) -> str:
+    if not labels:
+        return UNMEASURED
+    if labels <= set(settings):
+        return COMPARISON
+    if all(_THREAD_LABEL.fullmatch(label) for label in labels):
+        return THREADS
+    if labels == {"decided", "previous"}:
+        return VERIFICATION
+    return CROSSOVER
+
+
+def _marks(parameter: str, value: TuningValue, baseline: TuningValue, reason: str,
+           candidates: Sequence[Mapping]) -> tuple[Mark, ...]:
+    """Where the selected value and the value in use switch on a crossover's size axis, and
+    the crossovers measured.
+
+    A search starts at the grid size nearest to where the value in use switches, so
+    each case's first point places it; a moved value switches at the grid size its
+    reason names, and the reason names each case's crossover.
+    """
+    starts: dict[str, int] = {}
+    for candidate in candidates:
+        starts.setdefault(candidate["case"], int(candidate["point"]))
+    marks = []
+    if value != baseline:
+        moved = _SET_AT.search(reason)
+        if moved is not None:
+            marks.append(Mark(f"selected {parameter} = {value}", int(moved.group(1)), SELECTED))
+        label, role = f"value in use before, {baseline}", PREVIOUS
+    else:
+        label, role = f"selected {parameter} = {value} (kept)", SELECTED
+    apart = len(set(starts.values())) > 1
+    for case, start in starts.items():
+        if apart or case == next(iter(starts)):  # once, or by case where they start apart
+            marks.append(Mark(f"{label} ({case})" if apart else label, start, role))
+    for found in _CROSSOVER_AT.finditer(reason):
+        size = next(int(n) for n in found.group("size", "below", "largest") if n is not None)
+        marks.append(Mark(f"crossover measured on {found.group('case')}", size, MEASURED))
+    return tuple(marks)
+
+
+def _decision(data: object, settings: Mapping[str, Mapping], values: Mapping[str, object],
+              where: str) -> DecisionCurves:
+    parameter = _get(data, "parameter", str, where)
+    value = _get(data, "value", (int, float, str, bool), where)
+    baseline = _get(data, "baseline", (int, float, str, bool), where)
+    reason = _get(data, "reason", str, where)
+    candidates = _get(data, "candidates", list, where)
+    series, reference = _series(candidates, where)
+    kind = _kind({s.label for s in series}, list(settings))
+    selected, marks = None, ()
+    if kind == COMPARISON:
+        reference = next(iter(settings))
+        selected = next((label for label, chosen in settings.items()
+                         if all(values.get(name) == v for name, v in chosen.items())), None)
+    elif kind == THREADS:
+        # a count above the largest measured runs as many threads as the largest
+        largest = max(int(_THREAD_LABEL.fullmatch(s.label).group(1)) for s in series)
+        selected = f"{min(int(value), largest)} threads" if isinstance(value, int) else None
+    elif kind == CROSSOVER:
+        marks = _marks(parameter, value, baseline, reason, candidates)
+    return DecisionCurves(parameter, value, baseline, data.get("measured"), reason, kind,
+                          len(candidates), series, reference, selected, marks)
+
+
+def _key(data: object, threads: int, status: str, reason: str | None, where: str) -> KeyCurves:
+    try:
+        key = KernelTuningKey.from_dict(_get(data, "key", Mapping, where))
+    except TuningValidationError as error:
+        raise ValueError(f"{where}: {error}") from None
+    if status != "calibrated" and data.get("report") is None:
+        return KeyCurves(key, threads, status, reason, None, None, ())
+    report = data if status == "calibrated" else _get(data, "report", Mapping, where)
+    at = where if status == "calibrated" else f"{where}, report"
+    values = _get(report, "values", Mapping, at)
+    rows = _get(report, "comparison", list, at) if "comparison" in report else []
+    settings = {_get(row, "label", str, f"{at}, comparison[{index}]"):
+                _get(row, "values", Mapping, f"{at}, comparison[{index}]")
+                for index, row in enumerate(rows)}
+    decisions = tuple(
+        _decision(decision, settings, values, f"{at}, decisions[{index}]")
+        for index, decision in enumerate(_get(report, "decisions", list, at)))
+    seconds = report.get("seconds")
+    return KeyCurves(key, threads, status, reason,
+                     float(seconds) if isinstance(seconds, int | float) else None,
+                     report.get("stopped_early"), decisions)
+
+
+def _batch(data: object, where: str) -> list[KeyCurves]:
+    if not isinstance(data, Mapping) or "calibrated" not in data:
+        raise ValueError(f"{where}: expected a batch report, an object with 'execution', "
+                         f"'calibrated', 'skipped' and 'unsupported'")
+    execution = _get(data, "execution", Mapping, where)
+    threads = int(_get(execution, "effective_threads", int, f"{where}, execution"))
+    keys = [_key(report, threads, "calibrated", None, f"{where}, calibrated[{index}]")
+            for index, report in enumerate(_get(data, "calibrated", list, where))]
+    for status in ("skipped", "unsupported"):
+        for index, outcome in enumerate(_get(data, status, list, where)):
+            at = f"{where}, {status}[{index}]"
+            keys.append(_key(outcome, threads, status, _get(outcome, "reason", str, at), at))
+    return keys
+
+
+def report_curves(document: object, path: str = "<report>") -> ReportCurves:
+    """The curves of a report as ``calibrate --report`` writes it: a list of batch reports
+    (``CalibrationBatchReport.to_dict()``), or one."""
+    batches = document if isinstance(document, list) else [document]
+    if not batches:
+        raise ReportFileError(f"{path}: not a calibration report: an empty list")
+    try:
+        keys = [key for index, batch in enumerate(batches)
+                for key in _batch(batch, f"batch {index + 1}")]
+    except ValueError as error:
+        raise ReportFileError(f"{path}: not a calibration report: {error}") from None
+    return ReportCurves(path, tuple(keys))
+
+
+def read_report_curves(path: str | Path) -> ReportCurves:
+    """The curves of a report file (``calibrate --report FILE``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ReportFileError(f"{path}: cannot be read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ReportFileError(f"{path}: not a calibration report: not UTF-8 text") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ReportFileError(f"{path}: not a calibration report: not JSON ({error})") from None
+    return report_curves(document, str(path))

@@ -1,0 +1,182 @@
+"""Reading a calibration report back as crossover curves: series, the selected value, marks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import execution, measurement_of, toy_key
+from kerneltune.calibration import CalibrationReport, Candidate, Decision
+from kerneltune.calibration.curves import (
+    COMPARISON,
+    CROSSOVER,
+    MEASURED,
+    PREVIOUS,
+    SELECTED,
+    THREADS,
+    UNMEASURED,
+    VERIFICATION,
+    ReportFileError,
+    read_report_curves,
+    report_curves,
+    size_unit,
+)
+
+GRAIN = "parallel.minimum_elements"
+
+
+def _crossover(case: str, timings: list[tuple[int, float, float]]) -> tuple[Candidate, ...]:
+    """Candidates of a serial/parallel race: (size, serial seconds, parallel seconds)."""
+    return tuple(Candidate(case, size, {"serial": measurement_of(serial),
+                                        "parallel": measurement_of(parallel)}, "measured")
+                 for size, serial, parallel in timings)
+
+
+def _document(decisions, values=None, comparison=(), skipped=()) -> list[dict]:
+    baseline = {d.parameter: d.baseline for d in decisions}
+    report = CalibrationReport(
+        toy_key("Add"), execution(2), {"threads": 2}, baseline,
+        values or {d.parameter: d.value for d in decisions}, tuple(decisions), 1.5, {},
+        comparison=tuple(comparison))
+    return [{"execution": execution(2).to_dict(), "calibrated": [report.to_dict()],
+             "skipped": list(skipped), "unsupported": []}]
+
+
+def _only(document):
+    (entry,) = report_curves(document, "r.json").keys
+    return entry
+
+
+def test_a_kept_crossover_has_a_series_per_path_sorted_by_size_with_the_selected_value_marked():
+    # the search starts where the value in use switches (65536) and walks down
+    candidates = _crossover("equal", [(65536, 16e-6, 11e-6), (32768, 9e-6, 8e-6),
+                                      (16384, 6e-6, 7.5e-6), (32768, 9.2e-6, 8.1e-6)])
+    decision = Decision(GRAIN, 32768, 32768, "kept: the value in use switches within 2 octaves "
+                        "of the measured crossover; parallel beats serial on equal (margin 5%) "
+                        "from size 32768 on", candidates, 16384)
+    entry = _only(_document([decision]))
+    assert (entry.threads, entry.status, entry.seconds) == (2, "calibrated", 1.5)
+    (curves,) = entry.decisions
+    assert curves.kind == CROSSOVER and curves.reference == "serial" and curves.candidates == 4
+    serial, parallel = curves.series
+    assert (serial.case, serial.label, parallel.label) == ("equal", "serial", "parallel")
+    assert [p.size for p in serial.points] == [16384, 32768, 32768, 65536]  # repeats kept
+    assert [p.seconds for p in parallel.points] == pytest.approx([7.5e-6, 8e-6, 8.1e-6, 11e-6])
+    assert parallel.points[-1].relative == pytest.approx(11 / 16)
+    assert all(p.relative == 1.0 for p in serial.points)
+    assert (serial.points[0].q1, serial.points[0].q3) == measurement_of(6e-6).quartiles
+    assert [(m.role, m.size) for m in curves.marks] == [(SELECTED, 65536), (MEASURED, 32768)]
+    assert curves.marks[0].label == f"selected {GRAIN} = 32768 (kept)"
+    assert curves.marks[1].label == "crossover measured on equal"
+
+
+def test_a_moved_crossover_marks_the_selected_size_and_where_the_value_in_use_switched():
+    candidates = _crossover("square", [(128, 1e-4, 1.1e-4), (256, 4e-4, 4.1e-4),
+                                       (512, 1.7e-3, 1.5e-3)])
+    decision = Decision("algorithm.blas_minimum_fmas", 16777216, 2097152,
+                        "compiled beats BLAS on square (margin 5%) below size 512; set 1 octave "
+                        "short of it (256), toward the value in use", candidates, 134217728)
+    (curves,) = _only(_document([decision])).decisions
+    assert curves.changed
+    assert [(m.role, m.size) for m in curves.marks] == [
+        (SELECTED, 256), (PREVIOUS, 128), (MEASURED, 512)]
+    assert curves.marks[1].label == "value in use before, 2097152"
+
+
+def test_cases_that_start_apart_get_a_mark_each_named_by_case():
+    candidates = (*_crossover("2 x N x N", [(1024, 1.0, 2.0)]),
+                  *_crossover("4 x N x N", [(724, 1.0, 2.0)]))
+    decision = Decision("algorithm.skinny_blas_minimum_fmas", 2097152, 2097152, "kept: budget",
+                        candidates)
+    (curves,) = _only(_document([decision])).decisions
+    assert curves.cases == ("2 x N x N", "4 x N x N")
+    assert [(m.label.rpartition("(")[2], m.size) for m in curves.marks] == [
+        ("2 x N x N)", 1024), ("4 x N x N)", 724)]
+
+
+def test_a_thread_search_selects_the_label_of_the_count_the_value_runs():
+    candidates = (Candidate("equal", 4194304, {"2 threads": measurement_of(1.6e-3),
+                                               "1 threads": measurement_of(2.6e-3)}, "measured"),)
+    decision = Decision("parallel.maximum_threads", 256, 256, "kept: no thread count beats 2",
+                        candidates)
+    (curves,) = _only(_document([decision])).decisions
+    assert (curves.kind, curves.selected_label, curves.marks) == (THREADS, "2 threads", ())
+
+
+def test_a_comparison_selects_the_setting_whose_values_were_chosen():
+    labels = [f"{GRAIN}={v}" for v in (32768, 4096)]
+    candidates = tuple(Candidate("equal", size, {labels[0]: measurement_of(2.0),
+                                                 labels[1]: measurement_of(1.0)}, "measured")
+                       for size in (4096, 65536))
+    rows = [{"label": label, "values": {GRAIN: value}, "seconds": 1.0, "speedup": 1.0}
+            for label, value in zip(labels, (32768, 4096), strict=True)]
+    decision = Decision(GRAIN, 4096, 32768, "parallel.minimum_elements=4096 is 2.00x",
+                        candidates)
+    (curves,) = _only(_document([decision], comparison=rows)).decisions
+    assert (curves.kind, curves.reference, curves.selected_label) == (
+        COMPARISON, labels[0], labels[1])
+    assert [p.relative for p in curves.series[1].points] == [0.5, 0.5]
+
+
+def test_verification_and_unmeasured_decisions_are_told_apart():
+    verified = (Candidate("equal", 65536, {"decided": measurement_of(2.0),
+                                           "previous": measurement_of(1.0)}, "previous wins"),)
+    decisions = [Decision(GRAIN, 32768, 32768, "reverted: the previous values beat", verified),
+                 Decision("parallel.conversion_minimum_elements", 32768, 32768, "follows")]
+    kinds = [d.kind for d in _only(_document(decisions)).decisions]
+    assert kinds == [VERIFICATION, UNMEASURED]
+
+
+def test_a_skipped_key_keeps_its_report_and_select_filters_keys_and_parameters():
+    skipped_report = CalibrationReport(
+        toy_key("Gemm"), execution(2), {}, {GRAIN: 1}, {GRAIN: 1},
+        (Decision(GRAIN, 1, 1, "kept", _crossover("square", [(64, 1.0, 2.0)])),), 5.0, {})
+    skipped = [{"key": toy_key("Gemm").to_dict(), "reason": "not published: budget",
+                "report": skipped_report.to_dict()},
+               {"key": toy_key("Mul").to_dict(), "reason": "unchanged", "report": None}]
+    decisions = [Decision(GRAIN, 1, 1, "kept"), Decision("parallel.maximum_threads", 2, 2, "k")]
+    curves = report_curves(_document(decisions, skipped=skipped)[0], "one-batch.json")
+    assert [(str(k.key.kernel), k.status, len(k.decisions)) for k in curves.keys] == [
+        ("Add", "calibrated", 2), ("Gemm", "skipped", 1), ("Mul", "skipped", 0)]
+    assert curves.keys[1].reason == "not published: budget"
+    assert [k.key.kernel for k in curves.select(key="gemm").keys] == ["Gemm"]
+    chosen = curves.select(parameter="MINIMUM")
+    assert [(k.key.kernel, [d.parameter for d in k.decisions]) for k in chosen.keys] == [
+        ("Add", [GRAIN]), ("Gemm", [GRAIN])]
+    document = json.loads(json.dumps(curves.to_dict()))
+    assert document["file"] == "one-batch.json"
+    assert document["keys"][0]["decisions"][0]["kind"] == UNMEASURED
+
+
+@pytest.mark.parametrize(("case", "unit"), [
+    ("equal", "elements per call"), ("square", "N (N x N by N x N)"),
+    ("4 x N x N", "N (4 x N by N x N)"), ("skinny M", "rows M (M x 512 by 512 x 512)"),
+    ("mystery", "size of the case 'mystery'")])
+def test_size_units_name_what_a_case_counts(case, unit):
+    assert size_unit(case) == unit
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("not json", "not JSON"),
+    ("[]", "an empty list"),
+    ('{"profile": 1}', "batch 1: expected a batch report"),
+    ('[{"calibrated": [], "skipped": [], "unsupported": []}]', "batch 1: no 'execution'"),
+])
+def test_a_file_that_is_not_a_report_names_the_file_and_what_is_wrong(tmp_path, text, message):
+    path = tmp_path / "x.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ReportFileError, match="x.json") as raised:
+        read_report_curves(path)
+    assert message in str(raised.value)
+
+
+def test_a_malformed_entry_is_located(tmp_path):
+    document = _document([Decision(GRAIN, 1, 1, "kept", _crossover("equal", [(64, 1.0, 2.0)]))])
+    del document[0]["calibrated"][0]["decisions"][0]["candidates"][0]["measurements"]["serial"][
+        "median"]
+    with pytest.raises(ReportFileError, match=r"calibrated\[0\], decisions\[0\], "
+                                              r"candidates\[0\], serial: no 'median'"):
+        report_curves(document, "r.json")
+    with pytest.raises(ReportFileError, match="cannot be read"):
+        read_report_curves(tmp_path / "missing.json")
