@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -15,24 +16,30 @@ from kerneltune.checks import is_count, is_int, is_positive_number
 from kerneltune.threads import available_threads, thread_count
 
 
-def test_heavy_names_load_on_first_use_only():
+@pytest.mark.parametrize(("name", "home", "heavy"), [
+    ("RuntimeSession", "kerneltune.runtime.session", "kerneltune.runtime.session"),
+    ("search_backend_parameters", "kerneltune.backend_search", "onnx"),
+])
+def test_heavy_names_load_on_first_use_only(name, home, heavy):
     code = ("import json, sys, kerneltune\n"
-            "before = 'kerneltune.runtime.session' in sys.modules\n"
-            "session = kerneltune.RuntimeSession\n"
-            "print(json.dumps([before, 'kerneltune.runtime.session' in sys.modules,\n"
-            "                  session.__module__, 'RuntimeSession' in dir(kerneltune)]))\n")
+            f"before = {heavy!r} in sys.modules\n"
+            f"value = kerneltune.{name}\n"
+            f"print(json.dumps([before, {heavy!r} in sys.modules,\n"
+            f"                  value.__module__, {name!r} in dir(kerneltune)]))\n")
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout
-    assert json.loads(output) == [False, True, "kerneltune.runtime.session", True]
+    assert json.loads(output) == [False, True, home, True]
 
 
-@pytest.mark.parametrize("name", ["RuntimeSession", "calibrate_registered_kernels",
-                                  "CalibrationOptions", "randn_tensor"])
-def test_lazy_names_are_the_modules_own_objects(name):
-    from kerneltune import calibration, runtime
-
-    home = runtime if name == "RuntimeSession" else calibration
-    assert getattr(kerneltune, name) is getattr(home, name) and name in kerneltune.__all__
+@pytest.mark.parametrize(("name", "home"), [
+    ("RuntimeSession", "runtime"), ("calibrate_registered_kernels", "calibration"),
+    ("CalibrationOptions", "calibration"), ("randn_tensor", "calibration"),
+    ("search_backend_parameters", "backend_search"),
+    ("analyze_kernel_tuning_latencies", "backend_analysis"),
+])
+def test_lazy_names_are_the_modules_own_objects(name, home):
+    module = importlib.import_module(f"kerneltune.{home}")
+    assert getattr(kerneltune, name) is getattr(module, name) and name in kerneltune.__all__
 
 
 def test_an_unknown_attribute_is_an_attribute_error():

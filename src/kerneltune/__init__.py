@@ -5,8 +5,9 @@ to processor selectors, calibrated execution profiles and session overrides
 replace it where they apply. This module re-exports the public API; see
 docs/design.md for the contract and README.md for a tour.
 
-Sessions and calibration are reached from here too (``kerneltune.RuntimeSession``,
-``kerneltune.calibrate_registered_kernels``), but loaded only when first used:
+Sessions, calibration and the backend-case search are reached from here too
+(``kerneltune.RuntimeSession``, ``kerneltune.calibrate_registered_kernels``,
+``kerneltune.search_backend_parameters``), but loaded only when first used:
 ``import kerneltune`` stays as light as the registry and the cache.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 
+from .backend_analysis import analyze_kernel_tuning_latencies
 from .cache import (
     CacheEntry,
     CacheInspection,
@@ -105,6 +107,7 @@ _LAZY = {
     "CalibrationOptions": "calibration.options",
     "calibrate_registered_kernels": "calibration.batch",
     "randn_tensor": "calibration.tensors",
+    "search_backend_parameters": "backend_search",
 }
 
 
@@ -169,6 +172,7 @@ __all__ = [
     "UnsupportedModelError",
     "__version__",
     "access_counts",
+    "analyze_kernel_tuning_latencies",
     "apply_kernel_tuning_updates",
     "calibrate_registered_kernels",
     "current_execution",
@@ -195,6 +199,7 @@ __all__ = [
     "register_kernel_tuning_schema",
     "remove_kernel_tuning_cache",
     "resolve_kernel_tuning",
+    "search_backend_parameters",
     "set_kernel_tuning_parameters",
     "shipped_selectors",
     "snapshot",
