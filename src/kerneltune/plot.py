@@ -79,6 +79,12 @@ def _size_text(size: float) -> str:
     return f"{size:g}"
 
 
+def _microseconds(seconds: float) -> str:
+    """5000, not 5e+03; 2.5 and 0.05 as they are."""
+    micro = seconds * 1e6
+    return f"{micro:.0f}" if micro >= 100 else f"{micro:.3g}"
+
+
 def _medians(series: Series, relative: bool) -> tuple[list[int], list[float]]:
     """Sizes and the mean of each size's medians (a size measured again has several)."""
     by_size: dict[int, list[float]] = {}
@@ -90,7 +96,7 @@ def _medians(series: Series, relative: bool) -> tuple[list[int], list[float]]:
 def _title(entry: KeyCurves, decision: DecisionCurves) -> str:
     key = entry.key
     head = (f"{key.kernel} {key.element_type_name} ({key.implementation}), "
-            f"{entry.threads} threads: {decision.parameter}")
+            f"{entry.threads_text}: {decision.parameter}")
     change = (f"{decision.baseline} -> {decision.value}" if decision.changed
               else f"{decision.value} kept")
     status = "" if entry.status == "calibrated" else f" [{entry.status}, not published]"
@@ -172,7 +178,7 @@ def _panel(axes: Any, ticker: Any, entry: KeyCurves, decision: DecisionCurves) -
     else:
         axes.set_yscale("log")  # 1, 2 and 5 of each decade: a panel spans less than one
         axes.yaxis.set_major_locator(ticker.LogLocator(10, subs=(1.0, 2.0, 5.0)))
-        axes.yaxis.set_major_formatter(lambda seconds, _: f"{seconds * 1e6:.3g}")
+        axes.yaxis.set_major_formatter(lambda seconds, _: _microseconds(seconds))
         axes.yaxis.set_minor_formatter(ticker.NullFormatter())
         axes.set_ylabel("median time per call (µs, log scale)\nerror bars: quartiles")
     axes.set_title(_title(entry, decision), fontsize=10)

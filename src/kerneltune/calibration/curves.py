@@ -159,6 +159,10 @@ class KeyCurves:
     stopped_early: str | None
     decisions: tuple[DecisionCurves, ...]
 
+    @property
+    def threads_text(self) -> str:
+        return f"{self.threads} thread{'s' * (self.threads != 1)}"
+
     def to_dict(self) -> dict[str, object]:
         return {"key": self.key.to_dict(), "name": str(self.key), "threads": self.threads,
                 "status": self.status, "reason": self.reason, "seconds": self.seconds,

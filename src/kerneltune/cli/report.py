@@ -42,7 +42,7 @@ def _value(decision: DecisionCurves) -> str:
 
 
 def _heading(entry: KeyCurves) -> str:
-    head = f"{entry.key}, {entry.threads} threads: "
+    head = f"{entry.key}, {entry.threads_text}: "
     if entry.status == "calibrated":
         head += "calibrated" + (f" in {entry.seconds:.1f} s" if entry.seconds is not None else "")
     else:
