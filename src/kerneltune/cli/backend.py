@@ -19,6 +19,7 @@ from .common import (
     UsageError,
     add_command,
     add_json,
+    add_threads,
     assignment,
     parse_value,
     print_json,
@@ -245,8 +246,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     backend.add_argument("--timeout", type=float, metavar="SECONDS",
                          help="seconds one case may take in a worker before the set is "
                               "incomplete (default: {timeout:g})")
-    backend.add_argument("--threads", type=int, metavar="N",
-                         help="the thread count (default: the CPUs this process may use)")
+    add_threads(backend)
     backend.add_argument("--output", metavar="FILE",
                          help="also write the report to FILE: .json as --json prints it, or "
                               ".csv, a line per set and case")
