@@ -56,14 +56,7 @@ def _selected(args: argparse.Namespace) -> list[KernelTuningKey]:
     return keys
 
 
-def _report(args: argparse.Namespace):
-    from ..parameters import kernel_tuning_parameters
-
-    return kernel_tuning_parameters(args.kernel, None, args.impl, args.dtype, args.path,
-                                    execution=_execution(args))
-
-
-def _execution(args: argparse.Namespace):
+def _execution(args: argparse.Namespace) -> CpuExecutionDescriptor:
     from ..detect import current_execution
 
     return current_execution(args.threads)
@@ -86,8 +79,11 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    _selected(args)
-    report = _report(args)
+    from ..parameters import kernel_tuning_parameters
+
+    _selected(args)  # an unknown kernel is a usage error, not an empty listing
+    report = kernel_tuning_parameters(args.kernel, None, args.impl, args.dtype, args.path,
+                                      execution=_execution(args))
     if args.json:
         print_json(report.to_dict())
         return 0
