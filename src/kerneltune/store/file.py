@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..documents import DocumentFormat, kind, read_document
+from ..documents import DocumentFormat, collector_paused, kind, read_document
 from ..errors import Problem, TuningValidationError
 from .keys import CalibrationMeasurement, CalibrationProfileKey, prefixed
 from .records import CalibrationProfile
@@ -101,24 +101,30 @@ def read_profiles(target: Path) -> tuple[str, tuple[CalibrationProfile, ...], tu
     makes the file ``malformed``: every problem is named, and no profile is
     returned.
     """
-    document = read_document(target, PROFILES_FORMAT)
-    if document.status != "ok":
-        return document.status, (), document.problems
-    assert document.data is not None
+    with collector_paused():
+        document = read_document(target, PROFILES_FORMAT)
+        if document.status != "ok":
+            return document.status, (), document.problems
+        assert document.data is not None
+        return _profiles_of(document.data["profiles"], document.path)
+
+
+def _profiles_of(items: list, path: str
+                 ) -> tuple[str, tuple[CalibrationProfile, ...], tuple[Problem, ...]]:
     profiles: list[CalibrationProfile] = []
     problems: list[Problem] = []
     slots: dict[object, int] = {}
-    for index, data in enumerate(document.data["profiles"]):
+    for index, data in enumerate(items):
         profile, found = profile_from(data)
         entry = f"profile {index}"
-        problems += [p.located(file=document.path, entry=entry) for p in found]
+        problems += [p.located(file=path, entry=entry) for p in found]
         if profile is None:
             continue
         first = slots.setdefault(profile.slot, index)
         if first != index:
             problems.append(Problem("key", f"profile {first} has the same key and source; "
                                            f"neither is believed", entry=entry,
-                                    file=document.path))
+                                    file=path))
         profiles.append(profile)
     if problems:
         return "malformed", (), tuple(problems)
