@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-import platformdirs
 
 from .cache_entries import (
     CACHE_FORMAT,
@@ -59,15 +58,14 @@ from .cpu import CpuExecutionDescriptor
 from .detect import current_execution
 from .documents import collector_paused, read_document
 from .errors import Problem, TuningValidationError
-from .files import file_lock, remove_stray_temporaries, write_atomically
+from .files import DISABLED as DISABLED  # the value of KERNELTUNE_CACHE that turns it off
+from .files import file_lock, remove_stray_temporaries, user_file_path, write_atomically
 from .keyfilter import KeyFilter
 from .registry import KernelTuningProfile, KernelTuningRegistry, TuningSnapshot, default_registry
 from .schema import KernelTuningKey
 
 FORMAT = CACHE_FORMAT.name
 ENVIRONMENT_VARIABLE = "KERNELTUNE_CACHE"
-#: the value of ``KERNELTUNE_CACHE`` that turns persistence off
-DISABLED = "off"
 FILE_NAME = "kernel_tuning.yaml"
 #: seconds an update or a removal waits for another process's lock before giving up
 LOCK_TIMEOUT = 10.0
@@ -82,12 +80,7 @@ def default_kernel_tuning_cache_path() -> Path | None:
     user cache directory, so each operating system's convention (XDG on Linux,
     Library/Caches on macOS, LOCALAPPDATA on Windows) is followed.
     """
-    override = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
-    if override.lower() == DISABLED:
-        return None
-    if override:
-        return Path(override)
-    return Path(platformdirs.user_cache_dir("kerneltune", appauthor=False)) / FILE_NAME
+    return user_file_path(ENVIRONMENT_VARIABLE, FILE_NAME)
 
 
 def cache_path(path: str | os.PathLike[str] | None) -> Path | None:
@@ -170,7 +163,8 @@ class CacheUpdateReport:
 
     ``kept`` are existing entries an incoming one did not replace
     (``replace_existing=False``); ``preserved`` the entries no incoming one
-    touched; ``pruned`` the entries of an older tuning ABI that were dropped.
+    touched; ``pruned`` the entries that were dropped: of an older tuning ABI,
+    or named by the caller (a demotion that verification lifted).
     ``removed_temporaries`` counts stray temporary siblings of crashed writers
     that the update cleaned up under the lock.
     """
@@ -396,8 +390,11 @@ class _Merge:
 
 
 def _merge(existing: Sequence[CacheEntry], incoming: Sequence[CacheEntry], replace_existing: bool,
-           newest_abis: Mapping[tuple, int] | None) -> _Merge:
-    """Incoming entries merged by slot into the existing ones, which keep their order."""
+           newest_abis: Mapping[tuple, int] | None,
+           drop: Callable[[CacheEntry], bool] | None = None) -> _Merge:
+    """Incoming entries merged by slot into the existing ones, which keep their order; an
+    untouched one of an older tuning ABI than ``newest_abis`` says, or that ``drop`` names,
+    is left out."""
     position = {entry.slot: i for i, entry in enumerate(existing)}
     merged: list[CacheEntry] = list(existing)
     touched: set[int] = set()
@@ -414,9 +411,11 @@ def _merge(existing: Sequence[CacheEntry], incoming: Sequence[CacheEntry], repla
             merged[i] = entry
         else:
             kept.append(existing[i])
-    pruned = [] if newest_abis is None else [
-        entry for i, entry in enumerate(existing)
-        if i not in touched and entry.key.tuning_abi < newest_abis.get(entry.key.without_abi, 0)
+    pruned = [
+        entry for i, entry in enumerate(existing) if i not in touched and (
+            (newest_abis is not None
+             and entry.key.tuning_abi < newest_abis.get(entry.key.without_abi, 0))
+            or (drop is not None and drop(entry)))
     ]
     gone = set(map(id, pruned))
     if gone:
@@ -460,12 +459,15 @@ def update_cache_entries(
     replace_existing: bool = True,
     newest_abis: Mapping[tuple, int] | None = None,
     lock_timeout: float = LOCK_TIMEOUT,
+    drop: Callable[[CacheEntry], bool] | None = None,
 ) -> CacheUpdateReport:
     """Merge ``incoming(existing entries)`` into the file under the lock.
 
     ``incoming`` runs under the lock on the entries just read, so a partial
     update (:func:`~kerneltune.set_kernel_tuning_parameters`) merges with what
     is there now, not with what was there before another process wrote.
+    Existing entries no incoming one replaces that ``drop(entry)`` names are
+    removed (reported as ``pruned``).
     """
     if target is None:
         return CacheUpdateReport("disabled", None)
@@ -475,7 +477,8 @@ def update_cache_entries(
         unusable = _unusable(current)
         if unusable is not None:
             return unusable
-        merge = _merge(current.entries, incoming(current.entries), replace_existing, newest_abis)
+        merge = _merge(current.entries, incoming(current.entries), replace_existing, newest_abis,
+                       drop)
         return merge.report("read_only", path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -485,7 +488,7 @@ def update_cache_entries(
             if unusable is not None:
                 return unusable
             merge = _merge(current.entries, incoming(current.entries), replace_existing,
-                           newest_abis)
+                           newest_abis, drop)
             if not merge.changed:
                 return merge.report("unchanged", path)
             removed = remove_stray_temporaries(target)

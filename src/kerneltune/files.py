@@ -15,6 +15,26 @@ import secrets
 from pathlib import Path
 
 import filelock
+import platformdirs
+
+#: the value of a file's environment variable that turns that file off
+DISABLED = "off"
+
+
+def user_file_path(variable: str, file_name: str) -> Path | None:
+    """A per-user file: the one ``variable`` names, None when it says ``off``, else ``file_name``.
+
+    ``file_name`` lives in platformdirs' user cache directory for kerneltune,
+    so each operating system's convention (XDG on Linux, Library/Caches on
+    macOS, LOCALAPPDATA on Windows) is followed, and kerneltune's files sit
+    side by side.
+    """
+    override = os.environ.get(variable, "").strip()
+    if override.lower() == DISABLED:
+        return None
+    if override:
+        return Path(override)
+    return Path(platformdirs.user_cache_dir("kerneltune", appauthor=False)) / file_name
 
 
 def temporary_sibling(target: Path) -> Path:

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import filelock
-import platformdirs
 
 from ..documents import kind
 from ..errors import Problem, TuningValidationError
-from ..files import file_lock, remove_stray_temporaries, write_atomically
+from ..files import file_lock, remove_stray_temporaries, user_file_path, write_atomically
 from .file import read_profiles, serialise
 from .keys import (
     CalibrationProfileKey,
@@ -51,8 +50,6 @@ from .records import (
 )
 
 ENVIRONMENT_VARIABLE = "KERNELTUNE_CALIBRATION_PROFILES"
-#: the value of ``KERNELTUNE_CALIBRATION_PROFILES`` that turns persistence off
-DISABLED = "off"
 #: beside ``kernel_tuning.yaml``, the kernel tuning cache, in the same directory
 FILE_NAME = "calibration_profiles.json"
 #: seconds a mutation waits for another process's lock before giving up
@@ -67,12 +64,7 @@ def default_calibration_profile_path() -> Path | None:
     ``KERNELTUNE_CALIBRATION_PROFILES`` names another file; otherwise it is
     the kernel tuning cache's sibling in platformdirs' user cache directory.
     """
-    override = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
-    if override.lower() == DISABLED:
-        return None
-    if override:
-        return Path(override)
-    return Path(platformdirs.user_cache_dir("kerneltune", appauthor=False)) / FILE_NAME
+    return user_file_path(ENVIRONMENT_VARIABLE, FILE_NAME)
 
 
 def _texts(problems: Iterable[Problem]) -> list[str]:
