@@ -16,6 +16,7 @@ from kerneltune import CalibrationError
 from kerneltune.calibration import CalibrationOptions, Case, Comparison, Crossover, Setting
 from kerneltune.calibration.context import CalibrationContext
 from kerneltune.calibration.measure import Deadline, Measurement
+from kerneltune.calibration.report import MEASURED, PREVIOUS, SELECTED, Mark
 from kerneltune.calibration.search import (
     compare_settings,
     decide_crossover,
@@ -334,6 +335,70 @@ def test_a_case_that_could_not_be_searched_keeps_a_shared_grain():
     decision = _shared_crossover(_context(memory_budget=8 * SIZES[-1]), "serial everywhere",
                                  "serial everywhere", many_bytes=10**6)
     assert not decision.changed and "many: memory budget" in decision.reason
+
+
+def test_a_moved_crossover_marks_the_selected_value_the_previous_one_and_the_crossover():
+    """Parallel wins from 16384 on: set at 32768 on the case's axis (the grain 16384), where
+    the value in use switched at 65536; written into the report, whatever the reason says."""
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 16384 else 0.5)
+    problem = _crossover_problem(context, SIZES, 65536)
+    problem = dataclasses.replace(problem, case=dataclasses.replace(problem.case, unit="calls"))
+    decision = decide_crossover(context, problem)
+    assert decision.marks == (Mark("unary", 32768, SELECTED), Mark("unary", 65536, PREVIOUS),
+                              Mark("unary", 16384, MEASURED))
+    selected, _, crossover = decision.marks
+    assert problem.value_of(selected.size) == decision.value
+    assert problem.value_of(crossover.size) == decision.measured
+    document = decision.to_dict()
+    assert document["marks"][0] == {"case": "unary", "size": 32768, "role": "selected"}
+    assert document["units"] == {"unary": "calls"}
+    assert "unit" not in document["candidates"][0]  # once per case, not per point
+
+
+def test_a_kept_crossover_marks_where_the_value_in_use_switches_and_the_crossover():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" or n < 32768 else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert not decision.changed
+    assert decision.marks == (Mark("unary", 65536, SELECTED), Mark("unary", 32768, MEASURED))
+    assert decision.units == {"unary": "size"}  # a case that does not say what it counts
+
+
+def test_a_crossover_without_a_winner_marks_only_the_value_in_use():
+    context = _context()
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" else 0.97)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
+    assert decision.marks == (Mark("unary", 65536, SELECTED),)
+
+
+@pytest.mark.parametrize(("few", "many", "marks"), [
+    # both below: moved on "many", the case with the highest crossover
+    ("parallel from 4096", "parallel from 16384",
+     [("many", 32768, SELECTED), ("few", 65536, PREVIOUS), ("many", 65536, PREVIOUS),
+      ("few", 4096, MEASURED), ("many", 16384, MEASURED)]),
+    # on both sides of the value in use: kept, each crossover marked
+    ("parallel from 4096", "serial everywhere",
+     [("few", 65536, SELECTED), ("many", 65536, SELECTED), ("few", 4096, MEASURED),
+      ("many", SIZES[-1], MEASURED)]),
+    # no winner on one case: kept, the other's crossover marked
+    ("overlap everywhere", "parallel from 4096",
+     [("few", 65536, SELECTED), ("many", 65536, SELECTED), ("many", 4096, MEASURED)]),
+])
+def test_a_shared_grain_marks_each_case(few, many, marks):
+    decision = _shared_crossover(_context(), few, many)
+    assert [(m.case, m.size, m.role) for m in decision.marks] == marks
+
+
+def test_thread_searches_and_comparisons_record_no_marks():
+    result = _settings_comparison(_context(), [{"in use": 1.0, "other": 0.5}] * 4)
+    context = _context()
+    context.measure = lambda runs: {name: measurement_of(1.0) for name in runs}
+    decision = search_threads(context, "parallel.maximum_threads",
+                              Case("unary", lambda n: (np.zeros(1),), int, "elements"), SIZES,
+                              dict.fromkeys((1, 2), np.copy), 2)
+    assert decision.marks == () and decision.units == {"unary": "elements"}
+    assert {c.unit for c in result.candidates} == {"size"}
 
 
 def test_serial_wins_above_the_value_in_use_raise_it():

@@ -545,6 +545,24 @@ def test_the_one_row_blas_threshold_keeps_a_crossover_within_two_octaves_of_n(bl
                     if d.parameter == "algorithm.vector_blas_minimum_fmas")
     assert decision.value == fmas and decision.measured == blas_from ** 2
     assert decision.changed == (fmas != 512 * 512)
+    assert decision.units == {"1 x N x N": "N (1 x N by N x N)"}  # what the plot's axis says
+
+
+def test_every_case_of_the_library_says_what_its_size_counts():
+    kernel, element_type, context = _calibration_context("Add", 2)
+    elementwise = ElementwiseCalibration(kernel, element_type).cases(context)
+    assert {name: case.unit for name, case in elementwise.items()} == {
+        "equal": "elements per call", "scalar": "elements per call",
+        "broadcast": "elements per call (N/256 x 1 by 1 x 256)"}
+    kernel, element_type, context = _calibration_context("Gemm", 2)
+    gemm = GemmCalibration(kernel, element_type)
+    cases = [case for case, _ in gemm.families(context)]
+    cases += [gemm._skinny_m(context), gemm._rows(context, 4)]
+    assert {case.name: case.unit for case in cases} == {
+        "square": "N (N x N by N x N)", "wide N": "N (N/4 x N by N x 4N)",
+        "large K": "N (N x 16N by 16N x N)",
+        "transposed B": "N (N x N/2 by N/2 x N, B transposed)",
+        "skinny M": "rows M (M x 512 by 512 x 512)", "4 x N x N": "N (4 x N by N x N)"}
 
 
 @pytest.mark.parametrize(("name", "element_type"), [("Log", "FLOAT"), ("Pow", "INT32"),

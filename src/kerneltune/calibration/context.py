@@ -21,7 +21,7 @@ from ..errors import CalibrationError
 from ..schema import KernelTuningKey, KernelTuningSchema, TuningValue
 from .measure import Deadline, Measurement, measure
 from .options import CalibrationOptions
-from .report import Candidate, Decision
+from .report import Candidate, Decision, Mark
 from .tensors import randn_tensor
 
 if TYPE_CHECKING:
@@ -120,20 +120,22 @@ class CalibrationContext:
 
     def decide(self, parameter: str, value: TuningValue, reason: str,
                candidates: Sequence[Candidate] = (), measured: TuningValue | None = None,
-               fewer_threads: bool = False) -> Decision:
+               fewer_threads: bool = False, marks: Sequence[Mark] = ()) -> Decision:
         """Record the value chosen for ``parameter`` (validated with the values so far);
-        ``fewer_threads``: it runs some calls on fewer threads than the value in use."""
+        ``fewer_threads``: it runs some calls on fewer threads than the value in use;
+        ``marks``: where a crossover's thresholds lie (see :class:`~.report.Mark`)."""
         self.configure({parameter: value})
         decision = Decision(parameter, value, self.baseline[parameter], reason,
-                            tuple(candidates), measured, fewer_threads)
+                            tuple(candidates), measured, fewer_threads, tuple(marks))
         self.decisions.append(decision)
         self._values[parameter] = value
         return decision
 
     def keep(self, parameter: str, reason: str, candidates: Sequence[Candidate] = (),
-             measured: TuningValue | None = None) -> Decision:
+             measured: TuningValue | None = None, marks: Sequence[Mark] = ()) -> Decision:
         """Record that ``parameter`` keeps the value in use."""
-        return self.decide(parameter, self._values[parameter], reason, candidates, measured)
+        return self.decide(parameter, self._values[parameter], reason, candidates, measured,
+                           marks=marks)
 
     def stop(self, budget: str) -> None:
         self.stopped_early = self.stopped_early or f"{budget} time budget exhausted"

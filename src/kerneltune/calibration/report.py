@@ -25,16 +25,48 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One point a search measured: a size or a value, each instance's timing, the outcome."""
+    """One point a search measured: a size or a value, each instance's timing, the outcome.
+
+    ``unit`` is what the case's sizes count (:class:`~.search.Case`); a decision writes it
+    once per case (:attr:`Decision.units`), not with every point.
+    """
 
     case: str
     point: TuningValue
     measurements: Mapping[str, Measurement]
     outcome: str
+    unit: str = "size"
 
     def to_dict(self) -> dict[str, object]:
         return {"case": self.case, "point": self.point, "outcome": self.outcome,
                 "measurements": {name: m.to_dict() for name, m in self.measurements.items()}}
+
+
+#: what a :class:`Mark` places: where the chosen value switches, where the value in use
+#: before it switched, and where the search measured the crossover
+SELECTED, PREVIOUS, MEASURED = "selected", "previous", "measured"
+MARK_ROLES = (SELECTED, PREVIOUS, MEASURED)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A size on one case's axis where a crossover decision's ``role`` happens.
+
+    Recorded by the search that knows it, so a plot of the report reads the
+    thresholds rather than recovering them from the reason's wording.
+    """
+
+    case: str
+    size: int
+    role: str
+
+    def __post_init__(self):
+        if self.role not in MARK_ROLES:
+            raise ValueError(f"a mark's role is one of {', '.join(MARK_ROLES)}, "
+                             f"got {self.role!r}")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"case": self.case, "size": self.size, "role": self.role}
 
 
 @dataclass(frozen=True)
@@ -47,7 +79,8 @@ class Decision:
     says that the value runs some calls on fewer threads than the value in
     use: what a search also finds when a neighbour slows the machine's
     parallel speed, so a batch withholds it from a key never measured
-    steadily.
+    steadily. ``marks`` place a crossover's thresholds on its cases' size axes
+    (none for thread counts and settings, whose winner is a label).
     """
 
     parameter: str
@@ -57,15 +90,22 @@ class Decision:
     candidates: tuple[Candidate, ...] = ()
     measured: TuningValue | None = None
     fewer_threads: bool = False
+    marks: tuple[Mark, ...] = ()
 
     @property
     def changed(self) -> bool:
         return self.value != self.baseline
 
+    @property
+    def units(self) -> dict[str, str]:
+        """What each measured case's sizes count, by case."""
+        return {c.case: c.unit for c in self.candidates}
+
     def to_dict(self) -> dict[str, object]:
         return {"parameter": self.parameter, "value": self.value, "baseline": self.baseline,
                 "changed": self.changed, "measured": self.measured,
                 "fewer_threads": self.fewer_threads, "reason": self.reason,
+                "units": self.units, "marks": [m.to_dict() for m in self.marks],
                 "candidates": [c.to_dict() for c in self.candidates]}
 
 

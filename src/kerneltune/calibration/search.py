@@ -10,6 +10,7 @@ and the decision says why.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import numpy as np
 from ..schema import TuningValue
 from .context import CalibrationContext, Tolerance
 from .measure import BudgetExhausted
-from .report import Candidate, Decision
+from .report import MEASURED, PREVIOUS, SELECTED, Candidate, Decision, Mark
 
 Run = Callable[..., np.ndarray]
 
@@ -58,11 +59,16 @@ def geometric_grid(low: int, high: int, steps_per_octave: int, multiple: int = 1
 
 @dataclass(frozen=True)
 class Case:
-    """One workload: a label, the inputs for a size (or shape), their bytes with the output."""
+    """One workload: a label, the inputs for a size (or shape), their bytes with the output.
+
+    ``unit`` says what a size counts ("elements per call", "N (N x N by N x N)"): the
+    kernel library knows, and a report's plot labels its axis with it.
+    """
 
     name: str
     inputs: Callable[[int], Sequence[object]]
     nbytes: Callable[[int], int]
+    unit: str = "size"
 
 
 @dataclass(frozen=True)
@@ -101,11 +107,11 @@ def _outcome(context: CalibrationContext, case: Case, point: TuningValue, inputs
                   tolerance)
     measurements = context.measure({name: (lambda run=run: run(*inputs))
                                     for name, run in runs.items()})
-    return Candidate(case.name, point, measurements, "measured")
+    return Candidate(case.name, point, measurements, "measured", case.unit)
 
 
 def _with_outcome(candidate: Candidate, outcome: str) -> Candidate:
-    return Candidate(candidate.case, candidate.point, candidate.measurements, outcome)
+    return dataclasses.replace(candidate, outcome=outcome)
 
 
 def search_crossover(context: CalibrationContext, problem: Crossover) -> tuple[int | None, str,
@@ -263,7 +269,7 @@ def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Cros
         candidates += measured
     reason = "; ".join(reasons)
     if any(size is None for _, size in found):
-        return record_crossover(context, problems[0], None, reason, candidates)
+        return record_crossover(context, problems[0], None, reason, candidates, found)
     in_use = int(context.values[problems[0].parameter])
     values = [problem.value_of(size) for problem, size in found]
     if all(value >= in_use for value in values):
@@ -273,12 +279,13 @@ def decide_shared_crossover(context: CalibrationContext, problems: Sequence[Cros
     else:
         return record_crossover(context, problems[0], None,
                                 f"the cases' crossovers lie on both sides of the value in use; "
-                                f"{reason}", candidates)
-    return record_crossover(context, problem, size, reason, candidates)
+                                f"{reason}", candidates, found)
+    return record_crossover(context, problem, size, reason, candidates, found)
 
 
 def record_crossover(context: CalibrationContext, problem: Crossover, size: int | None,
-                     reason: str, candidates: Sequence[Candidate]) -> Decision:
+                     reason: str, candidates: Sequence[Candidate],
+                     found: Sequence[tuple[Crossover, int | None]] = ()) -> Decision:
     """The decision for a crossover measured at ``size`` (None: none found, keep the value).
 
     A value in use that switches within the problem's ``resolution`` of the
@@ -288,9 +295,18 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
     decision continuous: crossovers measured one grid step apart give values
     at most one step apart, where keeping the whole band around the value in
     use and moving to the crossover beyond it would put the band between them.
+
+    ``found`` holds each case's problem and crossover when several cases share
+    the parameter (default: ``problem`` at ``size``); the decision's marks place
+    them, and where the kept value switches on each case's axis. A moved value
+    is marked on ``problem``'s case, the only axis it was set on.
     """
+    found = found or [(problem, size)]
+    crossovers = [Mark(p.case.name, s, MEASURED) for p, s in found if s is not None]
+    in_use = [Mark(p.case.name, p.baseline_size, SELECTED) for p, _ in found]
     if size is None:
-        return context.keep(problem.parameter, f"kept: {reason}", candidates)
+        return context.keep(problem.parameter, f"kept: {reason}", candidates,
+                            marks=in_use + crossovers)
     measured = problem.value_of(size)
     octaves = math.log2(problem.baseline_size / size)
     band = problem.resolution
@@ -298,14 +314,17 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
     if abs(octaves) <= band + _ROUNDING_OCTAVES:
         return context.keep(problem.parameter,
                             f"kept: the value in use switches within {band:g} {unit} of the "
-                            f"measured crossover; {reason}", candidates, measured)
+                            f"measured crossover; {reason}", candidates, measured,
+                            in_use + crossovers)
     target = math.log2(size) + math.copysign(band, octaves)
     short = min(problem.sizes, key=lambda s: abs(math.log2(s) - target))
     value = problem.value_of(short)
+    previous = [dataclasses.replace(mark, role=PREVIOUS) for mark in in_use]
     return context.decide(problem.parameter, value,
                           f"{reason}; set {band:g} {unit} short of it ({short}), toward the "
                           f"value in use", candidates, measured,
-                          problem.parallel_above and value > context.values[problem.parameter])
+                          problem.parallel_above and value > context.values[problem.parameter],
+                          [Mark(problem.case.name, short, SELECTED), *previous, *crossovers])
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ PARALLEL_MINIMUM = "parallel.minimum_elements"
 MAXIMUM_THREADS = "parallel.maximum_threads"
 BROADCAST_MINIMUM = "parallel.broadcast_minimum_elements"
 CONVERSION_MINIMUM = "conversion.parallel_minimum_elements"
+#: what the sizes of every elementwise case count (a report's axis label)
+ELEMENTS = "elements per call"
 
 
 def grain_of(size: int) -> int:
@@ -106,7 +108,7 @@ class ElementwiseCalibration(KernelCalibration):
         item, out = self._dtype().itemsize, self._output_itemsize()
         if not isinstance(self.kernel, BinaryKernel):
             return {"unary": Case("unary", lambda n: (self._operand(context, n, 0),),
-                                  lambda n: n * (item + out))}
+                                  lambda n: n * (item + out), ELEMENTS)}
 
         def broadcast(n: int) -> tuple:
             rows = max(1, n // BROADCAST_COLUMNS)
@@ -116,11 +118,13 @@ class ElementwiseCalibration(KernelCalibration):
         return {
             "equal": Case("equal", lambda n: (self._operand(context, n, 0),
                                               self._operand(context, n, 1)),
-                          lambda n: n * (2 * item + out)),
+                          lambda n: n * (2 * item + out), ELEMENTS),
             "scalar": Case("scalar", lambda n: (self._operand(context, n, 0),
                                                 self._operand(context, (), 1)),
-                           lambda n: n * (item + out)),
-            "broadcast": Case("broadcast", broadcast, lambda n: n * (item + out)),
+                           lambda n: n * (item + out), ELEMENTS),
+            "broadcast": Case("broadcast", broadcast, lambda n: n * (item + out),
+                              f"{ELEMENTS} (N/{BROADCAST_COLUMNS} x 1 by 1 x "
+                              f"{BROADCAST_COLUMNS})"),
         }
 
     def sizes(self, context: CalibrationContext, steps_per_octave: int | None = None

@@ -137,7 +137,10 @@ class GemmCalibration(KernelCalibration):
         return context.randn(self.element_type, (rows, columns), salt)
 
     def _product(self, name: str, context: CalibrationContext, m: Callable[[int], int],
-                 k: Callable[[int], int], n: Callable[[int], int], trans_b: bool = False) -> Case:
+                 k: Callable[[int], int], n: Callable[[int], int], unit: str,
+                 trans_b: bool = False) -> Case:
+        """A product of ``m(size) x k(size)`` by ``k(size) x n(size)``; ``unit`` says what
+        the size counts, shapes included."""
         item = NUMPY_DTYPES[self.element_type].itemsize
 
         def inputs(size: int) -> tuple:
@@ -146,22 +149,36 @@ class GemmCalibration(KernelCalibration):
                     self._matrix(context, *b_shape, 1))
 
         return Case(name, inputs,
-                    lambda s: item * (m(s) * k(s) + k(s) * n(s) + m(s) * n(s)))
+                    lambda s: item * (m(s) * k(s) + k(s) * n(s) + m(s) * n(s)), unit)
 
     def _square(self, context: CalibrationContext) -> Case:
-        return self._product("square", context, int, int, int)
+        return self._product("square", context, int, int, int, "N (N x N by N x N)")
+
+    def _rows(self, context: CalibrationContext, rows: int) -> Case:
+        """``rows`` x N by N x N: the one-row and few-row families, on the size N."""
+        return self._product(f"{rows} x N x N", context, lambda s: rows, int, int,
+                             f"N ({rows} x N by N x N)")
+
+    def _skinny_m(self, context: CalibrationContext) -> Case:
+        """M x 512 by 512 x 512, on the rows M."""
+        return self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
+                             lambda s: SKINNY_DEPTH,
+                             f"rows M (M x {SKINNY_DEPTH} by {SKINNY_DEPTH} x {SKINNY_DEPTH})")
 
     def families(self, context: CalibrationContext) -> list[tuple[Case, int]]:
         """Square, wide N, large K and (Gemm only) transposed B: the cases tiles are judged on."""
         product = self._product
         families = [
             (self._square(context), 256),
-            (product("wide N", context, lambda s: s // 4, lambda s: s, lambda s: s * 4), 256),
-            (product("large K", context, lambda s: s, lambda s: s * 16, lambda s: s), 128),
+            (product("wide N", context, lambda s: s // 4, lambda s: s, lambda s: s * 4,
+                     "N (N/4 x N by N x 4N)"), 256),
+            (product("large K", context, lambda s: s, lambda s: s * 16, lambda s: s,
+                     "N (N x 16N by 16N x N)"), 128),
         ]
         if not isinstance(self.kernel, MatMul):
             families.append((product("transposed B", context, int, lambda s: s // 2, int,
-                                     trans_b=True), 256))
+                                     "N (N x N/2 by N/2 x N, B transposed)", trans_b=True),
+                             256))
         return families
 
     def _runner_for(self, config: Any, threads: int) -> Callable[..., np.ndarray]:
@@ -241,8 +258,7 @@ class GemmCalibration(KernelCalibration):
         tile_m = int(context.values[TILE_M])
         steps = context.options.level.steps_per_octave
         rows = geometric_grid(1, tile_m, steps)
-        case = self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
-                             lambda s: SKINNY_DEPTH)
+        case = self._skinny_m(context)
         skinny = self._runner(context, {**compiled, SKINNY: tile_m, SKINNY_B: 0})
         blocked = self._runner(context, {**compiled, SKINNY: 0})
         decide_crossover(context, Crossover(
@@ -260,7 +276,7 @@ class GemmCalibration(KernelCalibration):
         # neither path wins, which would end the search where it starts
         few = max(1, limit // 2)
         decide_crossover(context, Crossover(
-            SKINNY_B, self._product(f"{few} x N x N", context, lambda s: few, int, int),
+            SKINNY_B, self._rows(context, few),
             whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
             lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
 
@@ -291,7 +307,7 @@ class GemmCalibration(KernelCalibration):
         if sizes is None:
             return
         decide_crossover(context, Crossover(
-            SKINNY_UNIT, self._product("1 x N x N", context, lambda s: 1, int, int), sizes,
+            SKINNY_UNIT, self._rows(context, 1), sizes,
             ("serial", self._runner(context, {**compiled, SKINNY_UNIT: NEVER})),
             ("parallel", self._runner(context, {**compiled, SKINNY_UNIT: 1}, 2)),
             lambda s: max(1, s * s // 2),
@@ -307,11 +323,9 @@ class GemmCalibration(KernelCalibration):
             lambda s: s ** 3, max(1, round(int(context.values[BLAS]) ** (1 / 3))),
             self._tolerance()))
         decide_crossover(context, Crossover(
-            VECTOR_BLAS, self._product("1 x N x N", context, lambda s: 1, int, int),
-            _wide(context),
-            compiled_run, on_blas, lambda s: s * s,
-            max(1, math.isqrt(int(context.values[VECTOR_BLAS]))), self._tolerance(),
-            VECTOR_BLAS_RESOLUTION_OCTAVES))
+            VECTOR_BLAS, self._rows(context, 1), _wide(context), compiled_run, on_blas,
+            lambda s: s * s, max(1, math.isqrt(int(context.values[VECTOR_BLAS]))),
+            self._tolerance(), VECTOR_BLAS_RESOLUTION_OCTAVES))
         limit = int(context.values[SKINNY])
         if limit < 2:
             context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_m_limit is {limit}, no product of "
@@ -325,9 +339,8 @@ class GemmCalibration(KernelCalibration):
             return
         skinny = self._runner(context, compiled)
         decide_shared_crossover(context, [
-            Crossover(SKINNY_BLAS, self._product(f"{rows} x N x N", context,
-                                                 lambda s, rows=rows: rows, int, int),
-                      skinny_sizes, ("skinny", skinny), on_blas,
+            Crossover(SKINNY_BLAS, self._rows(context, rows), skinny_sizes,
+                      ("skinny", skinny), on_blas,
                       lambda s, rows=rows: rows * s * s,
                       max(1, math.isqrt(int(context.values[SKINNY_BLAS]) // rows)),
                       self._tolerance())
@@ -354,7 +367,8 @@ class GemmCalibration(KernelCalibration):
             return
         width = 64
         case = self._product("tall", context, lambda s: s // width, lambda s: width,
-                             lambda s: width)
+                             lambda s: width,
+                             f"elements of A (N/{width} x {width} by {width} x {width})")
         sizes = geometric_grid(1 << 12, min(1 << 20, context.options.level.largest_elements),
                                context.options.level.steps_per_octave, width)
         # pure modes on both sides, as for the elementwise kernels (see _pure_modes there)
@@ -369,8 +383,7 @@ class GemmCalibration(KernelCalibration):
     def workload(self, context: CalibrationContext) -> Workload:
         """The tile families plus a skinny and a small square product."""
         cases = [*self.families(context),
-                 (self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
-                                lambda s: SKINNY_DEPTH), 4),
+                 (self._skinny_m(context), 4),
                  (self._square(context), 64)]
 
         return Workload(cases, lambda config: self._runner_for(config, context.threads),
