@@ -1,4 +1,7 @@
-"""Reading a calibration report back as crossover curves: series, the selected value, marks."""
+"""Reading a calibration report back as crossover curves: series, the selected value, marks.
+
+The marks and units are the ones the decisions recorded; the reasons are only shown.
+"""
 
 from __future__ import annotations
 
@@ -11,25 +14,23 @@ from kerneltune.calibration import CalibrationReport, Candidate, Decision
 from kerneltune.calibration.curves import (
     COMPARISON,
     CROSSOVER,
-    MEASURED,
-    PREVIOUS,
-    SELECTED,
     THREADS,
     UNMEASURED,
     VERIFICATION,
     ReportFileError,
     read_report_curves,
     report_curves,
-    size_unit,
 )
+from kerneltune.calibration.report import MEASURED, PREVIOUS, SELECTED, Mark
 
 GRAIN = "parallel.minimum_elements"
 
 
-def _crossover(case: str, timings: list[tuple[int, float, float]]) -> tuple[Candidate, ...]:
+def _crossover(case: str, timings: list[tuple[int, float, float]],
+               unit: str = "elements per call") -> tuple[Candidate, ...]:
     """Candidates of a serial/parallel race: (size, serial seconds, parallel seconds)."""
     return tuple(Candidate(case, size, {"serial": measurement_of(serial),
-                                        "parallel": measurement_of(parallel)}, "measured")
+                                        "parallel": measurement_of(parallel)}, "measured", unit)
                  for size, serial, parallel in timings)
 
 
@@ -54,7 +55,8 @@ def test_a_kept_crossover_has_a_series_per_path_sorted_by_size_with_the_selected
                                       (16384, 6e-6, 7.5e-6), (32768, 9.2e-6, 8.1e-6)])
     decision = Decision(GRAIN, 32768, 32768, "kept: the value in use switches within 2 octaves "
                         "of the measured crossover; parallel beats serial on equal (margin 5%) "
-                        "from size 32768 on", candidates, 16384)
+                        "from size 32768 on", candidates, 16384,
+                        marks=(Mark("equal", 65536, SELECTED), Mark("equal", 32768, MEASURED)))
     entry = _only(_document([decision]))
     assert (entry.threads, entry.status, entry.seconds) == (2, "calibrated", 1.5)
     (curves,) = entry.decisions
@@ -69,30 +71,58 @@ def test_a_kept_crossover_has_a_series_per_path_sorted_by_size_with_the_selected
     assert [(m.role, m.size) for m in curves.marks] == [(SELECTED, 65536), (MEASURED, 32768)]
     assert curves.marks[0].label == f"selected {GRAIN} = 32768 (kept)"
     assert curves.marks[1].label == "crossover measured on equal"
+    assert curves.unit("equal") == "elements per call"
 
 
 def test_a_moved_crossover_marks_the_selected_size_and_where_the_value_in_use_switched():
     candidates = _crossover("square", [(128, 1e-4, 1.1e-4), (256, 4e-4, 4.1e-4),
-                                       (512, 1.7e-3, 1.5e-3)])
-    decision = Decision("algorithm.blas_minimum_fmas", 16777216, 2097152,
-                        "compiled beats BLAS on square (margin 5%) below size 512; set 1 octave "
-                        "short of it (256), toward the value in use", candidates, 134217728)
+                                       (512, 1.7e-3, 1.5e-3)], "N (N x N by N x N)")
+    marks = (Mark("square", 256, SELECTED), Mark("square", 128, PREVIOUS),
+             Mark("square", 512, MEASURED))
+    decision = Decision("algorithm.blas_minimum_fmas", 16777216, 2097152, "whatever it says",
+                        candidates, 134217728, marks=marks)
     (curves,) = _only(_document([decision])).decisions
     assert curves.changed
     assert [(m.role, m.size) for m in curves.marks] == [
         (SELECTED, 256), (PREVIOUS, 128), (MEASURED, 512)]
+    assert curves.marks[0].label == "selected algorithm.blas_minimum_fmas = 16777216"
     assert curves.marks[1].label == "value in use before, 2097152"
+    assert curves.unit("square") == "N (N x N by N x N)"
 
 
-def test_cases_that_start_apart_get_a_mark_each_named_by_case():
-    candidates = (*_crossover("2 x N x N", [(1024, 1.0, 2.0)]),
-                  *_crossover("4 x N x N", [(724, 1.0, 2.0)]))
-    decision = Decision("algorithm.skinny_blas_minimum_fmas", 2097152, 2097152, "kept: budget",
-                        candidates)
-    (curves,) = _only(_document([decision])).decisions
-    assert curves.cases == ("2 x N x N", "4 x N x N")
-    assert [(m.label.rpartition("(")[2], m.size) for m in curves.marks] == [
+def test_marks_at_one_size_on_every_case_are_shown_once_and_apart_once_per_case():
+    candidates = (*_crossover("equal", [(65536, 1.0, 2.0)]),
+                  *_crossover("scalar", [(65536, 1.0, 2.0)]),
+                  *_crossover("2 x N x N", [(1024, 1.0, 2.0)], "N (2 x N by N x N)"),
+                  *_crossover("4 x N x N", [(724, 1.0, 2.0)], "N (4 x N by N x N)"))
+    shared = Decision(GRAIN, 32768, 32768, "kept", candidates[:2], marks=(
+        Mark("equal", 65536, SELECTED), Mark("scalar", 65536, SELECTED),
+        Mark("equal", 32768, MEASURED), Mark("scalar", 65536, MEASURED)))
+    apart = Decision("algorithm.skinny_blas_minimum_fmas", 2097152, 2097152, "kept: budget",
+                     candidates[2:], marks=(Mark("2 x N x N", 1024, SELECTED),
+                                            Mark("4 x N x N", 724, SELECTED)))
+    one, two = _only(_document([shared, apart])).decisions
+    assert [(m.label, m.size) for m in one.marks] == [
+        (f"selected {GRAIN} = 32768 (kept)", 65536), ("crossover measured on equal", 32768),
+        ("crossover measured on scalar", 65536)]
+    assert two.cases == ("2 x N x N", "4 x N x N")
+    assert [(m.label.rpartition("(")[2], m.size) for m in two.marks] == [
         ("2 x N x N)", 1024), ("4 x N x N)", 724)]
+    assert [two.unit(case) for case in two.cases] == ["N (2 x N by N x N)", "N (4 x N by N x N)"]
+
+
+def test_a_report_without_marks_or_units_keeps_its_curves_on_an_axis_of_size():
+    """Reports written before decisions recorded them: the reason's wording places nothing."""
+    candidates = _crossover("equal", [(65536, 16e-6, 11e-6), (32768, 9e-6, 8e-6)])
+    decision = Decision(GRAIN, 16384, 32768, "parallel beats serial on equal (margin 5%) from "
+                        "size 32768 on; set 1 octave short of it (32768), toward the value in "
+                        "use", candidates, 16384)
+    document = _document([decision])
+    recorded = document[0]["calibrated"][0]["decisions"][0]
+    del recorded["marks"], recorded["units"]
+    (curves,) = _only(document).decisions
+    assert curves.kind == CROSSOVER and len(curves.series) == 2
+    assert curves.marks == () and curves.unit("equal") == "size"
 
 
 def test_a_thread_search_selects_the_label_of_the_count_the_value_runs():
@@ -149,14 +179,6 @@ def test_a_skipped_key_keeps_its_report_and_select_filters_keys_and_parameters()
     assert document["keys"][0]["decisions"][0]["kind"] == UNMEASURED
 
 
-@pytest.mark.parametrize(("case", "unit"), [
-    ("equal", "elements per call"), ("square", "N (N x N by N x N)"),
-    ("4 x N x N", "N (4 x N by N x N)"), ("skinny M", "rows M (M x 512 by 512 x 512)"),
-    ("mystery", "size of the case 'mystery'")])
-def test_size_units_name_what_a_case_counts(case, unit):
-    assert size_unit(case) == unit
-
-
 @pytest.mark.parametrize(("text", "message"), [
     ("not json", "not JSON"),
     ("[]", "an empty list"),
@@ -180,3 +202,21 @@ def test_a_malformed_entry_is_located(tmp_path):
         report_curves(document, "r.json")
     with pytest.raises(ReportFileError, match="cannot be read"):
         read_report_curves(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.update(marks={"size": 1}), r"decisions\[0\]: 'marks' is dict"),
+    (lambda d: d["marks"][0].update(size="64"), r"decisions\[0\], marks\[0\]: 'size' is str"),
+    (lambda d: d["marks"][0].pop("case"), r"decisions\[0\], marks\[0\]: no 'case'"),
+    (lambda d: d["marks"][0].update(role="start"),
+     r"marks\[0\]: 'role' is 'start', not one of selected, previous, measured"),
+    (lambda d: d.update(units={"equal": 3}), r"decisions\[0\], units: 'equal' is int"),
+])
+def test_a_malformed_mark_or_unit_is_located(change, message):
+    decision = Decision(GRAIN, 1, 1, "kept", _crossover("equal", [(64, 1.0, 2.0)]),
+                        marks=(Mark("equal", 64, SELECTED),))
+    document = _document([decision])
+    change(document[0]["calibrated"][0]["decisions"][0])
+    with pytest.raises(ReportFileError, match="r.json: not a calibration report") as raised:
+        report_curves(document, "r.json")
+    assert raised.match(message)

@@ -3,7 +3,8 @@
 Reports made here by the fixtures hold whatever this machine decides while the
 other tests load it (Add may even run faster on one thread, and its grains go
 unmeasured); the recorded one, a quick calibration of Add FLOAT on two threads
-of the 2-vCPU EPYC machine, holds measured crossovers to check.
+of the 2-vCPU EPYC machine, holds measured crossovers and the marks its searches
+recorded to check.
 """
 
 from __future__ import annotations
@@ -93,9 +94,19 @@ def test_json_holds_every_decision_with_its_series(report):
         assert all(p["seconds"] > 0 for s in grain["series"] for p in s["points"])
         selected = [m for m in grain["marks"] if m["role"] == "selected"]
         assert selected and all(m["size"] > 0 for m in selected)
+        assert set(grain["units"].values()) <= {"elements per call",
+                                                "elements per call (N/256 x 1 by 1 x 256)"}
 
 
-def test_the_recorded_crossover_marks_the_kept_grain_where_the_search_started():
+def test_the_recorded_crossover_marks_the_kept_grain_where_the_value_in_use_switches():
+    """The marks are the ones the search recorded: the grain 32768 switches at 65536 on both
+    cases, and equal's crossover was measured there (scalar had no clear winner)."""
+    recorded = json.loads(RECORDED.read_text(encoding="utf-8"))
+    (written,) = [d for d in recorded[0]["calibrated"][0]["decisions"]
+                  if d["parameter"] == "parallel.minimum_elements"]
+    assert [(m["case"], m["size"], m["role"]) for m in written["marks"]] == [
+        ("equal", 65536, "selected"), ("scalar", 65536, "selected"),
+        ("equal", 65536, "measured")]
     done = run_kerneltune("report", RECORDED, "--json", "--parameter", "parallel.minimum")
     assert done.returncode == 0, done.stderr
     ((grain,),) = [entry["decisions"] for entry in json.loads(done.stdout)["keys"]]
@@ -103,8 +114,10 @@ def test_the_recorded_crossover_marks_the_kept_grain_where_the_search_started():
     assert [(s["case"], s["label"]) for s in grain["series"]] == [
         ("equal", "serial"), ("equal", "parallel"), ("scalar", "serial"), ("scalar", "parallel")]
     assert [p["size"] for p in grain["series"][0]["points"]] == [16384, 32768, 65536, 131072]
-    assert [(m["role"], m["size"]) for m in grain["marks"]] == [
-        ("selected", 65536), ("measured", 65536)]
+    assert [(m["role"], m["size"], m["label"]) for m in grain["marks"]] == [
+        ("selected", 65536, "selected parallel.minimum_elements = 32768 (kept)"),
+        ("measured", 65536, "crossover measured on equal")]
+    assert grain["units"] == {"equal": "elements per call", "scalar": "elements per call"}
 
 
 def test_the_filters_choose_keys_and_parameters():

@@ -1,8 +1,9 @@
 """Crossover plots of a calibration report, so a person sees why a value was chosen.
 
 One panel per measured decision (:mod:`.calibration.curves`): time per call against
-size for each path or thread count, the selected threshold, the value in use before
-it and the crossovers measured as vertical lines; comparisons of settings as times
+size (in the unit the report gives each case) for each path or thread count, the
+selected threshold (also named above the panel), the value in use before it and the
+crossovers measured as vertical lines; comparisons of settings as times
 relative to the value in use. matplotlib is an optional extra (``kerneltune[plot]``),
 imported only here and only when a plot is drawn, with its Agg backend: no display is
 needed and no process-wide backend is switched.
@@ -19,16 +20,13 @@ from typing import Any
 
 from .calibration.curves import (
     COMPARISON,
-    MEASURED,
-    PREVIOUS,
-    SELECTED,
     UNMEASURED,
     DecisionCurves,
     KeyCurves,
     ReportCurves,
     Series,
-    size_unit,
 )
+from .calibration.report import MEASURED, PREVIOUS, SELECTED
 from .errors import KernelTuningError
 
 #: panels drawn at most; ``kerneltune report --key/--parameter`` choose among more
@@ -38,6 +36,8 @@ _MARK_STYLES = {SELECTED: ("black", "-"), PREVIOUS: ("grey", "--"), MEASURED: ("
 _MEASURED_COLOURS = ("tab:red", "tab:purple", "tab:brown", "tab:pink")
 _CASE_MARKERS = ("o", "s", "^", "D", "v", "P")
 _CASE_LINES = ("-", "--", ":", "-.")
+#: how far the size axis reaches beyond the sizes measured, as a factor
+_AXIS_MARGIN = 1.15
 
 
 class PlottingUnavailableError(KernelTuningError):
@@ -124,6 +124,10 @@ def _draw_series(axes: Any, decision: DecisionCurves, relative: bool) -> None:
 
 
 def _draw_marks(axes: Any, decision: DecisionCurves) -> None:
+    """A vertical line per mark; one beyond the sizes measured (a value in use that
+    switches far off the grid) is named in the legend, off the axis, not stretching it."""
+    sizes = [point.size for series in decision.series for point in series.points]
+    low, high = min(sizes) / _AXIS_MARGIN, max(sizes) * _AXIS_MARGIN
     measured = 0
     for mark in decision.marks:
         colour, style = _MARK_STYLES[mark.role]
@@ -133,8 +137,23 @@ def _draw_marks(axes: Any, decision: DecisionCurves) -> None:
             label = f"{mark.label}: {_size_text(mark.size)}"
         else:
             label = f"{mark.label}: switches at {_size_text(mark.size)}"
+        if not low <= mark.size <= high:
+            label += " (beyond the sizes measured)"
         axes.axvline(mark.size, color=colour, linestyle=style,
                      linewidth=1.8 if mark.role == SELECTED else 1.2, label=label)
+    axes.set_xlim(low, high)
+
+
+def _name_selected(axes: Any, ticker: Any, decision: DecisionCurves) -> None:
+    """The selected value named above its line, on a top axis: what a reader looks for first,
+    where no curve runs through the text."""
+    low, high = axes.get_xlim()
+    marks = [m for m in decision.marks if m.role == SELECTED and low <= m.size <= high]
+    if not marks:
+        return
+    top = axes.secondary_xaxis("top")
+    top.set_xticks([m.size for m in marks], [m.label for m in marks], fontsize=7.5)
+    top.xaxis.set_minor_locator(ticker.NullLocator())
 
 
 def _categorical(decision: DecisionCurves) -> bool:
@@ -169,8 +188,9 @@ def _panel(axes: Any, ticker: Any, entry: KeyCurves, decision: DecisionCurves) -
         _draw_marks(axes, decision)
         axes.set_xscale("log", base=2)
         axes.xaxis.set_major_formatter(lambda size, _: _size_text(size))
-        units = list(dict.fromkeys(size_unit(case) for case in decision.cases))
+        units = list(dict.fromkeys(decision.unit(case) for case in decision.cases))
         axes.set_xlabel("; ".join(units) + " (log scale, K = 1024)")
+        _name_selected(axes, ticker, decision)
     if relative:
         axes.axhline(1.0, color="grey", linewidth=0.8, label="the value in use")
         axes.set_ylabel(f"time relative to the value in use\n({decision.reference}; lower "

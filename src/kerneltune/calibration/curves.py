@@ -3,9 +3,11 @@
 ``kerneltune calibrate --report`` keeps every measurement. This turns them into what a
 person looks at to see why a value was chosen: for each key and decision, one series per
 measured label (the serial and the parallel path, one per thread count, or one per
-candidate value) of (size, median seconds), and the sizes where the selected value and
-the value in use before it switch. ``kerneltune report`` prints and plots them
-(:mod:`kerneltune.plot`); nothing here needs matplotlib.
+candidate value) of (size, median seconds), what each case's sizes count, and the sizes
+where the selected value and the value in use before it switch, as the searches recorded
+them (:class:`~.report.Mark`). ``kerneltune report`` prints and plots them
+(:mod:`kerneltune.plot`); nothing here needs matplotlib. A report written before
+decisions recorded marks and units still gives its curves, unmarked, on axes of "size".
 
 A file that is not a calibration report raises :class:`ReportFileError` naming the file
 and the first entry that is wrong.
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from ..errors import KernelTuningError, TuningValidationError
 from ..schema import KernelTuningKey, TuningValue
+from .report import MARK_ROLES, MEASURED, PREVIOUS, SELECTED, Mark
 
 #: what a decision's candidates measured (see :mod:`.search`)
 CROSSOVER = "crossover"  # two paths raced on growing sizes
@@ -29,32 +32,13 @@ COMPARISON = "comparison"  # settings timed on the same cases; the first is the 
 VERIFICATION = "verification"  # the decided values against the previous ones
 UNMEASURED = "unmeasured"  # decided without measurements of its own
 
-#: what a case's size counts, by case name (the kernel library's; others say "size")
-_SIZE_UNITS = (
-    (re.compile(r"(unary|equal|scalar|broadcast)"), "elements per call"),
-    (re.compile(r"tall"), "elements of A (N/64 x 64 by 64 x 64)"),
-    (re.compile(r"square"), "N (N x N by N x N)"),
-    (re.compile(r"skinny M"), "rows M (M x 512 by 512 x 512)"),
-    (re.compile(r"(\d+) x N x N"), r"N (\1 x N by N x N)"),
-)
-#: where a moved crossover's value switches, and a case's measured crossover, as the
-#: reasons of :func:`.search.record_crossover` and :func:`.search.search_crossover` say them
-_SET_AT = re.compile(r"short of it \((\d+)\), toward the value in use")
-_CROSSOVER_AT = re.compile(r"on (?P<case>.+?) \(margin [^)]*\) (?:from size (?P<size>\d+) on"
-                           r"|below size (?P<below>\d+)|up to the largest size, (?P<largest>\d+))")
 _THREAD_LABEL = re.compile(r"(\d+) threads")
+#: what a case's sizes count when the report does not say
+DEFAULT_UNIT = "size"
 
 
 class ReportFileError(KernelTuningError, ValueError):
     """A file that cannot be read as a calibration report (``calibrate --report``)."""
-
-
-def size_unit(case: str) -> str:
-    """What the sizes of ``case`` count, for an axis label."""
-    for pattern, unit in _SIZE_UNITS:
-        if pattern.fullmatch(case):
-            return pattern.sub(unit, case)
-    return f"size of the case {case!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,14 +74,10 @@ class Series:
                 "points": [point.to_dict() for point in self.points]}
 
 
-#: what a mark is: where the selected value switches, where the value in use before it
-#: switched, or where a case's measurements placed the crossover
-SELECTED, PREVIOUS, MEASURED = "selected", "previous", "measured"
-
-
 @dataclasses.dataclass(frozen=True)
-class Mark:
-    """A size on a crossover's axis, and what happens there (``role``)."""
+class AxisMark:
+    """A size on a crossover's axis, what happens there (``role``, as a
+    :class:`~.report.Mark`'s) and how a legend says it."""
 
     label: str
     size: int
@@ -114,8 +94,8 @@ class DecisionCurves:
     ``reference`` is the label the others are compared with (the value in use, or
     the lower side of a crossover); ``selected_label`` the label that won when the
     decision chose between labels (thread counts, settings); ``marks`` where the
-    selected value and the value in use switch on a crossover's size axis (the
-    value in use at the grid size nearest to it, where the search started).
+    selected value and the value in use switch on a crossover's size axis, and the
+    crossovers measured; ``units`` what each case's sizes count.
     """
 
     parameter: str
@@ -128,11 +108,16 @@ class DecisionCurves:
     series: tuple[Series, ...] = ()
     reference: str | None = None
     selected_label: str | None = None
-    marks: tuple[Mark, ...] = ()
+    marks: tuple[AxisMark, ...] = ()
+    units: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
         return self.value != self.baseline
+
+    def unit(self, case: str) -> str:
+        """What the sizes of ``case`` count, for an axis label."""
+        return self.units.get(case, DEFAULT_UNIT)
 
     @property
     def cases(self) -> tuple[str, ...]:
@@ -142,7 +127,7 @@ class DecisionCurves:
         return {"parameter": self.parameter, "baseline": self.baseline, "value": self.value,
                 "changed": self.changed, "measured": self.measured, "reason": self.reason,
                 "kind": self.kind, "candidates": self.candidates, "reference": self.reference,
-                "selected_label": self.selected_label,
+                "selected_label": self.selected_label, "units": dict(self.units),
                 "marks": [mark.to_dict() for mark in self.marks],
                 "series": [series.to_dict() for series in self.series]}
 
@@ -250,34 +235,45 @@ def _kind(labels: set[str], settings: Sequence[str]) -> str:
     return CROSSOVER
 
 
-def _marks(parameter: str, value: TuningValue, baseline: TuningValue, reason: str,
-           candidates: Sequence[Mapping]) -> tuple[Mark, ...]:
-    """Where the selected value and the value in use switch on a crossover's size axis, and
-    the crossovers measured.
-
-    A search starts at the grid size nearest to where the value in use switches, so
-    each case's first point places it; a moved value switches at the grid size its
-    reason names, and the reason names each case's crossover.
-    """
-    starts: dict[str, int] = {}
-    for candidate in candidates:
-        starts.setdefault(candidate["case"], int(candidate["point"]))
+def _recorded_marks(data: Mapping, where: str) -> list[Mark]:
+    """The marks a decision recorded (none in a report older than them)."""
     marks = []
-    if value != baseline:
-        moved = _SET_AT.search(reason)
-        if moved is not None:
-            marks.append(Mark(f"selected {parameter} = {value}", int(moved.group(1)), SELECTED))
-        label, role = f"value in use before, {baseline}", PREVIOUS
-    else:
-        label, role = f"selected {parameter} = {value} (kept)", SELECTED
-    apart = len(set(starts.values())) > 1
-    for case, start in starts.items():
-        if apart or case == next(iter(starts)):  # once, or by case where they start apart
-            marks.append(Mark(f"{label} ({case})" if apart else label, start, role))
-    for found in _CROSSOVER_AT.finditer(reason):
-        size = next(int(n) for n in found.group("size", "below", "largest") if n is not None)
-        marks.append(Mark(f"crossover measured on {found.group('case')}", size, MEASURED))
-    return tuple(marks)
+    for index, mark in enumerate(_get(data, "marks", list, where) if "marks" in data else []):
+        at = f"{where}, marks[{index}]"
+        role = _get(mark, "role", str, at)
+        if role not in MARK_ROLES:
+            raise ValueError(f"{at}: 'role' is {role!r}, not one of {', '.join(MARK_ROLES)}")
+        marks.append(Mark(_get(mark, "case", str, at), _get(mark, "size", int, at), role))
+    return marks
+
+
+def _units(data: Mapping, where: str) -> dict[str, str]:
+    """What each case's sizes count, as the decision recorded it (nothing in older reports)."""
+    units = _get(data, "units", Mapping, where) if "units" in data else {}
+    for case, unit in units.items():
+        if not isinstance(unit, str):
+            raise ValueError(f"{where}, units: {case!r} is {type(unit).__name__}")
+    return dict(units)
+
+
+def _axis_marks(parameter: str, value: TuningValue, baseline: TuningValue,
+                marks: Sequence[Mark]) -> tuple[AxisMark, ...]:
+    """The recorded marks with their legends: the selected value and the value in use
+    before once where every case has them at one size, else one per case; each case's
+    measured crossover."""
+    kept = " (kept)" if value == baseline else ""
+    labels = {SELECTED: f"selected {parameter} = {value}{kept}",
+              PREVIOUS: f"value in use before, {baseline}"}
+    shown = []
+    for role in MARK_ROLES:
+        chosen = [mark for mark in marks if mark.role == role]
+        if role == MEASURED:
+            shown += [AxisMark(f"crossover measured on {m.case}", m.size, role) for m in chosen]
+        elif len({mark.size for mark in chosen}) == 1:
+            shown.append(AxisMark(labels[role], chosen[0].size, role))
+        else:
+            shown += [AxisMark(f"{labels[role]} ({m.case})", m.size, role) for m in chosen]
+    return tuple(shown)
 
 
 def _decision(data: object, settings: Mapping[str, Mapping], values: Mapping[str, object],
@@ -289,7 +285,8 @@ def _decision(data: object, settings: Mapping[str, Mapping], values: Mapping[str
     candidates = _get(data, "candidates", list, where)
     series, reference = _series(candidates, where)
     kind = _kind({s.label for s in series}, list(settings))
-    selected, marks = None, ()
+    marks = _axis_marks(parameter, value, baseline, _recorded_marks(data, where))
+    selected = None
     if kind == COMPARISON:
         reference = next(iter(settings))
         selected = next((label for label, chosen in settings.items()
@@ -298,10 +295,9 @@ def _decision(data: object, settings: Mapping[str, Mapping], values: Mapping[str
         # a count above the largest measured runs as many threads as the largest
         largest = max(int(_THREAD_LABEL.fullmatch(s.label).group(1)) for s in series)
         selected = f"{min(int(value), largest)} threads" if isinstance(value, int) else None
-    elif kind == CROSSOVER:
-        marks = _marks(parameter, value, baseline, reason, candidates)
     return DecisionCurves(parameter, value, baseline, data.get("measured"), reason, kind,
-                          len(candidates), series, reference, selected, marks)
+                          len(candidates), series, reference, selected, marks,
+                          _units(data, where))
 
 
 def _key(data: object, threads: int, status: str, reason: str | None, where: str) -> KeyCurves:

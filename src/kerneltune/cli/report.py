@@ -10,7 +10,7 @@ reports, one per thread count, or one). ``--json`` prints
                "reason": null | why it was not calibrated, "seconds", "stopped_early",
                "decisions": [{"parameter", "baseline", "value", "changed", "measured",
                               "reason", "kind", "candidates": number measured,
-                              "reference", "selected_label",
+                              "reference", "selected_label", "units": {case: unit},
                               "marks": [{"label", "size", "role"}],
                               "series": [{"case", "label",
                                           "points": [{"size", "seconds", "q1", "q3",
