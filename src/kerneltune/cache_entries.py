@@ -29,8 +29,11 @@ CACHE_FORMAT = DocumentFormat(
     "kerneltune-kernel-tuning-cache", 1,
     {"format": str, "schema_version": int, "executions": dict, "entries": list},
     what="kernel tuning cache")
+#: an entry that first-use verification wrote: the defaults restored where a deployment
+#: file's values were slower (its report digest is the deployment file's SHA-256)
+VERIFICATION = "verification"
 #: where an entry's values came from
-SOURCES = ("calibration", "manual")
+SOURCES = ("calibration", "manual", VERIFICATION)
 
 _ENTRY_FIELDS = ("key", "execution", "values", "source", "versions", "report_digest")
 _ENTRY_FIELD_SET = frozenset(_ENTRY_FIELDS)
@@ -66,8 +69,14 @@ class CacheEntry:
         return f"{where} ({self.key}, {self.execution.effective_threads} threads)"
 
     def profile(self, origin: str) -> KernelTuningProfile:
-        return KernelTuningProfile(self.key, self.values, execution=self.execution, origin=origin,
-                                   report_digest=self.report_digest)
+        """The calibrated profile the entry publishes; a verification entry is named, with the
+        deployment file it demoted values of, so that explain says why the defaults apply."""
+        name = None
+        if self.source == VERIFICATION:
+            name = VERIFICATION
+            origin = f"{origin}, deployment file {(self.report_digest or '?')[:12]}"
+        return KernelTuningProfile(self.key, self.values, execution=self.execution, name=name,
+                                   origin=origin, report_digest=self.report_digest)
 
     def to_dict(self) -> dict[str, object]:
         processor = self.execution.processor
