@@ -1,4 +1,4 @@
-"""``kerneltune profiles``: export, bake, import, explain and validate deployment profiles."""
+"""``kerneltune profiles``: export, bake, import, explain, validate and verify profiles."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import ProfileError
-from .common import FAILURE, add_command, add_json, add_threads, print_json, warn
+from .common import FAILURE, add_command, add_json, add_threads, print_json, table, warn
 
 #: the gaps a bake prints for a person; --json has all of them
 SHOWN_GAPS = 10
@@ -111,9 +111,30 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from ..verification import DEFAULTS, verify_deployment_profiles
+
+    report = verify_deployment_profiles(args.files or None, threads=args.threads,
+                                        time_budget=args.time_budget, margin=args.margin,
+                                        force=args.force)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        rows = [(row.key, row.outcome, "yes" if row.measured else "no",
+                 ", ".join(f"{name}={value}" for name, value in row.shipped.items()), row.reason)
+                for row in report.keys if row.outcome != DEFAULTS]
+        if rows:
+            print(table(rows, ("key", "outcome", "measured", "shipped", "why")))
+        print(report.summary())
+    for line in (*report.problems, *report.warnings):
+        warn("profiles verify", line)
+    return 0 if all(file.status == "imported" for file in report.files) else FAILURE
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     group = commands.add_parser(
-        "profiles", help="export, bake, import, explain and validate deployment profiles",
+        "profiles", help="export, bake, import, explain, validate and verify deployment "
+                         "profiles",
         description="Deployment profiles: calibrations bound to a processor selector, merged "
                     "into one deployment file an image ships (docs/design.md).")
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -172,3 +193,24 @@ def register(commands: argparse._SubParsersAction) -> None:
                             help="a processor descriptor file (default: this machine)")
     add_threads(explaining)
     add_json(explaining)
+
+    verify = add_command(
+        actions, "verify", "measure the files' values in use here against the defaults, once "
+                           "per machine and file, and demote in the user cache those slower "
+                           "here (a first-boot step)", _verify,
+        examples=["kerneltune profiles verify /opt/kerneltune/deployment.yaml",
+                  "KERNELTUNE_DEPLOYMENT_PROFILES=d.yaml kerneltune profiles verify --threads 2 "
+                  "--time-budget 60"])
+    verify.add_argument("files", nargs="*",
+                        help="profile or deployment files (default: those "
+                             "KERNELTUNE_DEPLOYMENT_PROFILES names)")
+    add_threads(verify, "the threads of the execution verified")
+    verify.add_argument("--time-budget", type=float, default=30.0, metavar="SECONDS",
+                        help="stop measuring after this long; the keys left stay unverified "
+                             "(default: %(default)s)")
+    verify.add_argument("--margin", type=float, default=0.05,
+                        help="how much faster the defaults must be, twice, to demote a value "
+                             "(default: %(default)s)")
+    verify.add_argument("--force", action="store_true",
+                        help="measure again the keys verified or demoted before")
+    add_json(verify)
