@@ -74,6 +74,7 @@ def test_a_key_is_exact_or_portable():
     # two spellings of one structure are one key
     assert KEY.portable([("shape", "m,n,4096"), ("dtype", "float16")]) == PORTABLE
     assert hash(PORTABLE) == hash(KEY.portable(dict(reversed(STRUCTURE.items()))))
+    assert exact_key(structural_properties=None) == exact_key(structural_properties={}) == KEY
     assert PORTABLE.to_dict() == {"backend": "example_gpu", "operator_name": "MatMul",
                                   "implementation_version": "3", "structural_properties": STRUCTURE}
 

@@ -100,7 +100,7 @@ class CalibrationProfileKey:
     def __post_init__(self) -> None:
         problems = [p for name in ("backend", "operator_name", "implementation_version")
                     for p in name_problems(getattr(self, name), name)]
-        properties, structure_problems = structure_of(self.structural_properties,
+        properties, structure_problems = structure_of(self.structural_properties or (),
                                                       "structural_properties")
         problems += structure_problems
         given = [name for name in EXACT_FIELDS if getattr(self, name) is not None]
