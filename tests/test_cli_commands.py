@@ -89,6 +89,10 @@ def test_the_top_level_help_lists_every_command_and_the_version_prints():
      "no tuning schema is registered for kernel 'Nope'"),
     (["profiles", "export", "r.json", "--selector", "zen4", "--name", "x"],
      "the following arguments are required: --output"),
+    (["calibrate", "--values", "1", "2"], "give parameter and values together"),
+    (["calibrate", "--threads", "0"], "expected a whole number of 1 or more, got '0'"),
+    (["kernel", "--kernel", "Abs", "--threads", "two"], "expected a whole number of 1 or more"),
+    (["profiles", "explain", "--threads", "-1"], "expected a whole number of 1 or more"),
 ])
 def test_a_usage_error_exits_2_naming_what_is_wrong(arguments, message, cache):
     done = run_kerneltune(*arguments, cache=cache)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..files import write_atomically
 from ..threads import available_threads
-from .common import add_command, parse_value
+from .common import add_command, parse_value, positive_int
 
 if TYPE_CHECKING:
     from ..calibration import CalibrationOptions, Steadiness
@@ -136,7 +136,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                   "kerneltune calibrate --kernel Add --threads 1 --threads 2 "
                   "--report add.json",
                   "kerneltune calibrate --profile --selector zen4 --effort normal"])
-    calibrate.add_argument("--threads", type=int, action="append",
+    calibrate.add_argument("--threads", type=positive_int, action="append",
                            help="a thread count to calibrate for (repeat for several; default "
                                 "1, 2, 4, ... and the CPUs this process may use)")
     calibrate.add_argument("--effort", default=defaults.effort, choices=tuple(EFFORTS))

@@ -42,8 +42,19 @@ def add_json(parser: argparse.ArgumentParser) -> None:
                         help="print the result as JSON (documented in docs/cli.md)")
 
 
+def positive_int(text: str) -> int:
+    """An argument that counts something (threads): a usage error unless it is 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return value
+
+
 def add_threads(parser: argparse.ArgumentParser, what: str = "the thread count") -> None:
-    parser.add_argument("--threads", type=int,
+    parser.add_argument("--threads", type=positive_int,
                         help=f"{what} (default: the CPUs this process may use)")
 
 
