@@ -91,6 +91,17 @@ from .schema import (
 from .selector_files import NamedSelector, load_selector, shipped_selectors
 from .selectors import CpuSelector, Tier
 from .startup import StartupReport, initialise
+from .store import (
+    CalibrationMeasurement,
+    CalibrationProfile,
+    CalibrationProfileKey,
+    CalibrationProfileLoadReport,
+    CalibrationProfileLookup,
+    CalibrationProfileStore,
+    CalibrationProfileUpdateReport,
+    RejectedCalibrationProfile,
+    default_calibration_profile_path,
+)
 from .version import __version__
 
 _STARTUP = initialise(default_registry)
@@ -134,7 +145,14 @@ __all__ = [
     "CacheRemoveReport",
     "CacheUpdateReport",
     "CalibrationError",
+    "CalibrationMeasurement",
     "CalibrationOptions",
+    "CalibrationProfile",
+    "CalibrationProfileKey",
+    "CalibrationProfileLoadReport",
+    "CalibrationProfileLookup",
+    "CalibrationProfileStore",
+    "CalibrationProfileUpdateReport",
     "CpuDescriptor",
     "CpuDescriptorError",
     "CpuExecutionDescriptor",
@@ -158,6 +176,7 @@ __all__ = [
     "ProfileFileReport",
     "ProfileImportReport",
     "RejectedCacheEntry",
+    "RejectedCalibrationProfile",
     "RejectedCandidate",
     "Resolution",
     "RuntimeSession",
@@ -176,6 +195,7 @@ __all__ = [
     "apply_kernel_tuning_updates",
     "calibrate_registered_kernels",
     "current_execution",
+    "default_calibration_profile_path",
     "default_kernel_tuning_cache_path",
     "default_registry",
     "detect_cpu_descriptor",
