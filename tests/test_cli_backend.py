@@ -7,6 +7,8 @@ import argparse
 import csv
 import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -223,3 +225,11 @@ def test_the_table_shows_incomplete_sets_and_the_command_that_keeps_the_selected
     assert f"selected: set 1: {MINIMUM}=1" in lines
     assert (f"  kerneltune cache set --kernel Add --dtype FLOAT --impl {report.key.implementation}"
             f" --threads 2 {MINIMUM}=1") in lines
+
+
+def test_the_command_line_and_the_search_module_load_without_onnx():
+    code = ("import sys, kerneltune.cli, kerneltune.backend_search\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'onnx'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"

@@ -18,7 +18,7 @@ from kerneltune.threads import available_threads, thread_count
 
 @pytest.mark.parametrize(("name", "home", "heavy"), [
     ("RuntimeSession", "kerneltune.runtime.session", "kerneltune.runtime.session"),
-    ("search_backend_parameters", "kerneltune.backend_search", "onnx"),
+    ("search_backend_parameters", "kerneltune.backend_search", "kerneltune.backend_search"),
 ])
 def test_heavy_names_load_on_first_use_only(name, home, heavy):
     code = ("import json, sys, kerneltune\n"

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
 from .errors import UnsupportedModelError
 from .schema import KernelTuningKey
@@ -69,6 +67,9 @@ class BackendCorpus:
 
 
 def _tensor(path: Path) -> np.ndarray:
+    import onnx  # here: the command line reads the search's defaults without loading onnx
+    from onnx import numpy_helper
+
     return numpy_helper.to_array(onnx.load_tensor(os.fspath(path)))
 
 

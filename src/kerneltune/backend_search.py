@@ -47,6 +47,7 @@ from .registry import default_registry
 from .schema import KernelTuningKey, TuningValue
 
 MAX_SETS = 256
+DEFAULT_CRITERION = "median"
 DEFAULT_REPEAT = 20
 DEFAULT_WARMUP = 3
 #: seconds one case may take in a worker (session, output check, warm-up and timed runs)
@@ -392,7 +393,7 @@ def search_backend_parameters(
     element_type: object,
     *,
     cases_dirs: Sequence[str | os.PathLike[str]] = (),
-    criterion: str = "median",
+    criterion: str = DEFAULT_CRITERION,
     repeat: int = DEFAULT_REPEAT,
     warmup: int = DEFAULT_WARMUP,
     timeout: float = DEFAULT_TIMEOUT,

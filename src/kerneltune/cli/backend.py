@@ -4,16 +4,24 @@ fastest, each parameter set measured in its own worker. Advisory: nothing is sav
 from __future__ import annotations
 
 import argparse
-import inspect
 import re
 import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..backend_analysis import CRITERIA, LATENCY_CRITERIA, SPEEDUP_CRITERIA, SetMetrics
+from ..backend_search import (
+    DEFAULT_CRITERION,
+    DEFAULT_REPEAT,
+    DEFAULT_TIMEOUT,
+    DEFAULT_WARMUP,
+    MAX_SETS,
+    BackendProgress,
+    BackendSearchReport,
+    search_backend_parameters,
+)
 from .common import (
     FAILURE,
     UsageError,
@@ -27,29 +35,10 @@ from .common import (
     warn,
 )
 
-if TYPE_CHECKING:
-    from ..backend_search import BackendProgress, BackendSearchReport
-
 #: the suffixes ``BackendSearchReport.write`` takes, checked before anything is measured
 REPORT_SUFFIXES = (".json", ".csv")
 #: options whose default is the API's: the command passes them only when given
 API_OPTIONS = ("criterion", "repeat", "warmup", "timeout")
-
-
-def _api_values() -> dict[str, object]:
-    """The API's defaults and limit, which the help quotes as ``{repeat}``, ``{max_sets}``."""
-    from ..backend_search import MAX_SETS, search_backend_parameters
-
-    signature = inspect.signature(search_backend_parameters).parameters
-    return {"max_sets": MAX_SETS, **{name: signature[name].default for name in API_OPTIONS}}
-
-
-class _HelpWithApiValues(argparse.RawDescriptionHelpFormatter):
-    """Reads the API's values only when help is printed: the search module imports onnx,
-    which every other command would otherwise pay for at start."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        return None if action.help is None else action.help.format_map(_api_values())
 
 
 def _parameter(text: str) -> tuple[str, list[object]]:
@@ -170,8 +159,6 @@ def _nothing_selected(report: BackendSearchReport) -> str:
 
 
 def _backend(args: argparse.Namespace) -> int:
-    from ..backend_search import search_backend_parameters
-
     parameters = _parameters(args.parameter)
     _check(args)
     given = {name: getattr(args, name) for name in API_OPTIONS
@@ -222,30 +209,29 @@ def register(commands: argparse._SubParsersAction) -> None:
                   "--parameter algorithm.tile_m=32,64,96 --json > gemm.json",
                   "kerneltune backend '^test_add' --kernel Add --dtype FLOAT "
                   "--parameter parallel.minimum_elements=1,4096 --output add.csv"])
-    backend.formatter_class = _HelpWithApiValues
     backend.add_argument("pattern", metavar="REGEX",
                          help="the cases whose name this regular expression matches (re.search)")
     backend.add_argument("--parameter", action="append", type=_parameter, required=True,
                          metavar="NAME=V1,V2,...",
                          help="values of one parameter to try (repeatable: the sets are the "
-                              "Cartesian product, at most {max_sets} with the active values)")
+                              f"Cartesian product, at most {MAX_SETS} with the active values)")
     backend.add_argument("--kernel", required=True, help="the kernel, e.g. Add or Gemm")
     backend.add_argument("--dtype", required=True, help="the element type, e.g. FLOAT")
     backend.add_argument("--impl", help="the implementation, when several are registered")
     backend.add_argument("--criterion", choices=CRITERIA, metavar="CRITERION",
                          help=f"how the set is selected: a latency ({', '.join(LATENCY_CRITERIA)}; "
                               f"minimised) or a speedup over set 0 ({', '.join(SPEEDUP_CRITERIA)}; "
-                              f"maximised); default: {{criterion}}")
+                              f"maximised); default: {DEFAULT_CRITERION}")
     backend.add_argument("--cases", action="append", metavar="DIR",
                          help="a case folder, or a folder of case folders (repeatable)")
     backend.add_argument("--repeat", type=int, metavar="N",
                          help="timed runs per case, whose median is its latency "
-                              "(default: {repeat})")
+                              f"(default: {DEFAULT_REPEAT})")
     backend.add_argument("--warmup", type=int, metavar="N",
-                         help="untimed runs per case before those (default: {warmup})")
+                         help=f"untimed runs per case before those (default: {DEFAULT_WARMUP})")
     backend.add_argument("--timeout", type=float, metavar="SECONDS",
                          help="seconds one case may take in a worker before the set is "
-                              "incomplete (default: {timeout:g})")
+                              f"incomplete (default: {DEFAULT_TIMEOUT:g})")
     add_threads(backend)
     backend.add_argument("--output", metavar="FILE",
                          help="also write the report to FILE: .json as --json prints it, or "
