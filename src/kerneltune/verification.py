@@ -382,12 +382,12 @@ def verification_points(cases: Sequence[tuple[Case, int]],
                         defaults: Mapping[str, TuningValue]) -> list[tuple[Case, int]]:
     """The sizes of each workload case to measure two configurations at.
 
-    A case measures around every integer threshold whose values lie within
-    the range of its workload sizes, on a grid of two sizes per octave from
-    the lower value to twice the higher one (a threshold may count work per
-    thread, so that calls switch at twice it), rounded as its sizes are; a
-    case no threshold falls on (one counted in other units) measures its
-    workload sizes.
+    A case measures around every integer threshold the values change: on a
+    grid of two sizes per octave from the lower value to twice the higher one
+    (a threshold may count work per thread, so that calls switch at twice
+    it), rounded as its sizes are, the sizes within the range of its workload
+    sizes. A case no threshold falls on (one counted in other units)
+    measures its workload sizes.
     """
     bands = [tuple(sorted((int(shipped[name]), int(defaults[name])))) for name in shipped
              if _is_size(shipped[name]) and _is_size(defaults[name])]
