@@ -93,6 +93,7 @@ VIEWS = {
         View("elementwise", ("kernel", "elements", "serial_ratio", "parallel_ratio"),
              (("elements", (1_000_000, 16_000_000)),)),
         View("gemm", ("m", "k", "n", "serial_ratio", "parallel_ratio", "path"))),
+    "bench_cli": (View("commands", ("command", "ms", "over_import")),),
     "bench_processes": (View("configurations", ("element_type", "threads", "rows", "build",
                                                 "median", "off_state", "processes")),),
     "bench_session": (View("models", ("model", "size", "ratio")),),
