@@ -1,4 +1,5 @@
-"""FLOAT16 <-> FLOAT32 conversion kernels: bit-identical to numpy, serial or parallel.
+"""FLOAT16 and BFLOAT16 <-> FLOAT32 conversion kernels: bit-identical to numpy and ml_dtypes,
+serial or parallel.
 
 The compiled module is imported from the installed package (the baseline ISA variant, which
 every processor runs). Halves travel as uint16 bit patterns; results are compared as bits, so
@@ -11,6 +12,7 @@ import importlib
 import importlib.machinery
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -277,3 +279,99 @@ def test_round_trip_property(convert, halves, nthreads) -> None:
     back = np.empty(halves.shape[0], np.uint16)
     convert.narrow_float(wide, back, nthreads)
     assert np.array_equal(back, halves)
+
+
+# --- BFLOAT16 ------------------------------------------------------------------------------
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+#: the low halves of float32 patterns that settle every rounding decision at bit 16: exact,
+#: just above, just below, at and above the halfway point, and the largest
+LOW_HALVES = np.array([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF], dtype=np.uint32)
+
+
+def rounded_bfloat16(bits: np.ndarray) -> np.ndarray:
+    """The reference: float32 bits rounded to nearest even at bit 16, in integers; a NaN is
+    the quiet NaN 0x7fc0 with its sign."""
+    wide = bits.astype(np.uint64)
+    rounded = ((wide + 0x7FFF + ((wide >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    quiet = ((bits >> 16) & np.uint32(0x8000)).astype(np.uint16) | np.uint16(0x7FC0)
+    return np.where(nan, quiet, rounded)
+
+
+def narrow_bfloat16(convert, bits: np.ndarray, nthreads: int) -> tuple[np.ndarray, int]:
+    out = np.full(bits.shape[0], 0xDEAD, dtype=np.uint16)
+    return out, convert.narrow_bfloat16(bits.view(np.float32), out, nthreads)
+
+
+@pytest.fixture(scope="module")
+def every_rounding_decision() -> np.ndarray:
+    """Each of the 65536 upper halves with each low half of ``LOW_HALVES``, then 1e6 random
+    float32 patterns."""
+    every = ((ALL_HALVES.astype(np.uint32) << 16)[:, None] | LOW_HALVES[None, :]).ravel()
+    random = np.random.default_rng(20250301).integers(0, 1 << 32, 10**6, dtype=np.uint32)
+    return np.concatenate([every, random])
+
+
+@pytest.mark.parametrize("nthreads", THREADS)
+def test_bfloat16_widen_every_pattern_bit_identical(convert, nthreads) -> None:
+    """Every bfloat16 is the top half of its float32: NaN payloads, signalling ones too."""
+    out = np.full(ALL_HALVES.shape[0], np.nan, dtype=np.float32)
+    assert convert.widen_bfloat16(ALL_HALVES, out, nthreads) == nthreads
+    expected = ALL_HALVES.astype(np.uint32) << 16
+    assert_bits_equal(out.view(np.uint32), expected, ALL_HALVES)
+    reference = ALL_HALVES.view(BFLOAT16).astype(np.float32).view(np.uint32)
+    assert_bits_equal(out.view(np.uint32), reference, ALL_HALVES)
+
+
+@pytest.mark.parametrize("nthreads", THREADS)
+def test_bfloat16_narrow_every_rounding_decision(convert, every_rounding_decision,
+                                                 nthreads) -> None:
+    got, used = narrow_bfloat16(convert, every_rounding_decision, nthreads)
+    assert used == nthreads
+    assert_bits_equal(got, rounded_bfloat16(every_rounding_decision), every_rounding_decision)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ml = every_rounding_decision.view(np.float32).astype(BFLOAT16).view(np.uint16)
+    assert_bits_equal(got, ml, every_rounding_decision)
+
+
+def test_bfloat16_special_values(convert) -> None:
+    bits = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x3F808000, 0x3F818000,
+                     0x3F808001, 0x7F7F8000, 0x7F7FFFFF, 0x00008000, 0x00018000, 0x7F800001,
+                     0xFFC00000, 0x7FBFFFFF, 0xFFFFFFFF], dtype=np.uint32)
+    got, _ = narrow_bfloat16(convert, bits, 1)
+    expected = [0x0000, 0x8000, 0x7F80, 0xFF80, 0x3F80, 0x3F82, 0x3F81, 0x7F80, 0x7F80,
+                0x0000, 0x0002, 0x7FC0, 0xFFC0, 0x7FC0, 0xFFC0]
+    assert [hex(v) for v in got] == [hex(v) for v in expected]
+
+
+def test_bfloat16_round_trips_and_runs_in_parallel_as_serially(convert,
+                                                                every_rounding_decision) -> None:
+    wide = np.empty(ALL_HALVES.shape[0], np.float32)
+    convert.widen_bfloat16(ALL_HALVES, wide, 3)
+    back, _ = narrow_bfloat16(convert, wide.view(np.uint32), 3)
+    nan = np.isnan(ALL_HALVES.view(BFLOAT16).astype(np.float32))
+    assert_bits_equal(back[~nan], ALL_HALVES[~nan], ALL_HALVES[~nan])
+    assert np.isnan(back[nan].view(BFLOAT16).astype(np.float32)).all()
+    serial, _ = narrow_bfloat16(convert, every_rounding_decision, 1)
+    for nthreads in THREADS[1:]:
+        assert np.array_equal(narrow_bfloat16(convert, every_rounding_decision, nthreads)[0],
+                              serial)
+
+
+def test_bfloat16_plain_python_source_agrees_and_checks_lengths(convert) -> None:
+    source = importlib.import_module("kerneltune.kernels.convert_pythran")
+    floats = dense_float32_sample()[::37]
+    narrowed = np.empty(floats.shape[0], np.uint16)
+    with np.errstate(over="ignore"):  # the wrapping sums of NaNs, as unsigned C++ does
+        assert source.narrow_bfloat16(floats.view(np.float32), narrowed, 2) == 2
+    assert_bits_equal(narrowed, rounded_bfloat16(floats), floats)
+    wide = np.empty(narrowed.shape[0], np.float32)
+    assert source.widen_bfloat16(narrowed, wide, 3) == 3
+    assert_bits_equal(wide.view(np.uint32), narrowed.astype(np.uint32) << 16, narrowed)
+    for function in (convert.widen_bfloat16, source.widen_bfloat16):
+        with pytest.raises(ValueError):
+            function(np.zeros(4, np.uint16), np.zeros(3, np.float32), 1)
+    with pytest.raises(ValueError):
+        convert.narrow_bfloat16(np.zeros(3, np.float32), np.zeros(4, np.uint16), 1)
+    assert convert.widen_bfloat16(np.empty(0, np.uint16), np.empty(0, np.float32), 2) == 1

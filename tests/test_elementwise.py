@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -24,16 +25,26 @@ from kerneltune.schema import element_type_name, element_type_number
 
 LIBRARY = library()
 RNG = np.random.default_rng(20261129)
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+#: the 16-bit floats, which the kernels compute in float32
+HALVES = (np.dtype(np.float16), BFLOAT16)
 
 
 def dtype_of(name: str) -> np.dtype:
     return {"FLOAT": np.dtype("float32"), "DOUBLE": np.dtype("float64"),
-            "FLOAT16": np.dtype("float16"), "BOOL": np.dtype(bool)}.get(name) or np.dtype(
-        name.lower())
+            "FLOAT16": np.dtype("float16"), "BFLOAT16": BFLOAT16,
+            "BOOL": np.dtype(bool)}.get(name) or np.dtype(name.lower())
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or dtype == BFLOAT16
 
 
 def values(dtype: np.dtype, size: int = 257) -> np.ndarray:
     """Random values plus the edge cases of the type, shuffled (edge cases first if short)."""
+    if dtype == BFLOAT16:  # float32's edge cases, rounded (its largest become infinities)
+        with np.errstate(over="ignore"):
+            return values(np.dtype(np.float32), size).astype(BFLOAT16)
     if dtype.kind == "b":
         return RNG.integers(0, 2, size).astype(bool)
     if size < 32:
@@ -87,7 +98,7 @@ def sigmoid(x):
 UNARY_REFERENCE = {
     "Abs": np.abs, "Neg": np.negative, "Relu": lambda x: np.maximum(x, x.dtype.type(0)),
     "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt, "Sigmoid": sigmoid, "Tanh": np.tanh,
-    "Not": np.logical_not,
+    "Not": np.logical_not, "BitwiseNot": np.invert,
 }
 TRANSCENDENTAL = {"Exp", "Log", "Sqrt", "Sigmoid", "Tanh"}
 
@@ -105,7 +116,8 @@ def binary_reference(name, a, b):
     function = {
         "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
         "Pow": np.power, "Max": np.maximum, "Min": np.minimum, "Greater": np.greater,
-        "Less": np.less, "Equal": np.equal, "And": np.logical_and, "Or": np.logical_or,
+        "Less": np.less, "GreaterOrEqual": np.greater_equal, "LessOrEqual": np.less_equal,
+        "Equal": np.equal, "And": np.logical_and, "Or": np.logical_or,
         "Xor": np.logical_xor, "BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or,
         "BitwiseXor": np.bitwise_xor,
     }[name]
@@ -120,6 +132,7 @@ def cases(table):
                 yield name, element_type
             if "FLOAT" in element_types:
                 yield name, "FLOAT16"
+                yield name, "BFLOAT16"
 
 
 def ulps(actual: np.ndarray, expected: np.ndarray) -> int:
@@ -158,23 +171,26 @@ def test_unary_against_numpy(name, element_type):
             expected = reference(x)
     assert out.dtype == expected.dtype
     if name in TRANSCENDENTAL:
-        assert ulps(out, expected) <= (1 if dtype == np.float16 else 2)
+        assert ulps(out, expected) <= (1 if dtype in HALVES else 2)
     else:
         np.testing.assert_array_equal(out, expected)
 
 
-def test_float16_abs_and_neg_touch_only_the_sign_bit_of_every_pattern():
-    """As numpy's do: all 65536 patterns, NaN payloads included, serially and on three
-    threads. Nothing is converted, so their schemas have no conversion grain."""
-    x = np.arange(2**16, dtype=np.uint16).view(np.float16)
-    for name, reference in (("Abs", np.abs), ("Neg", np.negative)):
+@pytest.mark.parametrize("element_type", ["FLOAT16", "BFLOAT16"])
+def test_16_bit_abs_and_neg_touch_only_the_sign_bit_of_every_pattern(element_type):
+    """As numpy's do for float16: all 65536 patterns, NaN payloads included, serially and on
+    three threads. Nothing is converted, so their schemas have no conversion grain."""
+    bits = np.arange(2**16, dtype=np.uint16)
+    x = bits.view(dtype_of(element_type))
+    for name, reference in (("Abs", bits & 0x7FFF), ("Neg", bits ^ 0x8000)):
         kernel = LIBRARY[name]
-        assert "conversion.parallel_minimum_elements" not in kernel.schema("FLOAT16").parameters
-        prepared = kernel.prepare("FLOAT16", kernel.configure(
-            "FLOAT16", {"parallel.minimum_elements": 64}), threads=3)
+        assert "conversion.parallel_minimum_elements" not in kernel.schema(
+            element_type).parameters
+        prepared = kernel.prepare(element_type, kernel.configure(
+            element_type, {"parallel.minimum_elements": 64}), threads=3)
         assert prepared.plan(x).threads == 3
         for out in (prepared.run(x), prepared.run_serial(x), kernel.run([x[1:]], threads=2)):
-            assert_same_bits(out, reference(x[-out.size:]))
+            assert_same_bits(out, reference[-out.size:].view(x.dtype))
 
 
 @pytest.mark.parametrize("variant", installed_variants())
@@ -207,7 +223,7 @@ def test_float_tanh_is_within_one_ulp_everywhere(variant):
         assert np.array_equal(np.isnan(out), np.isnan(x))
 
 
-@pytest.mark.parametrize("element_type", ["FLOAT", "DOUBLE", "FLOAT16"])
+@pytest.mark.parametrize("element_type", ["FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16"])
 def test_pow_by_one_half_is_pow_not_a_square_root(element_type):
     """C's pow (and onnxruntime): pow(-inf, 0.5) is inf and pow(-0.0, 0.5) is +0.0, where
     numpy, given the scalar 0.5, takes a square root (nan and -0.0)."""
@@ -235,16 +251,16 @@ def test_binary_against_numpy(name, element_type, form):
         b = (np.abs(b) % 13).astype(dtype) * np.where(RNG.random(b.shape) < 0.1, -1, 1).astype(
             dtype)
     out = LIBRARY[name].run([a, b], threads=2)
-    if dtype == np.float16:
+    if dtype in HALVES:
         with np.errstate(all="ignore"):
             expected = binary_reference(name, a.astype(np.float32), b.astype(np.float32))
-        if expected.dtype == np.float32:
-            expected = expected.astype(np.float16)
+            if expected.dtype == np.float32:
+                expected = expected.astype(dtype)
     else:
         expected = binary_reference(name, a, b)
     assert out.shape == np.broadcast_shapes(a.shape, b.shape)
     assert out.dtype == expected.dtype
-    if name == "Pow" and dtype.kind == "f":
+    if name == "Pow" and is_float(dtype):
         assert ulps(out, expected) <= 2
     else:
         np.testing.assert_array_equal(out, expected)
@@ -252,8 +268,14 @@ def test_binary_against_numpy(name, element_type, form):
 
 def test_every_catalog_operator_is_in_the_library():
     assert set(catalog.UNARY) | set(catalog.BINARY) <= set(LIBRARY)
-    assert element_type_number("FLOAT16") in LIBRARY["Add"].element_types
+    for name in ("Add", "GreaterOrEqual", "LessOrEqual", "Tanh", "Gemm", "MatMul", "Abs"):
+        assert {element_type_number("FLOAT16"), element_type_number("BFLOAT16")} <= set(
+            LIBRARY[name].element_types)
     assert element_type_number("FLOAT16") not in LIBRARY["Not"].element_types
+    assert set(LIBRARY["BitwiseNot"].element_types) == set(LIBRARY["BitwiseAnd"].element_types)
+    for name in ("GreaterOrEqual", "LessOrEqual"):
+        assert LIBRARY[name].element_types == LIBRARY["Greater"].element_types
+        assert LIBRARY[name].output_dtype(element_type_number("INT8")) == np.bool_
 
 
 @pytest.mark.parametrize("name", ["Abs", "Exp", "Add", "Greater"])
@@ -318,8 +340,9 @@ def test_max_min_follow_numpy_for_nan_and_signed_zero():
         assert_same_bits(LIBRARY[name].run([a, b]), reference(a, b))
 
 
-@pytest.mark.parametrize("name", ["Abs", "Sigmoid", "Tanh", "Add", "Mul", "Greater", "Max"])
-@pytest.mark.parametrize("element_type", ["FLOAT", "DOUBLE", "FLOAT16"])
+@pytest.mark.parametrize("name", ["Abs", "Sigmoid", "Tanh", "Add", "Mul", "Greater",
+                                  "LessOrEqual", "Max", "Pow"])
+@pytest.mark.parametrize("element_type", ["FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16"])
 def test_serial_and_parallel_are_bit_identical_around_every_threshold(name, element_type):
     kernel = LIBRARY[name]
     grain = 64
@@ -466,16 +489,20 @@ def test_tuning_keys_are_per_element_type_and_variant():
     key = LIBRARY["Add"].tuning_key("FLOAT16")
     assert (key.library, key.kernel, key.implementation) == (
         "kerneltune_cpu", "Add", LIBRARY["Add"].implementation)
-    assert "conversion.parallel_minimum_elements" in LIBRARY["Add"].schema("FLOAT16").parameters
+    assert key != LIBRARY["Add"].tuning_key("BFLOAT16")
+    for element_type in ("FLOAT16", "BFLOAT16"):
+        assert "conversion.parallel_minimum_elements" in LIBRARY["Add"].schema(
+            element_type).parameters
     assert "conversion.parallel_minimum_elements" not in LIBRARY["Add"].schema(
         "FLOAT").parameters
     assert element_type_name(key.element_type) == "FLOAT16"
 
 
-@pytest.mark.parametrize("name", ["Exp", "Add"])
-def test_float16_defaults_convert_on_two_threads_where_they_compute_on_two(name):
+@pytest.mark.parametrize("element_type", ["FLOAT16", "BFLOAT16"])
+@pytest.mark.parametrize("name", ["Exp", "Add", "Pow"])
+def test_16_bit_defaults_convert_on_two_threads_where_they_compute_on_two(name, element_type):
     """Computing on two threads and converting on one loses to doing both on either."""
-    defaults = LIBRARY[name].configure("FLOAT16", {})
+    defaults = LIBRARY[name].configure(element_type, {})
     assert defaults.conversion_minimum_elements == defaults.minimum_elements
 
 

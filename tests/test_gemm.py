@@ -578,7 +578,7 @@ def test_consistent_configs_are_accepted():
 
 
 def test_element_types_and_keys():
-    assert GEMM.element_types == MATMUL.element_types == (1, 11, 10)
+    assert GEMM.element_types == MATMUL.element_types == (1, 11, 10, 16)
     assert GEMM.tuning_key("FLOAT").kernel == "Gemm"
     assert MATMUL.tuning_key(np.float16).kernel == "MatMul"
     assert GEMM.config_type(11) is MATMUL.config_type(1)

@@ -19,12 +19,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..aligned import aligned_empty
-from ..dtypes import NUMPY_DTYPES
+from ..dtypes import FLOATING, NUMPY_DTYPES
 from ..schema import element_type_name, element_type_number
 
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
-_FLOATS = {np.dtype("float16"), np.dtype("float32"), np.dtype("float64")}
 #: the sum of four uniforms on [0, 1) has mean 2 and variance 4/12
 _SCALE = math.sqrt(3.0)
 
@@ -58,7 +57,7 @@ def randn_tensor(
                          f"expected a C-contiguous {dtype} array of shape {shape}")
     count = out.size
     stream = np.random.PCG64(int(seed))
-    if dtype in _FLOATS:
+    if number in FLOATING:
         # two raw words are four 32-bit uniforms; integer sums stay exact (below 2**34)
         words = stream.random_raw(2 * count).astype(np.uint64, copy=False)
         pairs = (words & np.uint64(0xFFFFFFFF)) + (words >> np.uint64(32))

@@ -17,12 +17,13 @@ import numpy as np
 from ..calibration import register_kernel_calibration_function, register_machine_probe
 from ..registry import KernelTuningRegistry
 from ..schema import element_type_number
-from . import catalog
+from . import catalog, half
 from .base import LIBRARY, TUNING_ABI, Kernel, Plan, PreparedKernel
 from .calibrate import ElementwiseCalibration
 from .calibrate_gemm import GemmCalibration
 from .elementwise import BinaryKernel, UnaryKernel
 from .gemm import Gemm, MatMul
+from .power import PowKernel
 from .probes import SHARED_CACHE, machine_probe, shared_cache_probe
 from .variants import load_module, selected_variant
 
@@ -36,21 +37,22 @@ __all__ = [
     "register_library",
 ]
 
-_FLOAT16, _BOOL = element_type_number("FLOAT16"), element_type_number("BOOL")
+_BOOL = element_type_number("BOOL")
 
 
 def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object]:
-    """Compiled function per element type; one listed for FLOAT16 gets the bit patterns.
+    """Compiled function per element type; one listed for a 16-bit float gets the bit patterns.
 
-    FLOAT16 left out is widened to FLOAT by the kernel (see ``catalog``).
+    A 16-bit float left out is widened to FLOAT by the kernel (see ``catalog``).
     """
     functions = {
         element_type_number(element_type): getattr(module, name)
         for name, element_types in table.items()
         for element_type in element_types
     }
-    if _FLOAT16 in functions:
-        functions[_FLOAT16] = _on_bits(functions[_FLOAT16])
+    for element_type in half.FORMATS:
+        if element_type in functions:
+            functions[element_type] = _on_bits(functions[element_type])
     return functions
 
 
@@ -68,7 +70,7 @@ def _grains(name: str) -> dict[int, int]:
 
 
 def _on_bits(function):
-    """A unary function of ``uint16`` arrays, applied to FLOAT16 arrays' bit patterns."""
+    """A unary function of ``uint16`` arrays, applied to 16-bit float arrays' bit patterns."""
     def run(x, out, threads):
         return function(x.view(np.uint16), out.view(np.uint16), threads)
     return run
@@ -83,12 +85,13 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
         name: UnaryKernel(name, implementation, _functions(unary, table), grains=_grains(name))
         for name, table in catalog.UNARY.items()
     }
+    # Pow also takes exponents of other types than its base's
+    kinds = {"Pow": functools.partial(PowKernel, wide=_functions(binary, catalog.POW_WIDE))}
     kernels.update(
-        (name, BinaryKernel(name, implementation, _functions(binary, table),
-                            output=_BOOL if name in catalog.BOOLEAN_OUTPUT else None,
-                            grains=_grains(name),
-                            broadcast_grains=_by_element_type(
-                                catalog.BROADCAST_GRAINS.get(name, {}))))
+        (name, kinds.get(name, BinaryKernel)(
+            name, implementation, _functions(binary, table),
+            output=_BOOL if name in catalog.BOOLEAN_OUTPUT else None, grains=_grains(name),
+            broadcast_grains=_by_element_type(catalog.BROADCAST_GRAINS.get(name, {}))))
         for name, table in catalog.BINARY.items()
     )
     kernels["Gemm"] = Gemm(implementation)

@@ -20,7 +20,11 @@ identical bit for bit.
 
 Semantics follow numpy's where ONNX leaves a choice: integers wrap around;
 Max and Min propagate NaN; integer Div truncates toward zero and gives 0 for
-a zero divisor (instead of a hardware trap), and INT_MIN / -1 wraps.
+a zero divisor (instead of a hardware trap), and INT_MIN / -1 wraps. Pow follows
+onnxruntime, as numpy has no answer for ONNX's mixed base and exponent types: a
+one-element exponent of 2 or 3 is ``x * x`` or ``x * x * x`` in the base's type;
+``pow_wide`` takes a float64 exponent, computes in float64 and stores the result
+in the base's type, as C++'s ``std::pow`` of two different types does.
 """
 
 import numpy as np
@@ -71,6 +75,9 @@ ALIGN = 64
 # pythran export pow_(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
 # pythran export ipow(int32[:], int32[:], int32[:], int64[:], int64[:], int, int, int, int)
 # pythran export ipow(int64[:], int64[:], int64[:], int64[:], int64[:], int, int, int, int)
+# pythran export pow_wide(float32[:], float64[:], float32[:], int64[:], int64[:], int, int, int, int)
+# pythran export pow_wide(int32[:], float64[:], int32[:], int64[:], int64[:], int, int, int, int)
+# pythran export pow_wide(int64[:], float64[:], int64[:], int64[:], int64[:], int, int, int, int)
 # pythran export max_(float32[:], float32[:], float32[:], int64[:], int64[:], int, int, int, int)
 # pythran export max_(float64[:], float64[:], float64[:], int64[:], int64[:], int, int, int, int)
 # pythran export max_(int8[:], int8[:], int8[:], int64[:], int64[:], int, int, int, int)
@@ -111,6 +118,26 @@ ALIGN = 64
 # pythran export less(uint16[:], uint16[:], bool[:], int64[:], int64[:], int, int, int, int)
 # pythran export less(uint32[:], uint32[:], bool[:], int64[:], int64[:], int, int, int, int)
 # pythran export less(uint64[:], uint64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(float32[:], float32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(float64[:], float64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(int8[:], int8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(int16[:], int16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(int32[:], int32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(int64[:], int64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(uint8[:], uint8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(uint16[:], uint16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(uint32[:], uint32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export greater_equal(uint64[:], uint64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(float32[:], float32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(float64[:], float64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(int8[:], int8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(int16[:], int16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(int32[:], int32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(int64[:], int64[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(uint8[:], uint8[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(uint16[:], uint16[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(uint32[:], uint32[:], bool[:], int64[:], int64[:], int, int, int, int)
+# pythran export less_equal(uint64[:], uint64[:], bool[:], int64[:], int64[:], int, int, int, int)
 # pythran export equal(float32[:], float32[:], bool[:], int64[:], int64[:], int, int, int, int)
 # pythran export equal(float64[:], float64[:], bool[:], int64[:], int64[:], int, int, int, int)
 # pythran export equal(int8[:], int8[:], bool[:], int64[:], int64[:], int, int, int, int)
@@ -286,6 +313,16 @@ def _pow(x, y):
     return x ** y
 
 
+def _pow_wide(x, y):
+    # the float64 power; its store converts it to the base's type (truncating an integer)
+    return np.float64(x) ** y
+
+
+def _cube(x, y):
+    # y is x (see _power): onnxruntime's order of the products
+    return x * x * x
+
+
 def _ipow(x, y):
     """Integer power by squaring, wrapping like the integer type; x ** -n is 0 unless |x| is 1."""
     if y < 0:
@@ -320,6 +357,14 @@ def _greater(x, y):
 
 def _less(x, y):
     return x < y
+
+
+def _greater_equal(x, y):
+    return x >= y
+
+
+def _less_equal(x, y):
+    return x <= y
 
 
 def _equal(x, y):
@@ -382,12 +427,29 @@ def udiv(a, b, out, ao, bo, inner, sa, sb, nthreads):
     return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _udiv)
 
 
+def _power(a, b, out, ao, bo, inner, sa, sb, nthreads, op):
+    """``op`` over the operands, except onnxruntime's products for a one-element exponent.
+
+    Such an exponent is a scalar operand (step 0), so the product reads ``a`` twice.
+    """
+    if b.shape[0] == 1 and b[0] == 2:
+        return _run(a, a, out, ao, ao, inner, sa, sa, nthreads, _mul)
+    if b.shape[0] == 1 and b[0] == 3:
+        return _run(a, a, out, ao, ao, inner, sa, sa, nthreads, _cube)
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, op)
+
+
 def pow_(a, b, out, ao, bo, inner, sa, sb, nthreads):
-    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _pow)
+    return _power(a, b, out, ao, bo, inner, sa, sb, nthreads, _pow)
 
 
 def ipow(a, b, out, ao, bo, inner, sa, sb, nthreads):
-    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _ipow)
+    return _power(a, b, out, ao, bo, inner, sa, sb, nthreads, _ipow)
+
+
+def pow_wide(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    """A base of another type than its float64 exponent: std::pow's promotion to double."""
+    return _power(a, b, out, ao, bo, inner, sa, sb, nthreads, _pow_wide)
 
 
 def max_(a, b, out, ao, bo, inner, sa, sb, nthreads):
@@ -404,6 +466,14 @@ def greater(a, b, out, ao, bo, inner, sa, sb, nthreads):
 
 def less(a, b, out, ao, bo, inner, sa, sb, nthreads):
     return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _less)
+
+
+def greater_equal(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _greater_equal)
+
+
+def less_equal(a, b, out, ao, bo, inner, sa, sb, nthreads):
+    return _run(a, b, out, ao, bo, inner, sa, sb, nthreads, _less_equal)
 
 
 def equal(a, b, out, ao, bo, inner, sa, sb, nthreads):

@@ -27,7 +27,7 @@ from ..calibration import (
     thread_counts,
     verify_decisions,
 )
-from ..dtypes import NUMPY_DTYPES
+from ..dtypes import FLOATING, NUMPY_DTYPES
 from .base import CHUNK_ALIGNMENT, Kernel
 from .elementwise import BinaryKernel, ElementwiseKernel
 
@@ -82,7 +82,7 @@ class KernelCalibration:
 class ElementwiseCalibration(KernelCalibration):
     """Thread cap first (at large sizes), then each grain's serial/parallel crossover.
 
-    FLOAT16's conversion grain follows its computation grain (see
+    A 16-bit float's conversion grain follows its computation grain (see
     :meth:`_pure_modes`).
     """
 
@@ -94,7 +94,7 @@ class ElementwiseCalibration(KernelCalibration):
     def _operand(self, context: CalibrationContext, shape, salt: int) -> np.ndarray:
         x = context.randn(self.element_type, shape, salt)
         # results of numpy's arithmetic are placed again, as randn_tensor places its own
-        if self.kernel.name in POSITIVE_INPUTS and self._dtype().kind == "f":
+        if self.kernel.name in POSITIVE_INPUTS and self.element_type in FLOATING:
             return aligned(np.abs(x) + np.asarray(0.5, x.dtype))
         if self.kernel.name == "Pow" and salt == 1:
             return aligned(x & np.asarray(7, x.dtype))  # integer exponents of a typical size
@@ -179,7 +179,8 @@ class ElementwiseCalibration(KernelCalibration):
                          lambda config: self.run_of(config, context.threads))
 
     def _pure_modes(self, context: CalibrationContext) -> tuple[dict, dict]:
-        """FLOAT16's conversions switch with its computation while its first grain is measured.
+        """A 16-bit float's conversions switch with its computation while its first grain is
+        measured.
 
         A call that widens on two threads, computes on one and narrows on two
         can lose to both pure modes (the workers fall asleep and wake per

@@ -29,6 +29,7 @@ from ..calibration import (
 )
 from ..calibration.search import RESOLUTION_OCTAVES
 from ..dtypes import NUMPY_DTYPES
+from . import half
 from .calibrate import (
     CONVERSION_MINIMUM,
     GRAIN_RESOLUTION_OCTAVES,
@@ -36,7 +37,7 @@ from .calibrate import (
     KernelCalibration,
     grain_of,
 )
-from .elementwise import FLOAT, FLOAT16
+from .elementwise import FLOAT
 from .gemm import KU, MR, NR, Gemm, MatMul
 
 #: How far apart, in octaves of N, two calibrations measure where BLAS starts to beat the
@@ -125,7 +126,7 @@ class GemmCalibration(KernelCalibration):
     kernel: Gemm
 
     def _compute_itemsize(self) -> int:
-        compute = FLOAT if self.element_type == FLOAT16 else self.element_type
+        compute = FLOAT if self.element_type in half.FORMATS else self.element_type
         return NUMPY_DTYPES[compute].itemsize
 
     def _tolerance(self) -> Tolerance:

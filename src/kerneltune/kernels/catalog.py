@@ -1,10 +1,10 @@
 """Which compiled function serves each elementwise ONNX operator, per element type.
 
 Data, not code: adding an element type to an operator is one entry here plus
-its ``# pythran export`` line. FLOAT16 is served wherever FLOAT is (widened to
-float32 and narrowed back) unless it is listed: a function listed for FLOAT16
-takes its bit patterns as ``uint16`` (Abs and Neg touch only the sign bit, as
-numpy does, instead of a round trip through float32).
+its ``# pythran export`` line. The 16-bit floats (``HALVES``) are served wherever
+FLOAT is (widened to float32 and narrowed back) unless they are listed: a function
+listed for them takes their bit patterns as ``uint16`` (Abs and Neg touch only the
+sign bit, which both keep where float32 does, instead of a round trip through float32).
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ UNSIGNED = ("UINT8", "UINT16", "UINT32", "UINT64")
 INTEGERS = SIGNED + UNSIGNED
 NUMBERS = FLOATS + INTEGERS
 BOOL = ("BOOL",)
+#: the 16-bit floats, computed in float32 (see kernels.half)
+HALVES = ("FLOAT16", "BFLOAT16")
 
 #: operator -> {function of the compiled ``unary`` module: element types}
 UNARY = {
-    "Abs": {"abs_": NUMBERS, "abs_half": ("FLOAT16",)},
-    "Neg": {"neg": FLOATS + SIGNED, "neg_half": ("FLOAT16",)},
+    "Abs": {"abs_": NUMBERS, "abs_half": HALVES},
+    "Neg": {"neg": FLOATS + SIGNED, "neg_half": HALVES},
     "Relu": {"relu": FLOATS + SIGNED},
     "Exp": {"exp": FLOATS},
     "Log": {"logf": ("FLOAT",), "log": ("DOUBLE",)},
@@ -27,6 +29,7 @@ UNARY = {
     "Sigmoid": {"sigmoid": FLOATS},
     "Tanh": {"tanhf": ("FLOAT",), "tanh": ("DOUBLE",)},
     "Not": {"not_": BOOL},
+    "BitwiseNot": {"bitwise_not": INTEGERS},
 }
 
 #: operator -> {function of the compiled ``binary`` module: element types}
@@ -41,6 +44,8 @@ BINARY = {
     "Min": {"min_": NUMBERS},
     "Greater": {"greater": NUMBERS},
     "Less": {"less": NUMBERS},
+    "GreaterOrEqual": {"greater_equal": NUMBERS},
+    "LessOrEqual": {"less_equal": NUMBERS},
     "Equal": {"equal": NUMBERS + BOOL},
     "And": {"and_": BOOL},
     "Or": {"or_": BOOL},
@@ -49,6 +54,12 @@ BINARY = {
     "BitwiseOr": {"bitwise_or": INTEGERS},
     "BitwiseXor": {"bitwise_xor": INTEGERS},
 }
+
+#: Pow's functions of a base and a float64 exponent (kernels.power): a mixed pair computes in
+#: float64 and stores the result in the base's type, as onnxruntime's ``std::pow`` does
+POW_WIDE = {"pow_wide": ("FLOAT", "INT32", "INT64")}
+#: element types Pow's exponent may take (ONNX's T1), whatever the base's
+EXPONENTS = NUMBERS + HALVES
 
 #: The portable grain (elements per thread) of an operator that costs about what an add
 #: costs per element, where memory, not arithmetic, sets the serial/parallel crossover.
@@ -64,9 +75,10 @@ ELEMENT_GRAINS = {"INT8": 65536, "UINT8": 65536, "BOOL": 65536}
 #: costs many adds (powers, 64-bit integer division, double-precision transcendentals,
 #: division on one byte), so parallel pays off on fewer elements: each grain is four
 #: times the median two-thread crossover measured on x86_64_v4, as calibration keeps a
-#: value up to two octaves above the crossover it measures (docs/kernels.md).
+#: value up to two octaves above the crossover it measures (docs/kernels.md). BFLOAT16 takes
+#: FLOAT16's: both compute in float32, and convert in one pass each way.
 GRAINS = {
-    "Pow": {2048: FLOATS, 4096: ("INT32", "INT64"), 8192: ("FLOAT16",)},
+    "Pow": {2048: FLOATS, 4096: ("INT32", "INT64"), 8192: HALVES},
     "Div": {4096: ("INT64", "UINT64"), 32768: ("INT8", "UINT8")},
     "Log": {8192: ("DOUBLE",)},
     "Sigmoid": {8192: ("DOUBLE",)},
@@ -78,7 +90,7 @@ GRAINS = {
 #: operator -> {portable grain: element types} of ``parallel.broadcast_minimum_elements``
 #: where broadcasts cross over two octaves or more from the operator's equal shapes (four
 #: times their median crossover, as above); it is the operator's grain elsewhere.
-BROADCAST_GRAINS = {"Pow": {4096: ("FLOAT16",)}}
+BROADCAST_GRAINS = {"Pow": {4096: HALVES}}
 
 #: operators whose output is BOOL whatever the input type
-BOOLEAN_OUTPUT = frozenset({"Greater", "Less", "Equal"})
+BOOLEAN_OUTPUT = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"})

@@ -1,17 +1,20 @@
-"""FLOAT16 <-> FLOAT32 conversions, compiled by pythran with OpenMP into ``<variant>.convert``.
+"""FLOAT16 and BFLOAT16 <-> FLOAT32 conversions, compiled by pythran with OpenMP into
+``<variant>.convert``.
 
-pythran has no float16 type, so half values travel as their uint16 bit patterns (numpy:
+pythran has no 16-bit float types, so their values travel as uint16 bit patterns (numpy:
 ``h.view(np.uint16)``). Exported signatures (every array 1-D and contiguous, ``dst`` as long
 as ``src``, else ``ValueError``)::
 
     widen_half(src: uint16[:], dst: float32[:], nthreads: int) -> int
     narrow_float(src: float32[:], dst: uint16[:], nthreads: int) -> int
+    widen_bfloat16(src: uint16[:], dst: float32[:], nthreads: int) -> int
+    narrow_bfloat16(src: float32[:], dst: uint16[:], nthreads: int) -> int
 
 Both split the range into ``nthreads`` contiguous static chunks, one per OpenMP thread, with
 ``nthreads`` clamped to ``[1, max(len(src), 1)]``, and return that number of chunks (1 is the
 serial path; an empty array gives 1).
 
-The results equal numpy's own conversions bit for bit, for every input:
+The FLOAT16 results equal numpy's own conversions bit for bit, for every input:
 
 - ``widen_half(h.view(np.uint16), f, n)`` gives ``h.astype(np.float32)``: normals, subnormals,
   +-0 and +-inf exactly; a NaN keeps its sign and its 10 payload bits shifted left by 13, and
@@ -25,6 +28,12 @@ The results equal numpy's own conversions bit for bit, for every input:
 That is numpy's portable C conversion (``npy_floatbits_to_halfbits`` and
 ``npy_halfbits_to_floatbits``). A numpy built to use the F16C/AVX512-FP16 instructions for
 ``astype`` would quiet signalling NaNs instead; its finite and infinite results are the same.
+
+The BFLOAT16 results equal ml_dtypes' ``astype`` bit for bit, for every input: a bfloat16 is
+the top half of a float32, so widening shifts it up (NaN payloads kept, signalling or not),
+and narrowing rounds the float32 bits to nearest even at bit 16, which carries into the
+exponent where it must (to +-inf from 3.3961e38 up); a NaN becomes the quiet NaN 0x7fc0 with
+its sign, as rounding its bits could make it an infinity.
 
 The float32 bits are read and written through ``ndarray.view`` (pythran supports it on
 arrays, not on scalars), so callers pass float32 arrays as they are. The loops are pure
@@ -43,6 +52,8 @@ import numpy as np
 
 # pythran export widen_half(uint16[:], float32[:], int)
 # pythran export narrow_float(float32[:], uint16[:], int)
+# pythran export widen_bfloat16(uint16[:], float32[:], int)
+# pythran export narrow_bfloat16(float32[:], uint16[:], int)
 
 BLOCK = 2048
 
@@ -90,20 +101,24 @@ def _widen_range(src, dst, lo, hi):
             _widen_subnormals(src[b:e], dst[b:e])
 
 
-def widen_half(src, dst, nthreads):
-    """FLOAT16 bit patterns ``src`` to float32 ``dst`` on ``nthreads`` chunks; chunks used."""
+def _chunks(src, dst, nthreads, convert_range):
+    """``convert_range(src, dst, lo, hi)`` over ``nthreads`` static chunks; chunks used."""
     n = src.shape[0]
-    if dst.shape[0] != n:
-        raise ValueError("widen_half: src and dst differ in length")
     nthreads = min(max(nthreads, 1), max(n, 1))
-    bits = dst.view(np.uint32)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(static)
         for c in range(nthreads):
-            _widen_range(src, bits, c * n // nthreads, (c + 1) * n // nthreads)
+            convert_range(src, dst, c * n // nthreads, (c + 1) * n // nthreads)
     else:
-        _widen_range(src, bits, 0, n)  # no OpenMP region for one thread
+        convert_range(src, dst, 0, n)  # no OpenMP region for one thread
     return nthreads
+
+
+def widen_half(src, dst, nthreads):
+    """FLOAT16 bit patterns ``src`` to float32 ``dst`` on ``nthreads`` chunks; chunks used."""
+    if dst.shape[0] != src.shape[0]:
+        raise ValueError("widen_half: src and dst differ in length")
+    return _chunks(src, dst.view(np.uint32), nthreads, _widen_range)
 
 
 def _narrow_block(src, dst):
@@ -157,15 +172,40 @@ def _narrow_range(src, dst, lo, hi):
 
 def narrow_float(src, dst, nthreads):
     """float32 ``src`` to FLOAT16 bit patterns ``dst`` on ``nthreads`` chunks; chunks used."""
-    n = src.shape[0]
-    if dst.shape[0] != n:
+    if dst.shape[0] != src.shape[0]:
         raise ValueError("narrow_float: src and dst differ in length")
-    nthreads = min(max(nthreads, 1), max(n, 1))
-    bits = src.view(np.int32)
-    if nthreads > 1:
-        # omp parallel for num_threads(nthreads) schedule(static)
-        for c in range(nthreads):
-            _narrow_range(bits, dst, c * n // nthreads, (c + 1) * n // nthreads)
-    else:
-        _narrow_range(bits, dst, 0, n)  # no OpenMP region for one thread
-    return nthreads
+    return _chunks(src.view(np.int32), dst, nthreads, _narrow_range)
+
+
+def _widen_bfloat16_range(src, dst, lo, hi):
+    u = np.uint32
+    for i in range(lo, hi):
+        dst[i] = u(src[i]) << 16
+
+
+def _narrow_bfloat16_range(src, dst, lo, hi):
+    """Round the float32 bits ``src`` to nearest even at bit 16; NaN to the quiet 0x7fc0.
+
+    Only a NaN's sum can pass 2**32 (-inf's is 0xff807fff); it wraps, and is replaced.
+    """
+    u = np.uint32
+    for i in range(lo, hi):
+        f = src[i]
+        r = (f + u(0x7FFF) + ((f >> 16) & u(1))) >> 16
+        if (f & u(0x7FFFFFFF)) > u(0x7F800000):
+            r = ((f >> 16) & u(0x8000)) | u(0x7FC0)
+        dst[i] = r
+
+
+def widen_bfloat16(src, dst, nthreads):
+    """BFLOAT16 bit patterns ``src`` to float32 ``dst`` on ``nthreads`` chunks; chunks used."""
+    if dst.shape[0] != src.shape[0]:
+        raise ValueError("widen_bfloat16: src and dst differ in length")
+    return _chunks(src, dst.view(np.uint32), nthreads, _widen_bfloat16_range)
+
+
+def narrow_bfloat16(src, dst, nthreads):
+    """float32 ``src`` to BFLOAT16 bit patterns ``dst`` on ``nthreads`` chunks; chunks used."""
+    if dst.shape[0] != src.shape[0]:
+        raise ValueError("narrow_bfloat16: src and dst differ in length")
+    return _chunks(src.view(np.uint32), dst, nthreads, _narrow_bfloat16_range)

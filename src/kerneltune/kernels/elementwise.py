@@ -3,8 +3,8 @@
 Each ONNX operator maps to one compiled function of ``unary`` or ``binary``
 per element type (see :mod:`kerneltune.kernels.catalog`). The only decision
 taken per call is how many threads the work is worth, from the config's grain
-and thread cap; FLOAT16 is widened to float32, computed and narrowed back,
-with its own grain for the conversions.
+and thread cap; FLOAT16 and BFLOAT16 are widened to float32, computed and narrowed
+back, with their own grain for the conversions.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from .base import (
 )
 from .catalog import DEFAULT_GRAIN
 
-FLOAT16 = element_type_number("FLOAT16")
 FLOAT = element_type_number("FLOAT")
 
 
@@ -60,8 +59,8 @@ class BinaryConfig(ElementwiseConfig):
 class HalfConversionConfig:
     conversion_minimum_elements: int = tunable(
         "conversion.parallel_minimum_elements", DEFAULT_GRAIN, minimum=1,
-        doc="elements per thread when widening FLOAT16 inputs and narrowing outputs; by "
-            "default the computation's grain, since a call that computes on more threads "
+        doc="elements per thread when widening 16-bit float inputs and narrowing outputs; "
+            "by default the computation's grain, since a call that computes on more threads "
             "than it converts on loses what the parallel computation won")
 
 
@@ -141,9 +140,11 @@ class PreparedUnary(PreparedKernel):
 class PreparedBinary(PreparedKernel):
     """A binary kernel; shapes go through the cached broadcast layout."""
 
-    def __init__(self, key, config, threads, function, dtype, out_dtype):
+    def __init__(self, key, config, threads, function, dtype, out_dtype, b_dtype=None):
         self.key, self.config, self.threads = key, config, threads
         self._function, self._dtype, self.out_dtype = function, dtype, out_dtype
+        #: B's element type where the compiled function takes another one than A's (Pow)
+        self.b_dtype = dtype if b_dtype is None else b_dtype
         self._grain = config.minimum_elements
         self._broadcast_grain = getattr(config, "broadcast_minimum_elements", self._grain)
         self.thread_limit = min(config.maximum_threads, threads)
@@ -173,7 +174,7 @@ class PreparedBinary(PreparedKernel):
 
     def _call(self, a, b, threads: int | None) -> np.ndarray:
         a = operand(a, self._dtype, "A")
-        b = operand(b, self._dtype, "B")
+        b = operand(b, self.b_dtype, "B")
         layout = broadcast.layout(a.shape, b.shape)
         out = outputs.empty(layout.shape, self.out_dtype)
         if layout.size:
@@ -213,14 +214,15 @@ def _fast_unary(p: PreparedUnary):
 
 def _fast_binary(p: PreparedBinary):
     """``run`` for the common call, as :func:`_fast_unary`, through the cached layout."""
-    function, dtype, out_dtype, ndarray, empty = (p._function, p._dtype, p.out_dtype,
-                                                  np.ndarray, np.empty)
+    function, dtype, b_dtype, out_dtype, ndarray, empty = (p._function, p._dtype, p.b_dtype,
+                                                           p.out_dtype, np.ndarray, np.empty)
     recycled_from, threads, call, layout = (p._recycled_from, p._threads, p._call,
                                             broadcast.layout)
     serial_below = 2 * min(p._grain, p._broadcast_grain)
 
     def run(a, b):
-        if type(a) is ndarray and type(b) is ndarray and a.dtype is dtype and b.dtype is dtype:
+        if (type(a) is ndarray and type(b) is ndarray and a.dtype is dtype
+                and b.dtype is b_dtype):
             rows = layout(a.shape, b.shape)
             n = rows.size
             if 0 < n < recycled_from:
@@ -238,16 +240,22 @@ def _fast_binary(p: PreparedBinary):
 
 
 class PreparedHalf(PreparedKernel):
-    """FLOAT16 through the float32 kernel: widen every input, compute, narrow a float output.
+    """A 16-bit float through the float32 kernel: widen the inputs, compute, narrow a float
+    output.
 
     numpy computes float16 arithmetic the same way (in float32, rounded once
-    to half), so results match numpy's bit for bit where numpy's float32 does.
+    to half), so results match numpy's bit for bit where numpy's float32 does;
+    ml_dtypes computes bfloat16's so too. ``widened`` leading inputs are of the
+    16-bit type (Pow's exponent may be of another, which ``inner`` converts).
     """
 
-    def __init__(self, inner: PreparedUnary | PreparedBinary, conversion_grain: int):
-        self.inner = inner
+    def __init__(self, inner: PreparedKernel, half_format: half.HalfFormat,
+                 conversion_grain: int, widened: int | None = None):
+        self.inner, self.format = inner, half_format
         self.key, self.config, self.threads = inner.key, inner.config, inner.threads
+        self._dtype = half_format.dtype
         self._grain = conversion_grain
+        self._widened = widened
         self.thread_limit = inner.thread_limit
         self._narrow = inner.out_dtype == np.float32
 
@@ -256,17 +264,18 @@ class PreparedHalf(PreparedKernel):
             return 1
         return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
 
-    def _convert(self, inputs, serial: bool):
+    def _convert(self, inputs, serial: bool) -> list:
+        count = len(inputs) if self._widened is None else self._widened
         widened = []
-        for index, value in enumerate(inputs):
-            x = operand(value, half.FLOAT16_DTYPE, f"input {index}")
-            widened.append(half.to_float32(x, self._conversion_threads(x.size, serial)))
-        return widened
+        for index, value in enumerate(inputs[:count]):
+            x = operand(value, self._dtype, f"input {index}")
+            widened.append(self.format.to_float32(x, self._conversion_threads(x.size, serial)))
+        return widened + list(inputs[count:])
 
     def _finish(self, result: np.ndarray, serial: bool) -> np.ndarray:
         if not self._narrow:
             return result
-        return half.to_float16(result, self._conversion_threads(result.size, serial))
+        return self.format.from_float32(result, self._conversion_threads(result.size, serial))
 
     def plan(self, *inputs: Any) -> Plan:
         return self.inner.plan(*inputs)
@@ -281,14 +290,14 @@ class PreparedHalf(PreparedKernel):
 class ElementwiseKernel(Kernel):
     """An operator over a table of compiled functions, one per element type.
 
-    ``functions`` maps an ONNX element type to the compiled function; FLOAT16,
-    unless it has its own, is served by the FLOAT function through widening
-    and narrowing. ``grains`` maps an element type to its portable grain where
+    ``functions`` maps an ONNX element type to the compiled function; FLOAT16 and
+    BFLOAT16, unless they have their own, are served by the FLOAT function through
+    widening and narrowing. ``grains`` maps an element type to its portable grain where
     that is not 32768, ``broadcast_grains`` to its broadcasts' where that is not
     the element type's grain.
     """
 
-    #: the config types for widened FLOAT16 and for every other element type
+    #: the config types for widened 16-bit floats and for every other element type
     _config_types: tuple[type, type]
 
     def __init__(self, name: str, implementation: str, functions: Mapping[int, Callable],
@@ -298,20 +307,21 @@ class ElementwiseKernel(Kernel):
         self.name = name
         self._functions = dict(functions)
         self._output = output
-        self._widens_half = FLOAT in functions and FLOAT16 not in functions
+        #: the 16-bit float types computed by the FLOAT function
+        self._widened = tuple(t for t in half.FORMATS
+                              if FLOAT in functions and t not in functions)
         self._grains = dict(grains or {})
         self._broadcast_grains = dict(broadcast_grains or {})
 
     def config_type(self, element_type: int) -> type:
         half_config, config = self._config_types
-        widened = element_type == FLOAT16 and self._widens_half
-        return with_grain(half_config if widened else config,
+        return with_grain(half_config if element_type in self._widened else config,
                           self._grains.get(element_type, DEFAULT_GRAIN),
                           self._broadcast_grains.get(element_type))
 
     @property
     def element_types(self) -> tuple[int, ...]:
-        return tuple(self._functions) + ((FLOAT16,) if self._widens_half else ())
+        return tuple(self._functions) + self._widened
 
     def output_dtype(self, element_type: int) -> np.dtype:
         return NUMPY_DTYPES[self._output if self._output is not None else element_type]
@@ -320,10 +330,11 @@ class ElementwiseKernel(Kernel):
         if attributes:
             raise TypeError(f"{self.name} takes no attributes, got {sorted(attributes)}")
         key = self.tuning_key(element_type)
-        if element_type == FLOAT16 and self._widens_half:
+        if element_type in self._widened:
             inner = self._prepared_type(key, config, threads, self._functions[FLOAT],
                                         NUMPY_DTYPES[FLOAT], self.output_dtype(FLOAT))
-            return PreparedHalf(inner, config.conversion_minimum_elements)
+            return PreparedHalf(inner, half.FORMATS[element_type],
+                                config.conversion_minimum_elements)
         return self._prepared_type(key, config, threads, self._functions[element_type],
                                    NUMPY_DTYPES[element_type], self.output_dtype(element_type))
 

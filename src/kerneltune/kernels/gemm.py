@@ -26,8 +26,8 @@ the BLAS library's own threads (numpy's thread pool is not ours to resize on eve
 Every compiled path computes each output element as one sum in ascending k order, so
 blocked, packed, skinny, serial and parallel runs give identical bits; ``run_serial`` (the
 calibration reference) is the blocked path on one thread. The BLAS path sums in another
-order. FLOAT16 is widened to float32, computed and narrowed back, the conversions running
-on every thread from ``conversion.parallel_minimum_elements`` elements on.
+order. FLOAT16 and BFLOAT16 are widened to float32, computed and narrowed back, the
+conversions running on every thread from ``conversion.parallel_minimum_elements`` elements on.
 
 MatMul follows ``numpy.matmul``: 1-D operands are promoted (and the added dimension
 removed), batch dimensions broadcast. A batch of A against a single matrix B is one product
@@ -77,7 +77,6 @@ from .variants import load_module
 
 FLOAT = element_type_number("FLOAT")
 DOUBLE = element_type_number("DOUBLE")
-FLOAT16 = element_type_number("FLOAT16")
 
 #: paths of :attr:`Plan.path`
 BLAS, SKINNY, BLOCKED, BLOCKED_PACKED = "blas", "skinny", "blocked", "blocked_packed"
@@ -151,12 +150,13 @@ class GemmConfig:
 
 @dataclass(frozen=True)
 class HalfGemmConfig(GemmConfig):
-    """FLOAT16: computed in float32; the widening and narrowing have their own threshold."""
+    """FLOAT16 and BFLOAT16: computed in float32; the widening and narrowing have their own
+    threshold."""
 
     conversion_minimum_elements: int = tunable(
         "conversion.parallel_minimum_elements", 32_768, minimum=1,
         doc="elements of an operand or result from which its conversion runs on every thread "
-            "(as the elementwise kernels' FLOAT16 default)")
+            "(as the elementwise kernels' 16-bit float default)")
 
 
 class Gemm(Kernel):
@@ -166,10 +166,10 @@ class Gemm(Kernel):
     """
 
     name = "Gemm"
-    element_types = (FLOAT, DOUBLE, FLOAT16)
+    element_types = (FLOAT, DOUBLE, *half.FORMATS)
 
     def config_type(self, element_type: int) -> type:
-        return HalfGemmConfig if element_type == FLOAT16 else GemmConfig
+        return HalfGemmConfig if element_type in half.FORMATS else GemmConfig
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
         unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB"})
@@ -182,12 +182,13 @@ class Gemm(Kernel):
 
     def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b):
         key = self.tuning_key(element_type)
-        compute = FLOAT if element_type == FLOAT16 else element_type
+        compute = FLOAT if element_type in half.FORMATS else element_type
         module = load_module("gemm", self.implementation)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
                                 beta, trans_a, trans_b)
-        if element_type == FLOAT16:
-            return PreparedHalfGemm(prepared, config.conversion_minimum_elements)
+        if element_type in half.FORMATS:
+            return PreparedHalfGemm(prepared, half.FORMATS[element_type],
+                                    config.conversion_minimum_elements)
         return prepared
 
 
@@ -200,8 +201,9 @@ class MatMul(Gemm):
         if attributes:
             raise TypeError(f"MatMul takes no attributes, got {sorted(attributes)}")
         gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False)
-        if element_type == FLOAT16:
-            return PreparedHalfGemm(PreparedMatMul(gemm.inner), gemm.conversion_minimum)
+        if element_type in half.FORMATS:
+            return PreparedHalfGemm(PreparedMatMul(gemm.inner), gemm.format,
+                                    gemm.conversion_minimum)
         return PreparedMatMul(gemm)
 
 
@@ -490,26 +492,29 @@ def _batch_index(index: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, .
 
 
 class PreparedHalfGemm(PreparedKernel):
-    """FLOAT16 through a float32 Gemm or MatMul: widen the inputs, compute, narrow the result.
+    """A 16-bit float through a float32 Gemm or MatMul: widen the inputs, compute, narrow the
+    result.
 
-    The result is the float32 result rounded once to half.
+    The result is the float32 result rounded once to the 16-bit type.
     """
 
-    def __init__(self, inner: PreparedGemm | PreparedMatMul, conversion_minimum: int):
-        self.inner = inner
+    def __init__(self, inner: PreparedGemm | PreparedMatMul, half_format: half.HalfFormat,
+                 conversion_minimum: int):
+        self.inner, self.format = inner, half_format
         self.key, self.config, self.threads = inner.key, inner.config, inner.threads
+        self._dtype = half_format.dtype
         self.conversion_minimum = conversion_minimum
 
     def _widen(self, value, name: str, serial: bool) -> np.ndarray:
-        x = operand(value, half.FLOAT16_DTYPE, name)
+        x = operand(value, self._dtype, name)
         threads = self.threads if not serial and x.size >= self.conversion_minimum else 1
         # the float32 product reads its operands in place, at a speed that depends on
         # their placement as much as on the thresholds calibrated for it
-        return half.to_float32(x, threads, aligned=True)
+        return self.format.to_float32(x, threads, aligned=True)
 
     def _narrow(self, result: np.ndarray, serial: bool) -> np.ndarray:
         threads = self.threads if not serial and result.size >= self.conversion_minimum else 1
-        return half.to_float16(np.ascontiguousarray(result), threads)
+        return self.format.from_float32(np.ascontiguousarray(result), threads)
 
     def _inputs(self, inputs, serial: bool) -> list:
         return [None if value is None else self._widen(value, name, serial)
@@ -517,7 +522,7 @@ class PreparedHalfGemm(PreparedKernel):
 
     def plan(self, *inputs) -> Plan:
         step = self.inner.plan(*inputs)
-        return Plan(step.path, step.threads, step.elements, f"float16 {step.form}")
+        return Plan(step.path, step.threads, step.elements, f"{self._dtype.name} {step.form}")
 
     def run(self, *inputs) -> np.ndarray:
         return self._narrow(self.inner.run(*self._inputs(inputs, False)), False)

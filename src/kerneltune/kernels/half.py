@@ -1,34 +1,58 @@
-"""FLOAT16 <-> float32 conversions on the compiled, bit-exact, parallel kernels.
+"""FLOAT16 and BFLOAT16 <-> float32 conversions on the compiled, bit-exact, parallel kernels.
 
-pythran has no half type, so halves travel as their uint16 bit patterns; the
-conversions equal numpy's ``astype`` bit for bit and split across threads,
-which ``astype`` does not.
+pythran has no 16-bit float types, so both travel as their uint16 bit patterns. FLOAT16's
+conversions equal numpy's ``astype`` bit for bit, BFLOAT16's ml_dtypes' (narrowing rounds to
+nearest even, a NaN stays a NaN), and both split across threads, which ``astype`` does not.
+Every kernel that computes on the two types widens its inputs to float32, runs the float32
+kernel and narrows a float result: a :class:`HalfFormat` is what differs between them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from ..dtypes import NUMPY_DTYPES
+from ..schema import element_type_number
 from . import outputs
 from .variants import load_module
 
-#: the dtypes on both sides of the conversions, for callers' dtype checks too
-FLOAT32_DTYPE, FLOAT16_DTYPE = np.dtype(np.float32), np.dtype(np.float16)
+FLOAT32_DTYPE = np.dtype(np.float32)
 
 
-def to_float32(x: np.ndarray, threads: int, aligned: bool = False) -> np.ndarray:
-    """A float32 copy of a contiguous float16 array, converted on ``threads`` threads
-    (into an ``aligned`` array: see :func:`outputs.empty`)."""
-    out = outputs.empty(x.shape, FLOAT32_DTYPE, aligned)
-    if x.size:
-        load_module("convert").widen_half(x.reshape(-1).view(np.uint16), out.reshape(-1), threads)
-    return out
+@dataclass(frozen=True)
+class HalfFormat:
+    """A 16-bit float type: its element type and the compiled conversions of its bits."""
+
+    element_type: int
+    widen_function: str
+    narrow_function: str
+
+    @property
+    def dtype(self) -> np.dtype:
+        """numpy's dtype (ml_dtypes' for BFLOAT16, imported when first asked for)."""
+        return NUMPY_DTYPES[self.element_type]
+
+    def to_float32(self, x: np.ndarray, threads: int, aligned: bool = False) -> np.ndarray:
+        """A float32 copy of a contiguous array of this type, converted on ``threads`` threads
+        (into an ``aligned`` array: see :func:`outputs.empty`)."""
+        out = outputs.empty(x.shape, FLOAT32_DTYPE, aligned)
+        if x.size:
+            getattr(load_module("convert"), self.widen_function)(
+                x.reshape(-1).view(np.uint16), out.reshape(-1), threads)
+        return out
+
+    def from_float32(self, x: np.ndarray, threads: int) -> np.ndarray:
+        """A copy of a contiguous float32 array in this type, rounded to nearest even."""
+        out = outputs.empty(x.shape, self.dtype)
+        if x.size:
+            getattr(load_module("convert"), self.narrow_function)(
+                x.reshape(-1), out.reshape(-1).view(np.uint16), threads)
+        return out
 
 
-def to_float16(x: np.ndarray, threads: int) -> np.ndarray:
-    """A float16 copy of a contiguous float32 array, rounded to nearest even like numpy."""
-    out = outputs.empty(x.shape, FLOAT16_DTYPE)
-    if x.size:
-        load_module("convert").narrow_float(x.reshape(-1), out.reshape(-1).view(np.uint16),
-                                            threads)
-    return out
+FLOAT16 = HalfFormat(element_type_number("FLOAT16"), "widen_half", "narrow_float")
+BFLOAT16 = HalfFormat(element_type_number("BFLOAT16"), "widen_bfloat16", "narrow_bfloat16")
+#: element type -> its format
+FORMATS = {f.element_type: f for f in (FLOAT16, BFLOAT16)}

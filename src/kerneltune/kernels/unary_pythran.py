@@ -52,6 +52,14 @@ import numpy as np
 # pythran export tanh(float64[:], float64[:], int)
 # pythran export tanhf(float32[:], float32[:], int)
 # pythran export not_(bool[:], bool[:], int)
+# pythran export bitwise_not(int8[:], int8[:], int)
+# pythran export bitwise_not(int16[:], int16[:], int)
+# pythran export bitwise_not(int32[:], int32[:], int)
+# pythran export bitwise_not(int64[:], int64[:], int)
+# pythran export bitwise_not(uint8[:], uint8[:], int)
+# pythran export bitwise_not(uint16[:], uint16[:], int)
+# pythran export bitwise_not(uint32[:], uint32[:], int)
+# pythran export bitwise_not(uint64[:], uint64[:], int)
 
 BLOCK = 2048
 ALIGN = 64
@@ -218,6 +226,11 @@ def _flip(x, out):
         out[i] = x[i] ^ 1
 
 
+def _invert(x, out):
+    for i in range(x.shape[0]):
+        out[i] = ~x[i]
+
+
 def abs_(x, out, nthreads):
     return _run(x, out, nthreads, _abs)
 
@@ -271,3 +284,7 @@ def not_(x, out, nthreads):
     # On the bytes of the booleans: gcc leaves ``not`` on bool (or ``!=`` against a
     # constant) a scalar byte loop, and vectorises the exclusive or of uint8.
     return _run(x.view(np.uint8), out.view(np.uint8), nthreads, _flip)
+
+
+def bitwise_not(x, out, nthreads):
+    return _run(x, out, nthreads, _invert)
