@@ -1,4 +1,8 @@
-"""onnx's Backend interface over :class:`RuntimeSession`, so onnx's own test cases run on it."""
+"""onnx's Backend interface over :class:`RuntimeSession`, so onnx's own test cases run on it.
+
+``is_compatible`` asks the check a session makes at construction, so onnx's test runner
+skips the models kerneltune refuses instead of counting them as errors.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,9 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
+from ..errors import UnsupportedModelError
+from ..kernels import library
+from .model import prepare_model
 from .session import RuntimeSession
 
 
@@ -36,6 +43,18 @@ class KerneltuneBackend(Backend):
         return KerneltuneRep(RuntimeSession(model, **kwargs))
 
     @classmethod
+    def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        """Whether a session would run ``model`` on ``device``: its operators, types and
+        attributes (nothing is resolved or prepared)."""
+        if not cls.supports_device(device):
+            return False
+        try:
+            prepare_model(model, library())
+        except UnsupportedModelError:
+            return False
+        return True
+
+    @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
                   **kwargs: Any) -> tuple[np.ndarray, ...]:
         return cls.prepare(model, device, **kwargs).run(inputs)
@@ -44,7 +63,8 @@ class KerneltuneBackend(Backend):
     def run_node(cls, node: onnx.NodeProto, inputs: Sequence[np.ndarray], device: str = "CPU",
                  outputs_info: Sequence[tuple[np.dtype, tuple[int, ...]]] | None = None,
                  **kwargs: Any) -> tuple[np.ndarray, ...]:
-        """One node as a one-node model, its value types taken from the inputs given."""
+        """One node as a one-node model of the newest opset, its value types taken from the
+        inputs given and its outputs' from onnx's shape inference (the checker needs them)."""
         super().run_node(node, inputs, device=device, outputs_info=outputs_info)
         names = [name for name in node.input if name]
         graph_inputs = [
@@ -53,9 +73,12 @@ class KerneltuneBackend(Backend):
                 np.shape(value))
             for name, value in zip(names, inputs, strict=True)
         ]
-        graph_outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in node.output]
-        graph = onnx.helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
-        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+        graph = onnx.helper.make_graph([node], "run_node", graph_inputs, [])
+        model = onnx.helper.make_model(graph, opset_imports=[
+            onnx.helper.make_opsetid("", onnx.defs.onnx_opset_version())])
+        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+        model.graph.output.extend(inferred.get(name, onnx.helper.make_empty_tensor_value_info(
+            name)) for name in node.output)
         return cls.run_model(model, list(inputs), device, **kwargs)
 
     @classmethod
@@ -64,6 +87,7 @@ class KerneltuneBackend(Backend):
 
 
 prepare = KerneltuneBackend.prepare
+is_compatible = KerneltuneBackend.is_compatible
 run_model = KerneltuneBackend.run_model
 run_node = KerneltuneBackend.run_node
 supports_device = KerneltuneBackend.supports_device

@@ -2,13 +2,17 @@
 
 Everything that can be decided before the first run is decided here, so a
 model the library cannot run fails at construction with every unsupported
-node named, never at its first ``run``.
+node named, never at its first ``run``. Each node is checked against its
+operator's schema in the opset the model imports: the element types that
+version takes, its attributes, which inputs share a type. The operators have
+computed the same since opset 7; what the older schemas add is in
+``LEGACY_ATTRIBUTES``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,15 +25,34 @@ from ..errors import UnsupportedModelError
 from ..kernels import Kernel
 from ..schema import element_type_name
 
-MINIMUM_OPSET = 13
-
-#: node attributes each operator accepts, with their ONNX defaults
+#: node attributes each operator's kernel takes, with their ONNX defaults
 ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
     "Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
 }
 
-#: operators taking any number (>= 1) of inputs, folded pairwise
-VARIADIC = frozenset({"Max", "Min"})
+
+def _refuse_axis(attributes: Mapping[str, Any]) -> str | None:
+    if attributes.get("broadcast", 0):
+        return ("attribute axis (opset 1-6 broadcasting of B from a dimension of A other than "
+                "its last ones) is not supported; broadcast=1 without axis is")
+    return None
+
+
+#: Attributes of the opset 1-6 schemas that no kernel takes: the refusal for a node's
+#: attributes (None: it runs).
+LEGACY_ATTRIBUTES: Mapping[str, Callable[[Mapping[str, Any]], str | None]] = {
+    # opset 1's in-place hint to the runtimes of the time: results never depended on it
+    "consumed_inputs": lambda attributes: None,
+    # opsets 1-6: 0 requires equal shapes (Gemm: C of M x N), 1 broadcasts B (Gemm: C) to A
+    # from the trailing dimensions; for a valid model both are numpy's broadcasting
+    "broadcast": lambda attributes: None,
+    # with broadcast=1, B's dimensions start at A's dimension ``axis``: refused
+    "axis": _refuse_axis,
+}
+
+#: operators with an input whose type parameter is its own (ONNX's T1): the keyword that
+#: names its element type to the kernel when it differs from the first input's
+OWN_TYPE_KEYWORDS: Mapping[str, str] = {"Pow": "exponent_type"}
 
 
 @dataclass(frozen=True)
@@ -76,9 +99,8 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
     """Check ``proto`` and bind every node to a kernel, or name every node that cannot be."""
     onnx.checker.check_model(proto)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    if opset is None or opset < MINIMUM_OPSET:
-        raise UnsupportedModelError(f"the model imports opset {opset} of the default domain; "
-                                    f"kerneltune runs opset {MINIMUM_OPSET} and newer")
+    if opset is None:
+        raise UnsupportedModelError("the model imports no opset of the default domain")
     inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
     graph = inferred.graph
     types = {v.name: v.type.tensor_type.elem_type
@@ -118,24 +140,59 @@ def _bind(node, name, opset, types, kernels) -> tuple[list[Node], str | None]:
     if kernel is None:
         return [], f"{described}: no kernel for this operator"
     try:
-        onnx.defs.get_schema(node.op_type, opset, node.domain)
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
     except onnx.defs.SchemaError:
         return [], f"{described}: the operator does not exist in opset {opset}"
-    if not input_types or not all(input_types) or len(set(input_types)) > 1:
-        return [], f"{described}: input types unknown or mixed"
+    if not input_types or not all(input_types):
+        return [], f"{described}: input types unknown"
+    by_parameter, problem = _typed_inputs(schema, input_types)
+    if problem:
+        return [], f"{described}: {problem}"
     element_type = input_types[0]
     if element_type not in kernel.element_types:
         return [], f"{described}: no {_type_name(element_type)} kernel"
-    known = ATTRIBUTES.get(node.op_type, {})
-    attributes = dict(known)
-    for attribute in node.attribute:
-        if attribute.name not in known:
-            return [], f"{described}: attribute {attribute.name} is not supported"
-        attributes[attribute.name] = onnx.helper.get_attribute_value(attribute)
-    if node.op_type in VARIADIC:
+    attributes = dict(ATTRIBUTES.get(node.op_type, {}))
+    for parameter, element_types in by_parameter.items():
+        if element_types != {element_type}:
+            keyword = OWN_TYPE_KEYWORDS.get(node.op_type)
+            if keyword is None:
+                return [], f"{described}: input types mixed ({parameter})"
+            (attributes[keyword],) = element_types
+    given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    for attribute in given:
+        if attribute in attributes:
+            attributes[attribute] = given[attribute]
+        elif attribute in LEGACY_ATTRIBUTES:
+            problem = LEGACY_ATTRIBUTES[attribute](given)
+            if problem:
+                return [], f"{described}: {problem}"
+        else:
+            return [], f"{described}: attribute {attribute} is not supported"
+    if schema.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
         return _folded(node, name, kernel, element_type, present), None
     return [Node(name, node.op_type, kernel, element_type, present, node.output[0],
                  attributes)], None
+
+
+def _typed_inputs(schema: onnx.defs.OpSchema, input_types: list[int]
+                  ) -> tuple[dict[str, set[int]], str | None]:
+    """The element types of each type parameter of ``schema`` (T, T1), or why they do not fit.
+
+    Inputs of one parameter must share their type, which the parameter's constraint of this
+    schema version must allow.
+    """
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    by_parameter: dict[str, set[int]] = {}
+    for index, element_type in enumerate(input_types):
+        parameter = schema.inputs[min(index, len(schema.inputs) - 1)].type_str
+        if _tensor_type(element_type) not in allowed.get(parameter, {parameter}):
+            return {}, (f"{schema.name}-{schema.since_version}, the {schema.name} of this opset, "
+                        f"takes no {_type_name(element_type)} as {parameter}")
+        by_parameter.setdefault(parameter, set()).add(element_type)
+    mixed = sorted(parameter for parameter, types in by_parameter.items() if len(types) > 1)
+    if mixed:
+        return {}, f"input types mixed ({', '.join(mixed)})"
+    return by_parameter, None
 
 
 def _folded(node, name, kernel, element_type, present) -> list[Node]:
@@ -172,9 +229,13 @@ def _type_name(element_type: int | None) -> str:
         return onnx.TensorProto.DataType.Name(element_type)
 
 
+def _tensor_type(element_type: int) -> str:
+    """The type's name in ONNX schemas and onnxruntime's signatures: ``tensor(float)``."""
+    return f"tensor({onnx.helper.tensor_dtype_to_string(element_type).split('.')[-1].lower()})"
+
+
 def _signature(value: onnx.ValueInfoProto) -> Signature:
     tensor = value.type.tensor_type
     shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
              for d in tensor.shape.dim] if tensor.HasField("shape") else None
-    onnx_type = onnx.helper.tensor_dtype_to_string(tensor.elem_type).split(".")[-1].lower()
-    return Signature(value.name, f"tensor({onnx_type})", shape, tensor.elem_type)
+    return Signature(value.name, _tensor_type(tensor.elem_type), shape, tensor.elem_type)
