@@ -1,0 +1,81 @@
+"""onnx's official backend test runner over ``kerneltune.runtime.backend``.
+
+As onnxruntime's own backend test series does: ``onnx.backend.test.BackendTest`` turns
+each of onnx's node test cases into a test that prepares the model with the backend, runs
+it on the case's inputs and compares the outputs with onnx's (shapes, element types, and
+values within the case's tolerances). Only the node tests of the operators the kernel
+library implements are kept; the cases among them that kerneltune does not run are
+listed in ``EXCLUDED`` with the reason, and a test checks that the list is exactly what
+the backend's ``is_compatible`` refuses, so that no case is skipped without one.
+"""
+
+from __future__ import annotations
+
+import re
+import unittest
+
+import numpy as np
+import onnx
+import onnx.backend.test
+from onnx.backend.test.loader import load_model_tests
+
+from kerneltune.kernels import library
+from kerneltune.runtime import backend
+
+#: operators whose node tests are not named after their snake_case
+TEST_PREFIXES = {"GreaterOrEqual": "greater_equal", "LessOrEqual": "less_equal",
+                 "MatMul": "matmul"}
+PREFIXES = sorted(TEST_PREFIXES.get(name) or re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+                  for name in library())
+#: a node test of one of the library's operators, on the CPU (its CUDA twin is not ours)
+INCLUDED = re.compile(rf"^test_({'|'.join(PREFIXES)})(_.*)?_cpu$")
+
+#: the included cases kerneltune does not run, and why (each is a skip with this reason)
+EXCLUDED = {
+    # Equal-19 compares STRING tensors; the kernels compute on numbers and booleans
+    "test_equal_string_cpu": "STRING tensors: the kernels compute on numbers and booleans",
+    "test_equal_string_broadcast_cpu": "STRING tensors: the kernels compute on numbers and "
+                                       "booleans",
+    # Relu-14's function body, which casts its zero with CastLike, an operator the library
+    # does not implement (Relu itself passes, test_relu_cpu)
+    "test_relu_expanded_ver18_cpu": "Relu's expanded body uses CastLike, which the kernel "
+                                    "library does not implement",
+}
+
+_runner = onnx.backend.test.BackendTest(backend, __name__)
+OnnxBackendNodeModelTest = _runner.test_cases["OnnxBackendNodeModelTest"]
+for _name in [n for n in vars(OnnxBackendNodeModelTest) if n.startswith("test_")]:
+    if not INCLUDED.match(_name):
+        delattr(OnnxBackendNodeModelTest, _name)
+    elif _name in EXCLUDED:
+        setattr(OnnxBackendNodeModelTest, _name,
+                unittest.skip(EXCLUDED[_name])(getattr(OnnxBackendNodeModelTest, _name)))
+
+
+def test_the_exclusions_are_what_the_backend_refuses():
+    """Every included case the backend refuses is excluded with a reason, and every excluded
+    case is one it refuses: the runner's own "Not compatible with backend" never fires."""
+    refused = set()
+    for case in load_model_tests(kind="node"):
+        name = f"{case.name}_cpu"
+        if not INCLUDED.match(name):
+            continue
+        model = case.model if case.model is not None else onnx.load(
+            f"{case.model_dir}/model.onnx")
+        if not backend.is_compatible(model):
+            refused.add(name)
+    assert refused == set(EXCLUDED)
+
+
+def test_every_operator_of_the_library_has_node_tests():
+    included = [n for n in vars(OnnxBackendNodeModelTest) if n.startswith("test_")]
+    for prefix in PREFIXES:
+        assert any(re.match(rf"test_{prefix}(_|$)", name) for name in included), prefix
+    assert len(included) >= 195 + len(EXCLUDED)
+
+
+def test_run_node_runs_one_node_of_the_newest_opset():
+    node = onnx.helper.make_node("GreaterOrEqual", ["a", "b"], ["c"])
+    a, b = np.array([1, 2, 3], np.int16), np.array([2, 2, 2], np.int16)
+    (c,) = backend.run_node(node, [a, b])
+    assert c.dtype == np.bool_ and c.tolist() == [False, True, True]
