@@ -102,6 +102,7 @@ from .store import (
     RejectedCalibrationProfile,
     default_calibration_profile_path,
 )
+from .verification import KeyVerification, VerificationReport, verify_deployment_profiles
 from .version import __version__
 
 _STARTUP = initialise(default_registry)
@@ -169,6 +170,7 @@ __all__ = [
     "KernelTuningRegistry",
     "KernelTuningSchema",
     "KeyExplanation",
+    "KeyVerification",
     "NamedSelector",
     "Problem",
     "ProfileEntry",
@@ -189,6 +191,7 @@ __all__ = [
     "TuningValue",
     "UnknownKernelError",
     "UnsupportedModelError",
+    "VerificationReport",
     "__version__",
     "access_counts",
     "analyze_kernel_tuning_latencies",
@@ -226,5 +229,6 @@ __all__ = [
     "startup_report",
     "tunable",
     "update_kernel_tuning_cache",
+    "verify_deployment_profiles",
     "write_deployment_profile",
 ]
