@@ -69,7 +69,8 @@ def test_the_library_registers_its_calibrations_with_the_registry_it_is_given(re
 @needs_two_cpus
 @pytest.mark.parametrize(("kernel", "element_type"), [
     ("Abs", "FLOAT"), ("Add", "INT32"), ("Greater", "DOUBLE"), ("Mul", "FLOAT16"),
-    ("Not", "BOOL"),
+    ("Not", "BOOL"), ("GreaterOrEqual", "INT16"), ("LessOrEqual", "BFLOAT16"),
+    ("Log", "BFLOAT16"), ("BitwiseNot", "UINT8"),
 ])
 def test_elementwise_calibration_decides_every_parameter(registry, kernel, element_type):
     report = _calibrate(registry, 2, kernels=[kernel], element_types=[element_type])
@@ -89,6 +90,29 @@ def test_elementwise_calibration_decides_every_parameter(registry, kernel, eleme
     assert entry["versions"]["kerneltune"] == kerneltune.__version__
     assert entry["options"]["effort"] == "quick"
     assert all(d["reason"] for d in entry["decisions"])
+
+
+def test_the_new_operators_and_bfloat16_are_calibrated_and_reported(registry):
+    """Each key of GreaterOrEqual, LessOrEqual and BFLOAT16 is calibratable, and a batch over
+    them reports every one (on one thread, which keeps every parallel parameter)."""
+    keys = registry.snapshot().keys()
+    new = {key for key in keys if key.kernel in ("GreaterOrEqual", "LessOrEqual")
+           or key.element_type_name == "BFLOAT16"}
+    assert {key.kernel for key in new if key.element_type_name == "BFLOAT16"} >= {
+        "Add", "Pow", "Tanh", "GreaterOrEqual", "LessOrEqual", "Gemm", "MatMul"}
+    assert len({key for key in new if key.kernel == "GreaterOrEqual"}) == 12
+    report = _calibrate(registry, 1, kernels=["GreaterOrEqual", "LessOrEqual", "Add", "Gemm"],
+                        element_types=["BFLOAT16", "INT8"])
+    assert {c.key for c in report.calibrated} == {key for key in keys if key.kernel in (
+        "GreaterOrEqual", "LessOrEqual", "Add", "Gemm") and key.element_type_name in (
+        "BFLOAT16", "INT8")}
+    entries = json.loads(json.dumps(report.to_dict()))["calibrated"]
+    assert {(e["key"]["kernel"], e["key"]["element_type"]) for e in entries} >= {
+        ("GreaterOrEqual", "BFLOAT16"), ("LessOrEqual", "INT8"), ("Gemm", "BFLOAT16")}
+    for entry in entries:
+        if entry["key"]["element_type"] == "BFLOAT16":
+            assert any(d["parameter"] == "conversion.parallel_minimum_elements"
+                       for d in entry["decisions"])
 
 
 def test_one_thread_keeps_the_parallel_parameters(registry):

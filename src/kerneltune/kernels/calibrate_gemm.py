@@ -130,8 +130,12 @@ class GemmCalibration(KernelCalibration):
         return NUMPY_DTYPES[compute].itemsize
 
     def _tolerance(self) -> Tolerance:
-        """BLAS sums in another order: agreement to a few units in the last place per K."""
+        """BLAS sums in another order: agreement to a few units in the last place per K, and
+        to one of a 16-bit result's, where float32 sums that straddle its rounding point
+        narrow a unit apart (a BFLOAT16 unit is 2**-7 of the value, beyond float32's)."""
         rtol = 2e-3 if self._compute_itemsize() == 4 else 1e-10
+        narrow = half.FORMATS.get(self.element_type)
+        rtol = max(rtol, narrow.epsilon) if narrow is not None else rtol
         return Tolerance(rtol, rtol * 32)
 
     def _matrix(self, context: CalibrationContext, rows: int, columns: int, salt: int):

@@ -28,6 +28,8 @@ class HalfFormat:
     element_type: int
     widen_function: str
     narrow_function: str
+    #: the gap from 1 to the next value: one unit in the last place, relative to the value
+    epsilon: float
 
     @property
     def dtype(self) -> np.dtype:
@@ -52,7 +54,8 @@ class HalfFormat:
         return out
 
 
-FLOAT16 = HalfFormat(element_type_number("FLOAT16"), "widen_half", "narrow_float")
-BFLOAT16 = HalfFormat(element_type_number("BFLOAT16"), "widen_bfloat16", "narrow_bfloat16")
+FLOAT16 = HalfFormat(element_type_number("FLOAT16"), "widen_half", "narrow_float", 2.0**-10)
+BFLOAT16 = HalfFormat(element_type_number("BFLOAT16"), "widen_bfloat16", "narrow_bfloat16",
+                      2.0**-7)
 #: element type -> its format
 FORMATS = {f.element_type: f for f in (FLOAT16, BFLOAT16)}
