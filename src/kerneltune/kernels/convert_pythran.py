@@ -94,23 +94,29 @@ def _widen_subnormals(src, dst):
             dst[i] = ((h & u(0x8000)) << 16) | (e << 23) | ((m << 13) & u(0x7FFFFF))
 
 
-def _widen_range(src, dst, lo, hi):
-    for b in range(lo, hi, BLOCK):
-        e = min(b + BLOCK, hi)
+def _widen_range(src, dst):
+    n = src.shape[0]
+    for b in range(0, n, BLOCK):
+        e = min(b + BLOCK, n)
         if _widen_block(src[b:e], dst[b:e]):
             _widen_subnormals(src[b:e], dst[b:e])
 
 
 def _chunks(src, dst, nthreads, convert_range):
-    """``convert_range(src, dst, lo, hi)`` over ``nthreads`` static chunks; chunks used."""
+    """``convert_range(src chunk, dst chunk)`` over ``nthreads`` static chunks; chunks used.
+
+    Each thread converts views made for it, in the call: a loop over the shared arrays
+    themselves reloads their data pointers after every store and runs many times slower.
+    """
     n = src.shape[0]
     nthreads = min(max(nthreads, 1), max(n, 1))
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(static)
         for c in range(nthreads):
-            convert_range(src, dst, c * n // nthreads, (c + 1) * n // nthreads)
+            convert_range(src[c * n // nthreads:(c + 1) * n // nthreads],
+                          dst[c * n // nthreads:(c + 1) * n // nthreads])
     else:
-        convert_range(src, dst, 0, n)  # no OpenMP region for one thread
+        convert_range(src, dst)  # no OpenMP region for one thread
     return nthreads
 
 
@@ -163,9 +169,10 @@ def _narrow_subnormals(src, dst):
             dst[i] = r | ((f >> 16) & w(0x8000))
 
 
-def _narrow_range(src, dst, lo, hi):
-    for b in range(lo, hi, BLOCK):
-        e = min(b + BLOCK, hi)
+def _narrow_range(src, dst):
+    n = src.shape[0]
+    for b in range(0, n, BLOCK):
+        e = min(b + BLOCK, n)
         if _narrow_block(src[b:e], dst[b:e]):
             _narrow_subnormals(src[b:e], dst[b:e])
 
@@ -177,19 +184,19 @@ def narrow_float(src, dst, nthreads):
     return _chunks(src.view(np.int32), dst, nthreads, _narrow_range)
 
 
-def _widen_bfloat16_range(src, dst, lo, hi):
+def _widen_bfloat16_range(src, dst):
     u = np.uint32
-    for i in range(lo, hi):
+    for i in range(src.shape[0]):
         dst[i] = u(src[i]) << 16
 
 
-def _narrow_bfloat16_range(src, dst, lo, hi):
+def _narrow_bfloat16_range(src, dst):
     """Round the float32 bits ``src`` to nearest even at bit 16; NaN to the quiet 0x7fc0.
 
     Only a NaN's sum can pass 2**32 (-inf's is 0xff807fff); it wraps, and is replaced.
     """
     u = np.uint32
-    for i in range(lo, hi):
+    for i in range(src.shape[0]):
         f = src[i]
         r = (f + u(0x7FFF) + ((f >> 16) & u(1))) >> 16
         if (f & u(0x7FFFFFFF)) > u(0x7F800000):
