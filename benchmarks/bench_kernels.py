@@ -4,6 +4,8 @@ Elementwise: Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements; then
 integer and boolean kernels (one-byte types and integer Div among them), Log,
 and FLOAT16 Abs and Neg at 1e5 and 1e6, equal shapes and rows broadcast against
 a column.
+BFLOAT16 beside FLOAT16: kernels through float32 (and Abs and Neg on the sign bit) on
+both 16-bit types, at 1e5 and 1e6 elements.
 Portable grains other than 32768 (the catalog's ``GRAINS`` and ``ELEMENT_GRAINS``):
 each key's against 32768, the grain of an add, at sizes where one of the two runs
 in parallel and the other serially; broadcast grains of their own (``BROADCAST_GRAINS``)
@@ -31,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 from results import Recorder, add_arguments
 
-from kerneltune.dtypes import NUMPY_DTYPES
+from kerneltune.dtypes import FLOATING, NUMPY_DTYPES
 from kerneltune.kernels import catalog, library
 from kerneltune.schema import element_type_number
 
@@ -189,7 +191,7 @@ def grain_operand(element_type: str, shape: tuple[int, ...], exponent: bool,
     dtype = NUMPY_DTYPES[element_type_number(element_type)]
     if dtype.kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
-    if dtype.kind == "f":
+    if element_type_number(element_type) in FLOATING:
         return (np.abs(rng.standard_normal(shape)) + 0.5).astype(dtype)
     return rng.integers(0, 8 if exponent else 100, shape).astype(dtype) + (0 if exponent else 1)
 
@@ -220,6 +222,51 @@ def portable_grains() -> list[tuple[str, str, str, int, int]]:
          kernels[name].configure(element_type, {}).minimum_elements)
         for name, table in catalog.BROADCAST_GRAINS.items()
         for grain, element_types in table.items() for element_type in element_types]
+
+
+#: kernels timed on FLOAT16 and BFLOAT16: the sign-bit ones, then widen-compute-narrow ones
+#: (a BOOL output narrows nothing; Tanh and Pow cost more per element than a conversion)
+HALF_KERNELS = ("Abs", "Neg", "Add", "Mul", "Greater", "Tanh", "Pow", "MatMul")
+#: BFLOAT16's time over FLOAT16's at 1e6 elements, at most (their conversions differ, the
+#: float32 computation between them is the same)
+HALF_TARGET = 1.10
+
+
+def halves(rounds: int, recorder: Recorder) -> list[str]:
+    """The same kernel and values on FLOAT16 and BFLOAT16, 2 threads; MatMul of N x N by N x N
+    where N * N is about the elements."""
+    kernels = library()
+    rng = np.random.default_rng(4)
+    misses = []
+    recorder.table("halves", "2 threads, the same values in both types (positive: Pow's bases); "
+                   "ratio: BFLOAT16 time over FLOAT16 time (below 1: BFLOAT16 is faster); "
+                   "MatMul: N x N by N x N, N the square root of the elements")
+    print(f"\n{'kernel':8} {'elements':>9} {'FLOAT16 us':>11} {'BFLOAT16 us':>12} {'ratio':>6}")
+    for name in HALF_KERNELS:
+        for size in (100_000, 1_000_000):
+            side = int(size ** 0.5)
+            shapes = [(side, side)] * 2 if name == "MatMul" else [(size,)] * (
+                1 if name in catalog.UNARY else 2)
+            values = [np.abs(rng.standard_normal(shape)) + 0.5 for shape in shapes]
+            contenders = {}
+            for element_type in ("FLOAT16", "BFLOAT16"):
+                inputs = [v.astype(NUMPY_DTYPES[element_type_number(element_type)])
+                          for v in values]
+                prepared = kernels[name].prepare(element_type, threads=2)
+                contenders[element_type] = lambda k=prepared, i=inputs: k.run(*i)
+            times = timed(contenders, rounds)
+            ratio = times["BFLOAT16"] / times["FLOAT16"]
+            print(f"{name:8} {size:>9} {times['FLOAT16'] * 1e6:>11.1f} "
+                  f"{times['BFLOAT16'] * 1e6:>12.1f} {ratio:>6.2f}")
+            recorder.row("halves", kernel=name, elements=size,
+                         float16_us=times["FLOAT16"] * 1e6, bfloat16_us=times["BFLOAT16"] * 1e6,
+                         ratio=ratio)
+            if size >= 1_000_000 and not recorder.target(
+                    "BFLOAT16 time / FLOAT16 time at 1e6 elements, 2 threads", ratio, "<=",
+                    HALF_TARGET, f"{name} {size}"):
+                misses.append(f"{name} BFLOAT16 at {size}: {ratio:.2f}x FLOAT16's time "
+                              f"(target {HALF_TARGET}x)")
+    return misses
 
 
 def default_grains(rounds: int, recorder: Recorder) -> list[str]:
@@ -327,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kerneltune variant: {library()['Abs'].implementation}")
     misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES, recorder)
     misses += other_types(args.rounds, recorder)
+    misses += halves(args.rounds, recorder)
     misses += default_grains(args.rounds, recorder)
     if not args.skip_gemm:
         misses += gemm(args.rounds, recorder)

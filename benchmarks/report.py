@@ -92,6 +92,8 @@ VIEWS = {
     "bench_kernels": (
         View("elementwise", ("kernel", "elements", "serial_ratio", "parallel_ratio"),
              (("elements", (1_000_000, 16_000_000)),)),
+        View("halves", ("kernel", "elements", "float16_us", "bfloat16_us", "ratio"),
+             (("elements", (1_000_000,)),)),
         View("gemm", ("m", "k", "n", "serial_ratio", "parallel_ratio", "path"))),
     "bench_cli": (View("commands", ("command", "ms", "over_import")),),
     "bench_processes": (View("configurations", ("element_type", "threads", "rows", "build",
