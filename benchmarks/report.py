@@ -99,6 +99,9 @@ VIEWS = {
     "bench_processes": (View("configurations", ("element_type", "threads", "rows", "build",
                                                 "median", "off_state", "processes")),),
     "bench_session": (View("models", ("model", "size", "ratio")),),
+    "bench_tail": (View("latency", ("neighbour", "threads", "model", "size", "p50_us", "p90_us",
+                                    "p99_us", "p50_ratio", "p90_ratio", "p99_ratio"),
+                        (("threads", (2,)),)),),
     "bench_store": (
         View("lookup", ("profiles", "lookup_ns", "dict_ns", "over_dict", "rejected_us")),
         View("store", ("profiles", "store_ms", "write_ms", "over_write", "load_ms", "file_kib"))),
