@@ -18,6 +18,10 @@ shows in the median too). Targets on 2 threads at 1e6 elements and above: p90
 at most 1.5x and p99 at most 3x that median beside every neighbour.
 
     python benchmarks/bench_tail.py [--runs 300] [--threads 1 --threads 2]
+        [--neighbour onnxruntime] [--set OMP_WAIT_POLICY=passive]
+
+``--set NAME=VALUE`` runs every process with that variable: how a wait policy
+or spin count is compared, each in a run of its own.
 """
 
 from __future__ import annotations
@@ -103,8 +107,8 @@ def child(neighbour: str, threads: int, runs: int) -> None:
                           "p90_us": p90, "p99_us": p99}), flush=True)
 
 
-def _environment(neighbour: str) -> dict[str, str]:
-    environment = dict(os.environ)
+def _environment(neighbour: str, settings: list[str]) -> dict[str, str]:
+    environment = {**os.environ, **dict(setting.split("=", 1) for setting in settings)}
     if neighbour == "openblas":
         environment.pop("OPENBLAS_THREAD_TIMEOUT", None)
     return environment
@@ -115,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=300, help="timed calls per case")
     parser.add_argument("--threads", type=int, action="append")
     parser.add_argument("--neighbour", action="append", choices=NEIGHBOURS)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable of every process (repeatable)")
     parser.add_argument("--child", choices=NEIGHBOURS, help=argparse.SUPPRESS)
     add_arguments(parser)
     args = parser.parse_args(argv)
@@ -133,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         for count in threads:
             done = subprocess.run(
                 [sys.executable, __file__, "--child", neighbour, "--threads", str(count),
-                 "--runs", str(args.runs)], env=_environment(neighbour), capture_output=True,
-                text=True, check=True)
+                 "--runs", str(args.runs)], env=_environment(neighbour, args.set),
+                capture_output=True, text=True, check=True)
             for line in done.stdout.splitlines():
                 row = json.loads(line)
                 median = alone.setdefault((row["model"], row["size"], count), row["p50_us"])
