@@ -40,9 +40,9 @@ from .backend_cases import BackendCase, BackendCorpus, collect_backend_cases
 from .cache import ENVIRONMENT_VARIABLE
 from .checks import is_count, is_positive_number
 from .detect import current_execution
-from .errors import Problem, TuningValidationError, UnknownKernelError
+from .errors import Problem, TuningValidationError
 from .files import write_atomically
-from .parameters import kernel_tuning_parameters, set_kernel_tuning_parameters
+from .parameters import one_key, set_kernel_tuning_parameters
 from .registry import default_registry
 from .schema import KernelTuningKey, TuningValue
 
@@ -166,22 +166,6 @@ class BackendSearchReport:
 
 
 # --- the parameter sets ---------------------------------------------------------------------
-
-
-def _one_key(kernel: str, element_type: object, implementation: str | None,
-             execution) -> tuple[KernelTuningKey, dict[str, TuningValue]]:
-    """The key and its active values; an unknown or ambiguous kernel raises."""
-    rows = kernel_tuning_parameters(kernel, implementation=implementation,
-                                    element_type=element_type, execution=execution).parameters
-    if not rows:
-        raise UnknownKernelError(f"no tuning schema is registered for kernel {kernel!r} and "
-                                 f"element type {element_type!r}")
-    if len(rows) > 1:
-        choices = ", ".join(sorted(row.key.implementation for row in rows))
-        raise TuningValidationError([Problem("implementation", f"{len(rows)} registered keys "
-                                                               f"match; give one of {choices}")],
-                                    context=f"{kernel} {element_type}: ambiguous")
-    return rows[0].key, dict(rows[0].active)
 
 
 def parameter_sets(key: KernelTuningKey, active: Mapping[str, TuningValue],
@@ -414,7 +398,9 @@ def search_backend_parameters(
     """
     _check_options(repeat, warmup, timeout, criterion)
     execution = current_execution(threads)
-    key, active = _one_key(kernel, element_type, implementation, execution)
+    snapshot = default_registry.snapshot()
+    key = one_key(snapshot.keys(), kernel, element_type, implementation, None, None)
+    active = snapshot.resolve(key, execution).values
     sets = parameter_sets(key, active, parameters)
     corpus = collect_backend_cases(pattern, key, cases_dirs)
     if not corpus.cases:

@@ -120,7 +120,7 @@ def kernel_tuning_parameters(
     return KernelTuningParameterReport(execution, inspection, tuple(rows))
 
 
-def _one_key(keys: Iterable[KernelTuningKey], kernel: str, element_type: object,
+def one_key(keys: Iterable[KernelTuningKey], kernel: str, element_type: object,
              implementation: str | None, tuning_abi: int | None,
              library: str | None) -> KernelTuningKey:
     """The one registered key these fields name; an ambiguity asks for the missing field."""
@@ -171,7 +171,7 @@ def set_kernel_tuning_parameters(
     process, as a load of the cache would.
     """
     snapshot = registry.snapshot()
-    key = _one_key(snapshot.keys(), kernel, element_type, implementation, tuning_abi, library)
+    key = one_key(snapshot.keys(), kernel, element_type, implementation, tuning_abi, library)
     execution = execution or current_execution()
     slot = (key, execution.identity)
 
