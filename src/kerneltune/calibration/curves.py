@@ -352,8 +352,8 @@ def report_curves(document: object, path: str = "<report>") -> ReportCurves:
     return ReportCurves(path, tuple(keys))
 
 
-def read_report_curves(path: str | Path) -> ReportCurves:
-    """The curves of a report file (``calibrate --report FILE``)."""
+def read_calibration_reports(path: str | Path) -> list[object]:
+    """The batch reports of a report file (``calibrate --report FILE``: a list, or one)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
@@ -364,4 +364,9 @@ def read_report_curves(path: str | Path) -> ReportCurves:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise ReportFileError(f"{path}: not a calibration report: not JSON ({error})") from None
-    return report_curves(document, str(path))
+    return document if isinstance(document, list) else [document]
+
+
+def read_report_curves(path: str | Path) -> ReportCurves:
+    """The curves of a report file (``calibrate --report FILE``)."""
+    return report_curves(read_calibration_reports(path), str(path))

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
-from ..errors import ProfileError
 from .common import FAILURE, add_command, add_json, add_threads, print_json, table, warn
 
 #: the gaps a bake prints for a person; --json has all of them
@@ -14,17 +11,10 @@ SHOWN_GAPS = 10
 
 
 def _export(args: argparse.Namespace) -> int:
+    from ..calibration.curves import read_calibration_reports
     from ..profiles import export_deployment_profile, write_deployment_profile
 
-    reports = []
-    for path in args.reports:
-        text = Path(path).read_text(encoding="utf-8")
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ProfileError([f"{path}: not a calibration report (JSON): {error}"],
-                               context="profile not exported") from None
-        reports.extend(loaded if isinstance(loaded, list) else [loaded])
+    reports = [batch for path in args.reports for batch in read_calibration_reports(path)]
     profile = export_deployment_profile(reports, args.selector, args.name, args.priority)
     written = write_deployment_profile(profile, args.output)
     if args.json:
