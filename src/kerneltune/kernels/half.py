@@ -9,6 +9,7 @@ kernel and narrows a float result: a :class:`HalfFormat` is what differs between
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,9 +32,10 @@ class HalfFormat:
     #: the gap from 1 to the next value: one unit in the last place, relative to the value
     epsilon: float
 
-    @property
+    @functools.cached_property
     def dtype(self) -> np.dtype:
-        """numpy's dtype (ml_dtypes' for BFLOAT16, imported when first asked for)."""
+        """numpy's dtype (ml_dtypes' for BFLOAT16, imported when first asked for); looked up
+        once, as every narrowing asks for it."""
         return NUMPY_DTYPES[self.element_type]
 
     def to_float32(self, x: np.ndarray, threads: int, aligned: bool = False) -> np.ndarray:
