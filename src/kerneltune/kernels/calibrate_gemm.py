@@ -37,7 +37,6 @@ from .calibrate import (
     KernelCalibration,
     grain_of,
 )
-from .elementwise import FLOAT
 from .gemm import KU, MR, NR, Gemm, MatMul
 
 #: How far apart, in octaves of N, two calibrations measure where BLAS starts to beat the
@@ -126,8 +125,7 @@ class GemmCalibration(KernelCalibration):
     kernel: Gemm
 
     def _compute_itemsize(self) -> int:
-        compute = FLOAT if self.element_type in half.FORMATS else self.element_type
-        return NUMPY_DTYPES[compute].itemsize
+        return NUMPY_DTYPES[half.compute_type(self.element_type)].itemsize
 
     def _tolerance(self) -> Tolerance:
         """BLAS sums in another order: agreement to a few units in the last place per K, and

@@ -182,7 +182,7 @@ class Gemm(Kernel):
 
     def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b):
         key = self.tuning_key(element_type)
-        compute = FLOAT if element_type in half.FORMATS else element_type
+        compute = half.compute_type(element_type)
         module = load_module("gemm", self.implementation)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
                                 beta, trans_a, trans_b)

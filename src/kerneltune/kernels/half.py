@@ -20,6 +20,7 @@ from . import outputs
 from .variants import load_module
 
 FLOAT32_DTYPE = np.dtype(np.float32)
+_FLOAT = element_type_number("FLOAT")
 
 
 @dataclass(frozen=True)
@@ -61,3 +62,8 @@ BFLOAT16 = HalfFormat(element_type_number("BFLOAT16"), "widen_bfloat16", "narrow
                       2.0**-7)
 #: element type -> its format
 FORMATS = {f.element_type: f for f in (FLOAT16, BFLOAT16)}
+
+
+def compute_type(element_type: int) -> int:
+    """The element type a kernel computes ``element_type`` in: FLOAT for a 16-bit float."""
+    return _FLOAT if element_type in FORMATS else element_type

@@ -83,7 +83,7 @@ class PowKernel(BinaryKernel):
             raise TypeError(f"Pow takes no attributes, got {sorted(attributes)}")
         if exponent not in EXPONENT_TYPES:
             raise UnknownKernelError(f"Pow has no {element_type_name(exponent)} exponents")
-        compute = FLOAT if element_type in half.FORMATS else element_type
+        compute = half.compute_type(element_type)
         if compute == DOUBLE or (compute == FLOAT and exponent in _SINGLE):
             function, read = self._functions[compute], compute
         else:
