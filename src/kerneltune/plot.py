@@ -104,8 +104,7 @@ def _title(entry: KeyCurves, decision: DecisionCurves) -> str:
 
 
 def _draw_series(axes: Any, decision: DecisionCurves, relative: bool) -> None:
-    labels = list(dict.fromkeys(series.label for series in decision.series))
-    colours = {label: f"C{index % 10}" for index, label in enumerate(labels)}
+    colours = {label: f"C{index % 10}" for index, label in enumerate(decision.labels)}
     cases = decision.cases
     for series in decision.series:
         sizes, values = _medians(series, relative)
@@ -164,7 +163,7 @@ def _categorical(decision: DecisionCurves) -> bool:
 def _draw_categories(axes: Any, decision: DecisionCurves) -> None:
     """Bars from 1.0, the value in use, up when a setting is slower and down when faster."""
     cases = decision.cases
-    labels = list(dict.fromkeys(series.label for series in decision.series))
+    labels = decision.labels
     width = 0.8 / len(labels)
     for index, label in enumerate(labels):
         ratios = {series.case: _medians(series, True)[1][0] for series in decision.series

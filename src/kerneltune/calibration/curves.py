@@ -123,6 +123,10 @@ class DecisionCurves:
     def cases(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(series.case for series in self.series))
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(series.label for series in self.series))
+
     def to_dict(self) -> dict[str, object]:
         return {"parameter": self.parameter, "baseline": self.baseline, "value": self.value,
                 "changed": self.changed, "measured": self.measured, "reason": self.reason,
