@@ -390,11 +390,9 @@ class _Merge:
 
 
 def _merge(existing: Sequence[CacheEntry], incoming: Sequence[CacheEntry], replace_existing: bool,
-           newest_abis: Mapping[tuple, int] | None,
-           drop: Callable[[CacheEntry], bool] | None = None) -> _Merge:
+           drop: Callable[[CacheEntry], bool] | None) -> _Merge:
     """Incoming entries merged by slot into the existing ones, which keep their order; an
-    untouched one of an older tuning ABI than ``newest_abis`` says, or that ``drop`` names,
-    is left out."""
+    untouched one that ``drop`` names is left out."""
     position = {entry.slot: i for i, entry in enumerate(existing)}
     merged: list[CacheEntry] = list(existing)
     touched: set[int] = set()
@@ -411,12 +409,8 @@ def _merge(existing: Sequence[CacheEntry], incoming: Sequence[CacheEntry], repla
             merged[i] = entry
         else:
             kept.append(existing[i])
-    pruned = [
-        entry for i, entry in enumerate(existing) if i not in touched and (
-            (newest_abis is not None
-             and entry.key.tuning_abi < newest_abis.get(entry.key.without_abi, 0))
-            or (drop is not None and drop(entry)))
-    ]
+    pruned = [] if drop is None else [
+        entry for i, entry in enumerate(existing) if i not in touched and drop(entry)]
     gone = set(map(id, pruned))
     if gone:
         merged = [entry for entry in merged if id(entry) not in gone]
@@ -457,7 +451,6 @@ def update_cache_entries(
     *,
     read_only: bool = False,
     replace_existing: bool = True,
-    newest_abis: Mapping[tuple, int] | None = None,
     lock_timeout: float = LOCK_TIMEOUT,
     drop: Callable[[CacheEntry], bool] | None = None,
 ) -> CacheUpdateReport:
@@ -477,8 +470,7 @@ def update_cache_entries(
         unusable = _unusable(current)
         if unusable is not None:
             return unusable
-        merge = _merge(current.entries, incoming(current.entries), replace_existing, newest_abis,
-                       drop)
+        merge = _merge(current.entries, incoming(current.entries), replace_existing, drop)
         return merge.report("read_only", path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -487,8 +479,7 @@ def update_cache_entries(
             unusable = _unusable(current)
             if unusable is not None:
                 return unusable
-            merge = _merge(current.entries, incoming(current.entries), replace_existing,
-                           newest_abis, drop)
+            merge = _merge(current.entries, incoming(current.entries), replace_existing, drop)
             if not merge.changed:
                 return merge.report("unchanged", path)
             removed = remove_stray_temporaries(target)
@@ -529,12 +520,16 @@ def update_kernel_tuning_cache(
     """
     snapshot = registry.snapshot()
     entries = entries_from_profiles(profiles, SOURCES[0], snapshot)
-    newest = None
+    stale = None
     if prune_stale_abis:
         newest = {base: max(abis) for base, abis in snapshot.tuning_abis().items()}
+
+        def stale(entry: CacheEntry) -> bool:
+            return entry.key.tuning_abi < newest.get(entry.key.without_abi, 0)
+
     return update_cache_entries(cache_path(path), lambda existing: entries, read_only=read_only,
-                                replace_existing=replace_existing, newest_abis=newest,
-                                lock_timeout=lock_timeout)
+                                replace_existing=replace_existing, lock_timeout=lock_timeout,
+                                drop=stale)
 
 
 def remove_kernel_tuning_cache(
