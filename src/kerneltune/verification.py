@@ -51,6 +51,7 @@ from .calibration import (
     verify_decisions,
 )
 from .calibration.measure import Deadline
+from .checks import is_count
 from .cpu import CpuExecutionDescriptor
 from .detect import current_execution
 from .documents import DocumentFormat, read_document
@@ -59,6 +60,7 @@ from .files import file_lock, write_atomically
 from .keyfilter import KeyFilter
 from .profile_import import (
     ENVIRONMENT_VARIABLE,
+    IMPORTED,
     ProfileFileReport,
     import_deployment_profiles,
     profile_paths,
@@ -219,7 +221,7 @@ def verify_deployment_profiles(
     shipped.register_schemas((key, snapshot.schema(key).config_type) for key in keys)
     imported = import_deployment_profiles(_files(paths), registry=shipped)
     problems = [f"{file.path}: {file.status}: {problem}" for file in imported.files
-                if file.status != "imported" for problem in file.problems or ("",)]
+                if file.status != IMPORTED for problem in file.problems or ("",)]
     target = cache_path(path)
     inspection = inspect_kernel_tuning_cache(path)
     problems += [str(problem) for problem in inspection.problems]
@@ -272,7 +274,7 @@ def _order(row: KeyVerification) -> tuple:
 def _candidates(snapshot: TuningSnapshot, execution: CpuExecutionDescriptor,
                 files: Sequence[ProfileFileReport]) -> list[_Candidate]:
     """Every key a file's profile resolves on this execution, with what it changes."""
-    digests = {file.path: file.digest for file in files if file.status == "imported"}
+    digests = {file.path: file.digest for file in files if file.status == IMPORTED}
     found, keys = [], snapshot.keys()
     for key in keys:
         resolution = snapshot.resolve(key, execution)
@@ -390,7 +392,7 @@ def verification_points(cases: Sequence[tuple[Case, int]],
     measures its workload sizes.
     """
     bands = [tuple(sorted((int(shipped[name]), int(defaults[name])))) for name in shipped
-             if _is_size(shipped[name]) and _is_size(defaults[name])]
+             if is_count(shipped[name], 1) and is_count(defaults[name], 1)]
     groups: dict[str, list[tuple[Case, int]]] = {}
     for case, size in cases:
         groups.setdefault(case.name, []).append((case, size))
@@ -403,10 +405,6 @@ def verification_points(cases: Sequence[tuple[Case, int]],
                        if low <= size <= 2 * high and sizes[0] <= size <= sizes[-1]})
         points += [(group[0][0], size) for size in near] if near else group
     return points
-
-
-def _is_size(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _demote(rows: Sequence[KeyVerification], cached: Mapping[KernelTuningKey, CacheEntry],
