@@ -220,18 +220,19 @@ def verify_deployment_profiles(
     keys = snapshot.keys()
     shipped.register_schemas((key, snapshot.schema(key).config_type) for key in keys)
     imported = import_deployment_profiles(_files(paths), registry=shipped)
+    from_files = shipped.snapshot()
     problems = [f"{file.path}: {file.status}: {problem}" for file in imported.files
                 if file.status != IMPORTED for problem in file.problems or ("",)]
     target = cache_path(path)
-    inspection = inspect_kernel_tuning_cache(path)
+    inspection = inspect_kernel_tuning_cache(target)
     problems += [str(problem) for problem in inspection.problems]
     cached = {entry.key: entry for entry in classify_entries(
-        inspection.entries, KeyFilter(), execution, shipped.snapshot(), inspection.path,
+        inspection.entries, KeyFilter(), execution, from_files, inspection.path,
         all_thread_counts=False).usable}
     record = _record_path(target)
     verified = _read_record(record, execution)
     rows, queue = [], []
-    for candidate in _candidates(shipped.snapshot(), execution, imported.files):
+    for candidate in _candidates(from_files, execution, imported.files):
         row = _settled(candidate, cached.get(candidate.key), verified, force)
         if row is None:
             queue.append(candidate)
@@ -240,7 +241,7 @@ def verify_deployment_profiles(
     deadline = Deadline(start + time_budget, "total")
     with threadpool_limits(limits=execution.effective_threads, user_api="blas"):
         rows += _measure(queue, registry, snapshot, execution, options, deadline)
-    update, written = _demote(rows, cached, target, execution, shipped.snapshot(), registry)
+    update, written = _demote(rows, cached, target, execution, from_files, registry)
     if update is not None:
         problems += [str(problem) for problem in update.problems]
     if written:
