@@ -238,8 +238,7 @@ def serialise(entries: Iterable[CacheEntry]) -> str:
             "report_digest": entry.report_digest}))
     executions = ",\n".join(f"  {json.dumps(ident)}: {json.dumps(execution.to_dict())}"
                             for execution, ident in ids.items())
-    header = json.dumps({"format": CACHE_FORMAT.name,
-                         "schema_version": CACHE_FORMAT.schema_version})[:-1]
+    header = CACHE_FORMAT.opening()
     return (f"{header},\n \"executions\": {{\n{executions}\n }},\n \"entries\": [\n"
             + ",\n".join(f"  {line}" for line in lines) + "\n ]}\n")
 

@@ -130,6 +130,10 @@ class DocumentFormat:
     fields: Mapping[str, type]
     what: str = field(default="file")
 
+    def opening(self) -> str:
+        """The document's first line as JSON-form YAML, left open for the fields that follow."""
+        return json.dumps({"format": self.name, "schema_version": self.schema_version})[:-1]
+
 
 @dataclass(frozen=True)
 class Document:

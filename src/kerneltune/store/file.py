@@ -37,8 +37,7 @@ _MEASUREMENT_FIELDS = ("name", "value", "unit")
 
 def serialise(profiles: Iterable[CalibrationProfile]) -> str:
     """The file's text: the header, then one profile per line, so a diff shows what changed."""
-    header = json.dumps({"format": PROFILES_FORMAT.name,
-                         "schema_version": PROFILES_FORMAT.schema_version})[:-1]
+    header = PROFILES_FORMAT.opening()
     lines = [json.dumps(profile.to_dict(), ensure_ascii=True, allow_nan=False)
              for profile in profiles]
     body = ",\n".join(f"  {line}" for line in lines)
