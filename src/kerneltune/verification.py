@@ -484,6 +484,7 @@ def _write_record(record: Path | None, execution: CpuExecutionDescriptor,
     if record is None or not kept:
         return None
     try:
+        record.parent.mkdir(parents=True, exist_ok=True)  # the lock file goes there too
         with file_lock(record, LOCK_TIMEOUT):
             groups = []
             for group in _read_groups(record):
@@ -503,7 +504,6 @@ def _write_record(record: Path | None, execution: CpuExecutionDescriptor,
 
 def _record_text(groups: Sequence[Mapping]) -> str:
     """The record in YAML's JSON form, one group a line, as the cache is written."""
-    header = json.dumps({"format": RECORD_FORMAT.name,
-                         "schema_version": RECORD_FORMAT.schema_version})[:-1]
+    header = RECORD_FORMAT.opening()
     lines = ",\n".join(f"  {json.dumps(group, sort_keys=True)}" for group in groups)
     return f"{header},\n \"verified\": [\n{lines}\n ]}}\n"
