@@ -10,7 +10,10 @@ fresh process of its own, as in a deployment:
   threads spin after a run) runs just before every timed call;
 - ``openblas``: numpy's BLAS multiplies two 256 x 256 matrices just before every
   timed call, without ``OPENBLAS_THREAD_TIMEOUT`` (its threads spin after it);
-- ``python-thread``: a Python thread loops over numpy additions all along.
+- ``python-thread``: a Python thread loops over numpy additions all along;
+- ``onnxruntime-no-spin`` and ``openblas-timeout``: the first two with the
+  settings docs/kernels.md gives for them (``session.intra_op.allow_spinning``
+  0, ``OPENBLAS_THREAD_TIMEOUT=4``).
 
 A short sleep between calls lets pools settle as between requests. Ratios are
 over the median of the same case alone (a neighbour that slows every call
@@ -38,7 +41,8 @@ from collections.abc import Callable
 import numpy as np
 from results import Recorder, add_arguments
 
-NEIGHBOURS = ("alone", "onnxruntime", "openblas", "python-thread")
+NEIGHBOURS = ("alone", "onnxruntime", "openblas", "python-thread", "onnxruntime-no-spin",
+              "openblas-timeout")
 SIZES = (100_000, 1_000_000, 4_000_000, 16_000_000)
 MATMUL = 256
 #: the blocked path at 256 cubed, whatever a profile says of BLAS
@@ -58,16 +62,19 @@ def cases():
 
 def _neighbour(name: str) -> Callable[[], None]:
     """What runs just before each timed call (nothing for a neighbour that runs all along)."""
-    if name == "onnxruntime":
+    if name.startswith("onnxruntime"):
         import onnxruntime
         from bench_session import single_node
 
         model = single_node("Add", [(100_000,)] * 2, (100_000,))
-        session = onnxruntime.InferenceSession(model.SerializeToString(),
+        options = onnxruntime.SessionOptions()
+        if name == "onnxruntime-no-spin":
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options,
                                                providers=["CPUExecutionProvider"])
         feed = {"x0": np.ones(100_000, np.float32), "x1": np.ones(100_000, np.float32)}
         return lambda: session.run(None, feed)
-    if name == "openblas":
+    if name.startswith("openblas"):
         a = np.random.default_rng(1).standard_normal((256, 256))
         return lambda: a @ a
     if name == "python-thread":
@@ -111,6 +118,8 @@ def _environment(neighbour: str, settings: list[str]) -> dict[str, str]:
     environment = {**os.environ, **dict(setting.split("=", 1) for setting in settings)}
     if neighbour == "openblas":
         environment.pop("OPENBLAS_THREAD_TIMEOUT", None)
+    elif neighbour == "openblas-timeout":
+        environment["OPENBLAS_THREAD_TIMEOUT"] = "4"
     return environment
 
 

@@ -278,6 +278,8 @@ def test_the_command_line_calibrates_and_writes_the_report(tmp_path):
     # what else shaped the timings: the OpenMP wait policy, the thread pools loaded
     environment = batch["calibrated"][0]["environment"]
     assert environment["variables"]["OMP_WAIT_POLICY"] == "active"
+    assert environment["wait_policy"] == {"policy": "active", "spin_count": 30_000_000_000,
+                                          "throttled_spin_count": 1000, "ignored": []}
     assert environment["variables"]["OPENBLAS_THREAD_TIMEOUT"] == "4"
     assert "openmp" in {pool["user_api"] for pool in environment["thread_pools"]}
     assert not list(tmp_path.glob("*.tmp"))

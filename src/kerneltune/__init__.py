@@ -104,6 +104,7 @@ from .store import (
 )
 from .verification import KeyVerification, VerificationReport, verify_deployment_profiles
 from .version import __version__
+from .wait_policy import WaitPolicy, wait_policy
 
 _STARTUP = initialise(default_registry)
 
@@ -192,6 +193,7 @@ __all__ = [
     "UnknownKernelError",
     "UnsupportedModelError",
     "VerificationReport",
+    "WaitPolicy",
     "__version__",
     "access_counts",
     "analyze_kernel_tuning_latencies",
@@ -230,5 +232,6 @@ __all__ = [
     "tunable",
     "update_kernel_tuning_cache",
     "verify_deployment_profiles",
+    "wait_policy",
     "write_deployment_profile",
 ]

@@ -29,6 +29,7 @@ from ..keyfilter import KeyFilter
 from ..registry import KernelTuningProfile, KernelTuningRegistry, TuningSnapshot, default_registry
 from ..schema import KernelTuningKey
 from ..version import __version__
+from ..wait_policy import wait_policy
 from .context import CalibrationContext, Tolerance
 from .measure import Deadline
 from .options import CalibrationOptions
@@ -110,10 +111,15 @@ _POOL_FIELDS = ("user_api", "internal_api", "version", "architecture", "threadin
 
 
 def _environment() -> dict[str, object]:
-    """The variables set and the thread pools loaded (a BLAS crossover is one with that BLAS)."""
+    """The variables set, the OpenMP wait policy they make and the thread pools loaded.
+
+    A crossover measured with spinning OpenMP threads is one with spinning threads,
+    and a BLAS crossover one with that BLAS.
+    """
     return {
         "variables": {name: os.environ[name] for name in ENVIRONMENT_VARIABLES
                       if name in os.environ},
+        "wait_policy": wait_policy().as_dict(),
         "thread_pools": [{field: pool.get(field) for field in _POOL_FIELDS}
                          for pool in threadpool_info()],
     }

@@ -1,0 +1,83 @@
+"""The wait policy of the OpenMP threads the compiled kernels run on.
+
+libgomp reads ``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT`` once, when it loads:
+a thread that waits (for the next parallel kernel, or at the end of one) spins
+that many times before it sleeps. kerneltune sets neither, and this module
+says what libgomp makes of the environment, so that a calibration report
+records the policy its timings were measured under (docs/kernels.md, Threads
+and spinning pools).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+#: spins before sleeping for each ``OMP_WAIT_POLICY`` when ``GOMP_SPINCOUNT`` is not set
+#: (usual, throttled): the second when the process runs more OpenMP threads than it has
+#: CPUs; from libgomp's documentation of ``GOMP_SPINCOUNT``
+SPIN_COUNTS = {"default": (300_000, 100), "active": (30_000_000_000, 1000), "passive": (0, 0)}
+_FACTORS = {"": 1, "k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
+_FOREVER = ("infinite", "infinity")
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How long a waiting OpenMP thread spins; ``None`` spins for ever.
+
+    ``ignored`` names the variables set to values libgomp rejects (it warns and
+    keeps its default).
+    """
+
+    policy: str
+    spin_count: int | None
+    throttled_spin_count: int | None
+    ignored: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready: a count that never ends is ``"infinite"``."""
+        record = asdict(self)
+        for field in ("spin_count", "throttled_spin_count"):
+            if record[field] is None:
+                record[field] = "infinite"
+        record["ignored"] = list(self.ignored)
+        return record
+
+
+def _policy(value: str | None) -> str | None:
+    text = (value or "").strip().lower()
+    return text if text in ("active", "passive") else None
+
+
+def _spin_count(value: str) -> int | None:
+    """Spins ``value`` asks for, None for ever; ValueError when libgomp would reject it."""
+    text = value.strip().lower()
+    if text in _FOREVER:
+        return None
+    digits = text.rstrip("".join(_FACTORS))
+    suffix = text[len(digits):]
+    if not digits.isdecimal() or suffix not in _FACTORS:
+        raise ValueError(value)
+    return int(digits) * _FACTORS[suffix]
+
+
+def wait_policy(environ: Mapping[str, str] | None = None) -> WaitPolicy:
+    """The policy libgomp runs with in a process started with ``environ`` (this one's)."""
+    environ = os.environ if environ is None else environ
+    ignored = []
+    policy = _policy(environ.get("OMP_WAIT_POLICY"))
+    if "OMP_WAIT_POLICY" in environ and policy is None:
+        ignored.append("OMP_WAIT_POLICY")
+    policy = policy or "default"
+    spins, throttled = SPIN_COUNTS[policy]
+    if "GOMP_SPINCOUNT" in environ:
+        try:
+            asked = _spin_count(environ["GOMP_SPINCOUNT"])
+        except ValueError:
+            ignored.append("GOMP_SPINCOUNT")
+        else:
+            spins = asked
+            if policy != "passive":
+                throttled = throttled if asked is None else min(throttled, asked)
+    return WaitPolicy(policy, spins, throttled, tuple(ignored))
