@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 from results import Recorder, add_arguments
@@ -86,8 +86,9 @@ def _neighbour(name: str) -> Callable[[], None]:
     return lambda: None
 
 
-def child(neighbour: str, threads: int, runs: int) -> None:
-    """Time every case beside ``neighbour``; print one JSON row per case."""
+def child(neighbour: str, threads: int, runs: int,
+          only: Collection[tuple[str, int]] | None = None) -> None:
+    """Time every case (of ``only``: model, size) beside ``neighbour``; a JSON row per case."""
     from bench_session import single_node
 
     from kerneltune.runtime import RuntimeSession
@@ -95,6 +96,8 @@ def child(neighbour: str, threads: int, runs: int) -> None:
     before = _neighbour(neighbour)
     rng = np.random.default_rng(0)
     for op, size, shapes, output, overrides in cases():
+        if only is not None and (op, size) not in only:
+            continue
         session = RuntimeSession(single_node(op, shapes, output), threads=threads,
                                  overrides=overrides)
         feed = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
@@ -114,7 +117,8 @@ def child(neighbour: str, threads: int, runs: int) -> None:
                           "p90_us": p90, "p99_us": p99}), flush=True)
 
 
-def _environment(neighbour: str, settings: list[str]) -> dict[str, str]:
+def environment(neighbour: str, settings: Collection[str]) -> dict[str, str]:
+    """This process's environment with ``settings`` (NAME=VALUE), as ``neighbour`` needs it."""
     environment = {**os.environ, **dict(setting.split("=", 1) for setting in settings)}
     if neighbour == "openblas":
         environment.pop("OPENBLAS_THREAD_TIMEOUT", None)
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         for count in threads:
             done = subprocess.run(
                 [sys.executable, __file__, "--child", neighbour, "--threads", str(count),
-                 "--runs", str(args.runs)], env=_environment(neighbour, args.set),
+                 "--runs", str(args.runs)], env=environment(neighbour, args.set),
                 capture_output=True, text=True, check=True)
             for line in done.stdout.splitlines():
                 row = json.loads(line)

@@ -102,6 +102,8 @@ VIEWS = {
     "bench_tail": (View("latency", ("neighbour", "threads", "model", "size", "p50_us", "p90_us",
                                     "p99_us", "p50_ratio", "p90_ratio", "p99_ratio"),
                         (("threads", (2,)),)),),
+    "bench_wait_policy": (View("policies", ("setting", "neighbour", "model", "p50_us",
+                                            "p90_us", "p99_us", "p50_ratio")),),
     "bench_store": (
         View("lookup", ("profiles", "lookup_ns", "dict_ns", "over_dict", "rejected_us")),
         View("store", ("profiles", "store_ms", "write_ms", "over_write", "load_ms", "file_kib"))),

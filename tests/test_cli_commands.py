@@ -16,6 +16,7 @@ from kerneltune.cpu_files import load_cpu_descriptor
 from kerneltune.detect import get_cpu_descriptor
 from kerneltune.selector_files import NamedSelector, write_selector
 from kerneltune.selectors import CpuSelector
+from kerneltune.wait_policy import wait_policy
 
 #: one cheap calibratable key, tuned on one thread at quick effort
 QUICK = ("kernel", "--kernel", "Abs", "--dtype", "FLOAT", "--threads", "1", "--effort", "quick")
@@ -118,6 +119,16 @@ def test_cpu_prints_a_descriptor_file_that_reads_back_and_names_variant_and_sele
     assert f"# ISA variant: {document['isa_variant']} " in done.stdout
     for name in document["selectors"]:
         assert name in done.stdout
+    assert document["wait_policy"] == wait_policy().as_dict()
+
+
+def test_cpu_names_the_openmp_wait_policy_of_its_environment():
+    done = run_kerneltune("cpu", OMP_WAIT_POLICY="passive", GOMP_SPINCOUNT="2k")
+    assert done.returncode == 0, done.stderr
+    assert ("# OpenMP wait policy: passive, spins 2,000 before sleeping (0 with more OpenMP "
+            "threads than CPUs)\n") in done.stdout
+    document = _json(run_kerneltune("cpu", "--json", GOMP_SPINCOUNT="infinite"))
+    assert document["wait_policy"]["spin_count"] == "infinite"
 
 
 # --- kernel -----------------------------------------------------------------------------------

@@ -35,6 +35,15 @@ class WaitPolicy:
     throttled_spin_count: int | None
     ignored: tuple[str, ...] = ()
 
+    def summary(self) -> str:
+        """One line, as ``kerneltune cpu`` prints it."""
+        def spins(count: int | None) -> str:
+            return "for ever" if count is None else f"{count:,}"
+
+        text = (f"{self.policy}, spins {spins(self.spin_count)} before sleeping "
+                f"({spins(self.throttled_spin_count)} with more OpenMP threads than CPUs)")
+        return text + "".join(f"; {name} ignored" for name in self.ignored)
+
     def as_dict(self) -> dict[str, object]:
         """JSON-ready: a count that never ends is ``"infinite"``."""
         record = asdict(self)

@@ -1,4 +1,5 @@
-"""``kerneltune cpu``: this processor's descriptor, the ISA variant it runs, its selectors."""
+"""``kerneltune cpu``: this processor's descriptor, the ISA variant it runs, its selectors,
+and the OpenMP wait policy of this environment."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..detect import current_execution, detect_cpu_descriptor
 from ..errors import KernelTuningError
 from ..kernels.variants import installed_variants, select_variant
 from ..selector_files import shipped_selectors
+from ..wait_policy import wait_policy
 from .common import add_command, add_json, print_json
 
 
@@ -23,10 +25,13 @@ def _variant(processor: CpuDescriptor) -> str | None:
 
 
 def _cpu(args: argparse.Namespace) -> None:
-    if args.root is not None or args.machine is not None:
+    copied = args.root is not None or args.machine is not None
+    if copied:
         processor = detect_cpu_descriptor(args.root or "/", args.machine)
     else:
         processor = current_execution().processor
+    # this process's environment, which says nothing of a copied machine's
+    policy = None if copied else wait_policy()
     document = {"format": FILE_FORMAT, "schema_version": SCHEMA_VERSION, **processor.to_dict()}
     variant = _variant(processor)
     selectors = [named for named in shipped_selectors()
@@ -34,13 +39,16 @@ def _cpu(args: argparse.Namespace) -> None:
     if args.json:
         print_json({"descriptor": document, "isa_variant": variant,
                     "installed_variants": list(installed_variants()),
-                    "selectors": [named.name for named in selectors]})
+                    "selectors": [named.name for named in selectors],
+                    "wait_policy": policy and policy.as_dict()})
         return
     # Comments, so that the output stays a descriptor file KERNELTUNE_CPU_DESCRIPTOR reads.
     print(yaml.safe_dump(document, sort_keys=False), end="")
     print(f"# ISA variant: {variant or 'none of the installed ones runs here'} "
           f"(installed: {', '.join(installed_variants()) or 'none'})")
     print(f"# shipped selectors matching: {', '.join(n.name for n in selectors) or 'none'}")
+    if policy is not None:
+        print(f"# OpenMP wait policy: {policy.summary()}")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
