@@ -4,8 +4,8 @@ libgomp reads ``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT`` once, when it loads:
 a thread that waits (for the next parallel kernel, or at the end of one) spins
 that many times before it sleeps. kerneltune sets neither, and this module
 says what libgomp makes of the environment, so that a calibration report
-records the policy its timings were measured under (docs/kernels.md, Threads
-and spinning pools).
+records the policy its timings were measured under (docs/kernels.md, Beside
+other thread pools, has the measurements behind setting none).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-#: spins before sleeping for each ``OMP_WAIT_POLICY`` when ``GOMP_SPINCOUNT`` is not set
-#: (usual, throttled): the second when the process runs more OpenMP threads than it has
-#: CPUs; from libgomp's documentation of ``GOMP_SPINCOUNT``
+#: spins before sleeping for each ``OMP_WAIT_POLICY`` when ``GOMP_SPINCOUNT`` is not set, as
+#: (spin count, throttled count): libgomp uses the second while the process runs more
+#: OpenMP threads than it has CPUs (its documentation of ``GOMP_SPINCOUNT``)
 SPIN_COUNTS = {"default": (300_000, 100), "active": (30_000_000_000, 1000), "passive": (0, 0)}
 _FACTORS = {"": 1, "k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
 _FOREVER = ("infinite", "infinity")
