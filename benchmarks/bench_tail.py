@@ -119,12 +119,12 @@ def child(neighbour: str, threads: int, runs: int,
 
 def environment(neighbour: str, settings: Collection[str]) -> dict[str, str]:
     """This process's environment with ``settings`` (NAME=VALUE), as ``neighbour`` needs it."""
-    environment = {**os.environ, **dict(setting.split("=", 1) for setting in settings)}
+    variables = {**os.environ, **dict(setting.split("=", 1) for setting in settings)}
     if neighbour == "openblas":
-        environment.pop("OPENBLAS_THREAD_TIMEOUT", None)
+        variables.pop("OPENBLAS_THREAD_TIMEOUT", None)
     elif neighbour == "openblas-timeout":
-        environment["OPENBLAS_THREAD_TIMEOUT"] = "4"
-    return environment
+        variables["OPENBLAS_THREAD_TIMEOUT"] = "4"
+    return variables
 
 
 def main(argv: list[str] | None = None) -> int:

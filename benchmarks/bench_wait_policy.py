@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child, THREADS, args.runs, only=CASES)
         return 0
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):  # "none" is none, whatever the shell sets
+        os.environ.pop(name, None)
     recorder = Recorder(__file__, args)
     recorder.table("policies", "µs per call on 2 threads; ratios over the p50 of the same case "
                                "alone with nothing set")

@@ -11,7 +11,7 @@ import json
 import pytest
 import yaml
 
-from conftest import run_kerneltune
+from conftest import CPUS, run_kerneltune
 from kerneltune.cpu_files import load_cpu_descriptor
 from kerneltune.detect import get_cpu_descriptor
 from kerneltune.selector_files import NamedSelector, write_selector
@@ -129,6 +129,15 @@ def test_cpu_names_the_openmp_wait_policy_of_its_environment():
             "threads than CPUs)\n") in done.stdout
     document = _json(run_kerneltune("cpu", "--json", GOMP_SPINCOUNT="infinite"))
     assert document["wait_policy"]["spin_count"] == "infinite"
+
+
+def test_cpu_of_a_copied_machine_leaves_this_environments_wait_policy_out():
+    root = CPUS / "amd_zen2_epyc_7742"
+    done = run_kerneltune("cpu", "--root", root, "--machine", "x86_64")
+    assert done.returncode == 0, done.stderr
+    assert "# ISA variant: " in done.stdout and "wait policy" not in done.stdout
+    document = _json(run_kerneltune("cpu", "--json", "--root", root, "--machine", "x86_64"))
+    assert document["wait_policy"] is None
 
 
 # --- kernel -----------------------------------------------------------------------------------

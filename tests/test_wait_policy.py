@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 import kerneltune
-from kerneltune.wait_policy import SPIN_COUNTS, WaitPolicy, wait_policy
+from kerneltune.wait_policy import FOREVER, SPIN_COUNTS, WaitPolicy, wait_policy
 
 VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
@@ -22,9 +23,16 @@ VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
     ({"GOMP_SPINCOUNT": "10k"}, WaitPolicy("default", 10_000, 100)),
     ({"GOMP_SPINCOUNT": "2M"}, WaitPolicy("default", 2_000_000, 100)),
     ({"GOMP_SPINCOUNT": "50"}, WaitPolicy("default", 50, 50)),
-    ({"GOMP_SPINCOUNT": "Infinity"}, WaitPolicy("default", None, 100)),
-    ({"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "infinite"},
-     WaitPolicy("active", None, 1000)),
+    ({"GOMP_SPINCOUNT": "Infinity"}, WaitPolicy("default", FOREVER, 100)),
+    ({"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": " infinite "},
+     WaitPolicy("active", FOREVER, 1000)),
+    # as strtoull reads it: a sign, a negative count wrapping round, spaces before the suffix
+    ({"GOMP_SPINCOUNT": "+5"}, WaitPolicy("default", 5, 5)),
+    ({"GOMP_SPINCOUNT": "-0"}, WaitPolicy("default", 0, 0)),
+    ({"GOMP_SPINCOUNT": "-5"}, WaitPolicy("default", 2 ** 64 - 5, 100)),
+    ({"GOMP_SPINCOUNT": "10 k"}, WaitPolicy("default", 10_000, 100)),
+    # a product beyond the largest count spins for ever
+    ({"GOMP_SPINCOUNT": "20000000T"}, WaitPolicy("default", FOREVER, 100)),
     # a spin count with the passive policy still spins, never when throttled
     ({"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": "1000"}, WaitPolicy("passive", 1000, 0)),
 ])
@@ -36,7 +44,10 @@ def test_the_policy_is_what_libgomp_documents_for_the_environment(environ, expec
     ({"OMP_WAIT_POLICY": "lazy"}, ("OMP_WAIT_POLICY",)),
     ({"GOMP_SPINCOUNT": "1x"}, ("GOMP_SPINCOUNT",)),
     ({"GOMP_SPINCOUNT": "10km"}, ("GOMP_SPINCOUNT",)),
-    ({"GOMP_SPINCOUNT": "-5"}, ("GOMP_SPINCOUNT",)),
+    ({"GOMP_SPINCOUNT": "- 5"}, ("GOMP_SPINCOUNT",)),
+    ({"GOMP_SPINCOUNT": "99999999999999999999"}, ("GOMP_SPINCOUNT",)),  # beyond strtoull
+    ({"GOMP_SPINCOUNT": "\u0663"}, ("GOMP_SPINCOUNT",)),  # a digit, but not an ASCII one
+    ({"GOMP_SPINCOUNT": "infinitely"}, ("GOMP_SPINCOUNT",)),
     ({"GOMP_SPINCOUNT": ""}, ("GOMP_SPINCOUNT",)),
 ])
 def test_a_value_libgomp_rejects_leaves_its_default_and_is_named(environ, ignored):
@@ -47,12 +58,36 @@ def test_a_value_libgomp_rejects_leaves_its_default_and_is_named(environ, ignore
 
 def test_an_endless_spin_is_infinite_in_json():
     record = wait_policy({"GOMP_SPINCOUNT": "infinite"}).as_dict()
+    assert wait_policy({"GOMP_SPINCOUNT": "infinite"}).summary().startswith(
+        "default, spins for ever before sleeping (100 with")
     assert json.loads(json.dumps(record)) == {"policy": "default", "spin_count": "infinite",
                                               "throttled_spin_count": 100, "ignored": []}
 
 
+@pytest.mark.parametrize("setting", [
+    {}, {"OMP_WAIT_POLICY": "passive"}, {"OMP_WAIT_POLICY": "active"},
+    {"GOMP_SPINCOUNT": "2M"}, {"GOMP_SPINCOUNT": "-5"}, {"GOMP_SPINCOUNT": "10 k"},
+    {"GOMP_SPINCOUNT": "infinite"}, {"GOMP_SPINCOUNT": "99999999999999999999"},
+    {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": "1000"},
+])
+def test_the_spin_count_is_the_one_libgomp_itself_reports(setting):
+    """libgomp prints the spin count it read when OMP_DISPLAY_ENV=verbose is set."""
+    done = subprocess.run([sys.executable, "-c", _CHILD % (VARIABLES,)],
+                          env={**_without_policy(), **setting, "OMP_DISPLAY_ENV": "verbose",
+                               "KERNELTUNE_CACHE": "off"},
+                          capture_output=True, text=True, check=True)
+    shown = re.search(r"GOMP_SPINCOUNT = '(\d+)'", done.stderr)
+    assert shown is not None, done.stderr
+    assert int(shown[1]) == wait_policy(setting).spin_count
+
+
 def test_the_top_level_names_are_the_modules_own():
     assert kerneltune.wait_policy is wait_policy and kerneltune.WaitPolicy is WaitPolicy
+
+
+def _without_policy() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items()
+            if name not in VARIABLES and name != "OMP_DISPLAY_ENV"}
 
 
 _CHILD = """
@@ -70,9 +105,8 @@ print(json.dumps({"environ": {name: os.environ.get(name) for name in %r}, "loade
                                      {"GOMP_SPINCOUNT": "30k"}])
 def test_kerneltune_sets_no_policy_and_keeps_the_users(setting):
     """After import and a parallel kernel the environment is the one the process started with."""
-    environ = {name: value for name, value in os.environ.items() if name not in VARIABLES}
     done = subprocess.run([sys.executable, "-c", _CHILD % (VARIABLES,)],
-                          env={**environ, **setting, "KERNELTUNE_CACHE": "off"},
+                          env={**_without_policy(), **setting, "KERNELTUNE_CACHE": "off"},
                           capture_output=True, text=True, check=True)
     seen = json.loads(done.stdout)
     assert seen["loaded"]

@@ -6,11 +6,16 @@ that many times before it sleeps. kerneltune sets neither, and this module
 says what libgomp makes of the environment, so that a calibration report
 records the policy its timings were measured under (docs/kernels.md, Beside
 other thread pools, has the measurements behind setting none).
+
+The rules are libgomp's documented ones, parsed as its ``strtoull`` does; a
+variable changed after kerneltune's import changes the answer here, not
+libgomp's, and ``OMP_DISPLAY_ENV=verbose`` makes libgomp print its own.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
@@ -18,27 +23,31 @@ from dataclasses import asdict, dataclass
 #: (spin count, throttled count): libgomp uses the second while the process runs more
 #: OpenMP threads than it has CPUs (its documentation of ``GOMP_SPINCOUNT``)
 SPIN_COUNTS = {"default": (300_000, 100), "active": (30_000_000_000, 1000), "passive": (0, 0)}
+#: libgomp's count for "spin for ever" (``INFINITE``, or a count beyond it)
+FOREVER = 2 ** 64 - 1
 _FACTORS = {"": 1, "k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
-_FOREVER = ("infinite", "infinity")
+#: what ``strtoull`` reads, then an optional suffix, spaces between (C's, not Unicode's)
+_COUNT = re.compile(r"([+-]?)([0-9]+)[ \t\n\v\f\r]*([kmgt]?)", re.IGNORECASE)
+_SPACE = " \t\n\v\f\r"
 
 
 @dataclass(frozen=True)
 class WaitPolicy:
-    """How long a waiting OpenMP thread spins; ``None`` spins for ever.
+    """How long a waiting OpenMP thread spins; :data:`FOREVER` spins for ever.
 
     ``ignored`` names the variables set to values libgomp rejects (it warns and
     keeps its default).
     """
 
     policy: str
-    spin_count: int | None
-    throttled_spin_count: int | None
+    spin_count: int
+    throttled_spin_count: int
     ignored: tuple[str, ...] = ()
 
     def summary(self) -> str:
         """One line, as ``kerneltune cpu`` prints it."""
-        def spins(count: int | None) -> str:
-            return "for ever" if count is None else f"{count:,}"
+        def spins(count: int) -> str:
+            return "for ever" if count == FOREVER else f"{count:,}"
 
         text = (f"{self.policy}, spins {spins(self.spin_count)} before sleeping "
                 f"({spins(self.throttled_spin_count)} with more OpenMP threads than CPUs)")
@@ -48,27 +57,28 @@ class WaitPolicy:
         """JSON-ready: a count that never ends is ``"infinite"``."""
         record = asdict(self)
         for field in ("spin_count", "throttled_spin_count"):
-            if record[field] is None:
+            if record[field] == FOREVER:
                 record[field] = "infinite"
         record["ignored"] = list(self.ignored)
         return record
 
 
 def _policy(value: str | None) -> str | None:
-    text = (value or "").strip().lower()
+    text = (value or "").strip(_SPACE).lower()
     return text if text in ("active", "passive") else None
 
 
-def _spin_count(value: str) -> int | None:
-    """Spins ``value`` asks for, None for ever; ValueError when libgomp would reject it."""
-    text = value.strip().lower()
-    if text in _FOREVER:
-        return None
-    digits = text.rstrip("".join(_FACTORS))
-    suffix = text[len(digits):]
-    if not digits.isdecimal() or suffix not in _FACTORS:
+def _spin_count(value: str) -> int:
+    """Spins ``value`` asks for; ValueError when libgomp would reject it."""
+    text = value.strip(_SPACE)
+    if text[:8].lower() in ("infinite", "infinity") and not text[8:].strip(_SPACE):
+        return FOREVER
+    match = _COUNT.fullmatch(text)
+    if match is None or int(match[2]) > FOREVER:  # strtoull's range error
         raise ValueError(value)
-    return int(digits) * _FACTORS[suffix]
+    count = int(match[2]) if match[1] != "-" else -int(match[2]) % 2 ** 64
+    factor = _FACTORS[match[3].lower()]
+    return FOREVER if count > FOREVER // factor else count * factor
 
 
 def wait_policy(environ: Mapping[str, str] | None = None) -> WaitPolicy:
@@ -87,6 +97,5 @@ def wait_policy(environ: Mapping[str, str] | None = None) -> WaitPolicy:
             ignored.append("GOMP_SPINCOUNT")
         else:
             spins = asked
-            if policy != "passive":
-                throttled = throttled if asked is None else min(throttled, asked)
+            throttled = min(throttled, asked)
     return WaitPolicy(policy, spins, throttled, tuple(ignored))

@@ -40,7 +40,7 @@ def _cpu(args: argparse.Namespace) -> None:
         print_json({"descriptor": document, "isa_variant": variant,
                     "installed_variants": list(installed_variants()),
                     "selectors": [named.name for named in selectors],
-                    "wait_policy": policy and policy.as_dict()})
+                    "wait_policy": None if policy is None else policy.as_dict()})
         return
     # Comments, so that the output stays a descriptor file KERNELTUNE_CPU_DESCRIPTOR reads.
     print(yaml.safe_dump(document, sort_keys=False), end="")
