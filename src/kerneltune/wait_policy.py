@@ -26,9 +26,10 @@ SPIN_COUNTS = {"default": (300_000, 100), "active": (30_000_000_000, 1000), "pas
 #: libgomp's count for "spin for ever" (``INFINITE``, or a count beyond it)
 FOREVER = 2 ** 64 - 1
 _FACTORS = {"": 1, "k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
-#: what ``strtoull`` reads, then an optional suffix, spaces between (C's, not Unicode's)
-_COUNT = re.compile(r"([+-]?)([0-9]+)[ \t\n\v\f\r]*([kmgt]?)", re.IGNORECASE)
+#: C's white space, not Unicode's
 _SPACE = " \t\n\v\f\r"
+#: what ``strtoull`` reads, then an optional suffix, spaces between
+_COUNT = re.compile(rf"([+-]?)([0-9]+)[{_SPACE}]*([kmgt]?)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
