@@ -117,6 +117,7 @@ def startup_report() -> StartupReport:
 #: public names whose modules load on first use: name -> module below this package
 _LAZY = {
     "RuntimeSession": "runtime.session",
+    "Contention": "runtime.contention",
     "CalibrationOptions": "calibration.options",
     "calibrate_registered_kernels": "calibration.batch",
     "randn_tensor": "calibration.tensors",
@@ -155,6 +156,7 @@ __all__ = [
     "CalibrationProfileLookup",
     "CalibrationProfileStore",
     "CalibrationProfileUpdateReport",
+    "Contention",
     "CpuDescriptor",
     "CpuDescriptorError",
     "CpuExecutionDescriptor",

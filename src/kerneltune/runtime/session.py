@@ -24,6 +24,7 @@ from ..registry import Resolution, TuningSnapshot, default_registry
 from ..schema import KernelTuningKey
 from ..selectors import Tier
 from ..threads import thread_count
+from .contention import Contention, default_contention
 from .model import Signature, prepare_model, read_model
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
@@ -37,7 +38,10 @@ class RuntimeSession:
     one profile digest; ``overrides`` maps a kernel name (``"Add"``) or a full
     :class:`~kerneltune.KernelTuningKey` to parameter values, applied last and
     validated here. The resolved configuration never changes afterwards, even
-    when the registry publishes a newer generation.
+    when the registry publishes a newer generation. While the threads of its
+    parallel regions wait for CPUs that other threads hold, ``contention`` gives
+    the regions fewer threads (None: always ``threads``); results do not depend
+    on it.
     """
 
     def __init__(
@@ -50,8 +54,10 @@ class RuntimeSession:
         overrides: Mapping[str | KernelTuningKey, Mapping[str, object]] | None = None,
         *,
         registry=default_registry,
+        contention: Contention | None = default_contention,
     ):
         self.threads = thread_count(threads)
+        self._contention = contention if self.threads > 1 else None
         self._model = prepare_model(read_model(model), library())
         started = time.perf_counter()
         snapshot = registry.snapshot()
@@ -105,28 +111,45 @@ class RuntimeSession:
             for s in model.inputs for axis, symbol in enumerate(s.shape or ())
             if isinstance(symbol, str)
         )
-        configs = {}
-        steps, prepared_kernels = [], []
         for node in model.nodes:
-            key = node.kernel.tuning_key(node.element_type)
-            if key not in configs:
-                configs[key] = node.kernel.configure(node.element_type,
-                                                     self._resolutions[key].values)
-            prepared = node.kernel.prepare(node.element_type, configs[key], self.threads,
-                                           **node.attributes)
-            steps.append((prepared.run, tuple(slot(i) for i in node.inputs), slot(node.output)))
-            prepared_kernels.append(prepared)
-        self._steps = tuple(steps)
-        self._prepared = tuple(prepared_kernels)  # per node, for plans
-        self._prepared_configs = configs
+            for name in (*node.inputs, node.output):
+                slot(name)
+        self._slots = slots
+        self._configs = {}
+        self._steps, self._prepared = self._prepare(self.threads)
+        self._fewer: dict[int, tuple] = {}  # steps on fewer threads, prepared when first needed
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
             self._template[slots[name]] = value
-        produced = {step[2] for step in steps}
+        produced = {step[2] for step in self._steps}
         self._outputs = {s.name: (slots[s.name], slots[s.name] not in produced)
                          for s in model.outputs}
         self._output_names = tuple(s.name for s in model.outputs)
         self._input_names = frozenset(s.name for s in model.inputs)
+
+    def _prepare(self, threads: int) -> tuple[tuple, tuple]:
+        """The steps of a run on ``threads``, and each node's prepared kernel (for plans)."""
+        steps, prepared_kernels = [], []
+        for node in self._model.nodes:
+            key = node.kernel.tuning_key(node.element_type)
+            if key not in self._configs:
+                self._configs[key] = node.kernel.configure(node.element_type,
+                                                           self._resolutions[key].values)
+            prepared = node.kernel.prepare(node.element_type, self._configs[key], threads,
+                                           **node.attributes)
+            steps.append((prepared.run, tuple(self._slots[i] for i in node.inputs),
+                          self._slots[node.output]))
+            prepared_kernels.append(prepared)
+        return tuple(steps), tuple(prepared_kernels)
+
+    def _steps_on(self, threads: int) -> tuple:
+        """The steps of a run on ``threads``: the session's own, or fewer ones (kept)."""
+        if threads == self.threads:
+            return self._steps
+        steps = self._fewer.get(threads)
+        if steps is None:
+            steps = self._fewer[threads] = self._prepare(threads)[0]
+        return steps
 
     # -- onnxruntime's interface ---------------------------------------------------------------
 
@@ -158,7 +181,9 @@ class RuntimeSession:
             values[index] = value
         if self._symbols:
             self._check_symbols(input_feed)
-        for run, arguments, output in self._steps:
+        steps = self._steps if self._contention is None else self._steps_on(
+            self._contention.threads(self.threads))
+        for run, arguments, output in steps:
             if len(arguments) == 1:
                 values[output] = run(values[arguments[0]])
             elif len(arguments) == 2:
