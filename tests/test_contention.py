@@ -64,72 +64,80 @@ def contention(threads, clock, workers=None, **options) -> Contention:
                       workers=workers or (lambda n: {WORKER}), **options)
 
 
-def step(contention, threads, clock, waited=0, wanted=2) -> int:
-    """One reading ``interval`` after the last, the workers having waited ``waited``."""
-    threads.wait(waited)
+def run(contention, threads, clock, waited=0, ran=MS, wanted=2, tid=None) -> int:
+    """One run read from start to finish, ``interval`` after the last: it took ``ran``, and
+    a thread (the worker, unless ``tid``) waited ``waited``. Its thread count."""
     clock.advance(10 * MS)
-    return contention.threads(wanted)
+    count, reading = contention.start(wanted)
+    assert reading
+    threads.wait(waited, tid)
+    clock.advance(ran)
+    contention.finish()
+    return count
 
 
-def test_two_waiting_readings_running_take_a_thread(threads, clock):
+def test_two_waiting_runs_running_take_a_thread(threads, clock):
     c = contention(threads, clock)
-    assert c.threads(2) == 2  # the first reading only sets where waits count from
-    assert step(c, threads, clock, waited=2 * MS) == 2  # once is noise
-    assert step(c, threads, clock) == 2
-    assert step(c, threads, clock, waited=2 * MS) == 2
-    assert step(c, threads, clock, waited=2 * MS) == 1
+    assert [run(c, threads, clock, waited=MS), run(c, threads, clock),  # once is noise
+            run(c, threads, clock, waited=MS), run(c, threads, clock, waited=MS),
+            run(c, threads, clock)] == [2, 2, 2, 2, 1]
     assert c.fewer == 1
-    assert c.threads(8) == 7  # a wider session keeps the CPUs the others leave
+    assert c.start(8)[0] == 7  # a wider session keeps the CPUs the others leave
 
 
-def test_waits_below_the_stall_and_readings_within_the_interval_change_nothing(threads, clock):
+def test_a_run_waited_a_threads_share_of_its_time_or_it_does_not_count(threads, clock):
     c = contention(threads, clock)
-    c.threads(2)
     for _ in range(5):
-        assert step(c, threads, clock, waited=MS // 2) == 2
-    threads.wait(5 * MS)
-    clock.advance(MS)  # within the interval: not read
-    assert c.threads(2) == 2
-    assert step(c, threads, clock, waited=2 * MS) == 2  # the earlier wait counts here, once
+        assert run(c, threads, clock, waited=MS // 2 - 1) == 2
+    run(c, threads, clock, waited=MS // 2)
+    assert run(c, threads, clock, waited=MS // 2) == 2
+    assert c.fewer == 1
+
+
+def test_waits_between_runs_and_runs_not_read_do_not_count(threads, clock):
+    c = contention(threads, clock)
+    for _ in range(5):
+        threads.wait(50 * MS)  # a worker spinning between runs, queued behind a neighbour
+        assert run(c, threads, clock) == 2
+    clock.advance(10 * MS)
+    c.start(2)
+    assert c.start(2) == (2, False)  # within the interval: not read
+    c.finish()
+    assert c.fewer == 0
 
 
 def test_the_caller_waiting_counts_as_its_workers_do(threads, clock):
     c = contention(threads, clock)
-    c.threads(2)
     for _ in range(2):
-        threads.wait(2 * MS, tid=threads.caller)
-        clock.advance(10 * MS)
-        c.threads(2)
+        run(c, threads, clock, waited=MS, tid=threads.caller)
     assert c.fewer == 1
 
 
 def test_at_least_one_thread_however_long_the_waits(threads, clock):
     c = contention(threads, clock)
-    c.threads(4)
-    answers = [step(c, threads, clock, waited=2 * MS, wanted=4) for _ in range(8)]
-    assert answers == [4, 3, 2, 1, 1, 1, 1, 1]
-    assert c.threads(2) == 1
+    answers = [run(c, threads, clock, waited=MS, wanted=4) for _ in range(7)]
+    assert answers == [4, 4, 3, 2, 1, 1, 1]
 
 
 def test_a_probe_brings_the_threads_back_and_a_wait_in_it_sends_them_away(threads, clock):
     c = contention(threads, clock, probe=0.5)
-    c.threads(2)
-    step(c, threads, clock, waited=2 * MS)
-    assert step(c, threads, clock, waited=2 * MS) == 1
-    assert step(c, threads, clock) == 1  # no wait, but no probe yet
+    run(c, threads, clock, waited=MS)
+    run(c, threads, clock, waited=MS)
+    assert run(c, threads, clock) == 1  # no wait, but no probe yet
     clock.advance(500 * MS)
-    assert c.threads(2) == 2  # the probe: all threads
-    assert step(c, threads, clock, waited=2 * MS) == 1  # one wait in a probe is enough
+    assert run(c, threads, clock, waited=MS) == 2  # the probe: all threads
+    assert run(c, threads, clock) == 1  # one wait in a probe is enough
     clock.advance(500 * MS)
-    assert c.threads(2) == 2
+    assert run(c, threads, clock) == 2
     for _ in range(60):  # a probe without waits: kept
-        assert step(c, threads, clock) == 2
+        assert run(c, threads, clock) == 2
 
 
 def test_unknown_workers_leave_the_threads_as_asked(threads, clock):
     c = contention(threads, clock, workers=lambda n: None)
     for _ in range(4):
-        assert step(c, threads, clock, waited=5 * MS) == 2
+        clock.advance(10 * MS)
+        assert c.start(2) == (2, False)
     assert not c.enabled
 
 
@@ -137,7 +145,7 @@ def test_no_task_directory_leaves_the_threads_as_asked(tmp_path, clock):
     c = Contention(tasks=tmp_path / "missing", clock=clock, workers=lambda n: {WORKER})
     for _ in range(3):
         clock.advance(10 * MS)
-        assert c.threads(2) == 2
+        assert c.start(2) == (2, False)
     assert not c.enabled
 
 
@@ -149,11 +157,12 @@ def test_an_ended_worker_has_the_pool_asked_again(threads, clock):
         return {WORKER}
 
     c = contention(threads, clock, workers=workers)
-    c.threads(2)
-    (threads.root / str(WORKER) / "schedstat").unlink()
     clock.advance(10 * MS)
-    assert c.threads(2) == 2
-    assert step(c, threads, clock) == 2  # the file is back
+    assert c.start(2) == (2, True)
+    (threads.root / str(WORKER) / "schedstat").unlink()
+    c.finish()
+    threads.write()
+    assert run(c, threads, clock) == 2
     assert asked == [2, 2] and c.enabled
 
 
@@ -221,13 +230,14 @@ def test_threads_that_hold_the_cpus_take_a_thread_and_the_results_stay_the_same(
         holder.start()
     try:
         for _ in range(2000):
-            (z,) = session.run(None, feed)
+            session.run(None, feed)
             if contention.fewer:
                 break
+        (z,) = session.run(None, feed)  # on one thread
     finally:
         stop.set()
         for holder in holders:
             holder.join()
-    assert contention.enabled and contention.fewer == 1 and 1 in session._fewer
+    assert contention.enabled and contention.fewer == 1 and 1 in session._reduced
     assert session.run(None, feed)[0].tobytes() == fixed.run(None, feed)[0].tobytes()
     assert z.tobytes() == (feed["A"] + feed["B"]).tobytes()

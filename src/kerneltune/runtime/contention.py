@@ -1,17 +1,20 @@
-"""Contention: whether a parallel region's threads wait for CPUs that other threads hold, and
-so how many threads the next regions get.
+"""Contention: whether a run's threads wait for CPUs that other threads hold, and so how
+many threads the next runs' parallel regions get.
 
 A region ends when its slowest thread does. Beside a thread pool that spins
 (a BLAS library's, an onnxruntime session's) or any busy thread, a worker of
 ours can queue behind it for a time slice (docs/kernels.md, "Beside other
 thread pools"). Linux counts that time: the second field of
 ``/proc/self/task/<tid>/schedstat`` is the nanoseconds a thread was runnable
-but waited for a CPU. Every ``interval`` seconds at most, a run reads it for
-the calling thread and its OpenMP workers. When they waited ``stall`` seconds
-or more since each of the last two readings, regions get one thread fewer,
-down to one; every ``probe`` seconds they try all their threads again, and
-keep them unless a thread waits.
+but waited for a CPU. Every ``interval`` seconds at most, a session reads it
+for the calling thread and its OpenMP workers before and after one run. A run
+on ``t`` threads whose threads waited a ``t``-th of its time or more would
+have been as fast on one thread fewer; after two such readings running,
+regions get one thread fewer, down to one. Every ``probe`` seconds a run tries
+all threads again, and they stay unless its threads wait as much.
 
+Only waits within a run count: between runs, an OpenMP worker spinning for
+the next region queues behind a neighbour's threads at no cost to anyone.
 The workers are the calling thread's OpenMP pool, which libgomp keeps from one
 region to the next: a region of libgomp's own (``GOMP_parallel``, found
 through the compiled kernels so that it is the runtime they use) asks each
@@ -32,89 +35,110 @@ Workers = Callable[[int], Collection[int] | None]
 
 
 class Contention:
-    """The threads a region gets: fewer than asked while regions' threads wait for CPUs.
+    """The threads a run's regions get: fewer than asked while their threads wait for CPUs.
 
     ``tasks`` is the directory of the process's threads; ``workers(threads)``
     gives the thread ids of the calling thread's OpenMP pool for a region of
     ``threads`` (None: unknown, which turns the reduction off); ``clock`` is a
-    monotonic clock in nanoseconds.
+    monotonic clock in nanoseconds. ``fewer`` is how many threads fewer than
+    asked regions get now, and ``next_reading`` the clock's time of the next
+    reading: a session calls :meth:`start` only when either says so, which
+    keeps a small run's cost a comparison.
     """
 
-    def __init__(self, interval: float = 0.01, stall: float = 0.001, probe: float = 0.5, *,
+    def __init__(self, interval: float = 0.01, probe: float = 0.5, *,
                  tasks: str | os.PathLike[str] = "/proc/self/task",
                  workers: Workers | None = None, clock: Callable[[], int] = time.monotonic_ns):
-        self.interval, self.stall, self.probe = interval, stall, probe
+        self.interval, self.probe = interval, probe
         self._tasks = os.fspath(tasks)
         self._workers = openmp_workers if workers is None else workers
-        self._clock = clock
-        self._sampling = threading.Lock()
-        self._next = 0
-        self._fewer = 0
-        self._settled = 0  # ``fewer`` before a probe, to return to when the probe waits
-        self._probing = False
-        self._stalled = False  # whether the last reading found a wait
-        self._next_probe = 0
+        self.clock = clock
         self.enabled = True
+        self.fewer = 0
+        self.next_reading = 0
+        self._lock = threading.Lock()
+        self._reading: tuple[int, frozenset[int], int, int, int, int] | None = None
+        self._stalled = False  # whether the last reading's run waited
+        self._probing = False
+        self._settled = 0  # ``fewer`` before a probe, to return to when the probe waits
+        self._next_probe = 0
         self._pools: dict[tuple[int, int], frozenset[int]] = {}
-        self._waited: dict[int, int] = {}
 
-    @property
-    def fewer(self) -> int:
-        """How many threads fewer than asked regions get now."""
-        return self._fewer
-
-    def threads(self, wanted: int) -> int:
-        """The threads for a region that asks for ``wanted``."""
-        if self._clock() >= self._next:
-            self._sample(wanted)
-        return wanted - self._fewer if self._fewer < wanted else 1
-
-    def _sample(self, wanted: int) -> None:
-        if not self._sampling.acquire(blocking=False):
-            return  # another thread is reading: its answer serves this region too
+    def start(self, wanted: int) -> tuple[int, bool]:
+        """The threads for a run that asks for ``wanted``, and whether its waits are being
+        read: then :meth:`finish` ends the reading after the run."""
+        now = self.clock()
+        if now < self.next_reading or not self._lock.acquire(blocking=False):
+            return self._threads(wanted), False
         try:
-            now = self._clock()
-            self._next = now + int(self.interval * 1e9)
-            waited = self._waits(wanted) if self.enabled else None
-            if waited is None:
-                self.enabled, self._fewer = False, 0
-            elif waited >= self.stall * 1e9:
+            self.next_reading = now + int(self.interval * 1e9)
+            pool = self._pool(wanted) if self.enabled else None
+            waits = None if pool is None else self._waits(pool)
+            if waits is None:
+                return self._threads(wanted), False
+            if self.fewer and not self._probing and now >= self._next_probe:
+                self._settled, self.fewer, self._probing = self.fewer, 0, True
+            threads = self._threads(wanted)
+            self._reading = (threading.get_native_id(), pool, wanted, threads, now, waits)
+            return threads, True
+        finally:
+            self._lock.release()
+
+    def finish(self) -> None:
+        """End the reading :meth:`start` began for the calling thread's run."""
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is starting a reading: this one is dropped
+        try:
+            reading = self._reading
+            if reading is None or reading[0] != threading.get_native_id():
+                return
+            self._reading = None
+            _, pool, wanted, threads, began, waits_before = reading
+            waits = self._waits(pool)
+            if waits is None:
+                return
+            now = self.clock()
+            if threads > 1 and (waits - waits_before) * threads >= now - began:
                 if self._probing:
-                    self._fewer, self._probing = self._settled, False
+                    self.fewer, self._probing = self._settled, False
                 elif self._stalled:  # twice running: a lone wait is the machine's noise
-                    self._fewer = min(self._fewer + 1, wanted - 1)
+                    self.fewer = min(self.fewer + 1, wanted - 1)
                 self._stalled, self._next_probe = True, now + int(self.probe * 1e9)
             else:
-                self._stalled = False
-                if self._probing:
-                    self._probing = False
-                elif self._fewer and now >= self._next_probe:
-                    self._settled, self._fewer, self._probing = self._fewer, 0, True
+                self._stalled = self._probing = False
         finally:
-            self._sampling.release()
+            self._lock.release()
 
-    def _waits(self, wanted: int) -> int | None:
-        """Nanoseconds the calling thread and its pool waited for a CPU since their last
-        reading; None when they cannot be known."""
+    def _threads(self, wanted: int) -> int:
+        return wanted - self.fewer if self.fewer < wanted else 1
+
+    def _pool(self, wanted: int) -> frozenset[int] | None:
+        """The calling thread and its OpenMP workers for ``wanted`` threads (asked once)."""
         caller = threading.get_native_id()
         pool = self._pools.get((caller, wanted))
         if pool is None:
             workers = self._workers(wanted)
             if workers is None:
+                self.enabled, self.fewer = False, 0
                 return None
             pool = self._pools[caller, wanted] = frozenset(workers) | {caller}
-        waited = 0
+        return pool
+
+    def _waits(self, pool: frozenset[int]) -> int | None:
+        """The nanoseconds ``pool``'s threads have waited for a CPU in all; None when one of
+        them cannot be read."""
+        waits = 0
         for tid in pool:
             wait = self._read(tid)
             if wait is None:
-                if tid == caller:
-                    return None
-                # a worker of an ended thread whose id the caller now has: ask again next time
-                del self._pools[caller, wanted]
-                return 0
-            waited += wait - self._waited.get(tid, wait)
-            self._waited[tid] = wait
-        return waited
+                caller = threading.get_native_id()
+                if tid == caller:  # the system does not tell
+                    self.enabled, self.fewer = False, 0
+                else:  # a worker of an ended thread whose id the caller now has: ask again
+                    self._pools = {k: v for k, v in self._pools.items() if v is not pool}
+                return None
+            waits += wait
+        return waits
 
     def _read(self, tid: int) -> int | None:
         """``tid``'s wait in nanoseconds, or None when it cannot be read (it ended)."""

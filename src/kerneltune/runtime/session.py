@@ -117,7 +117,7 @@ class RuntimeSession:
         self._slots = slots
         self._configs = {}
         self._steps, self._prepared = self._prepare(self.threads)
-        self._fewer: dict[int, tuple] = {}  # steps on fewer threads, prepared when first needed
+        self._reduced: dict[int, tuple] = {}  # steps on fewer threads, prepared when first needed
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
             self._template[slots[name]] = value
@@ -146,9 +146,9 @@ class RuntimeSession:
         """The steps of a run on ``threads``: the session's own, or fewer ones (kept)."""
         if threads == self.threads:
             return self._steps
-        steps = self._fewer.get(threads)
+        steps = self._reduced.get(threads)
         if steps is None:
-            steps = self._fewer[threads] = self._prepare(threads)[0]
+            steps = self._reduced[threads] = self._prepare(threads)[0]
         return steps
 
     # -- onnxruntime's interface ---------------------------------------------------------------
@@ -181,8 +181,11 @@ class RuntimeSession:
             values[index] = value
         if self._symbols:
             self._check_symbols(input_feed)
-        steps = self._steps if self._contention is None else self._steps_on(
-            self._contention.threads(self.threads))
+        steps, contention, reading = self._steps, self._contention, False
+        if contention is not None and (contention.fewer
+                                       or contention.clock() >= contention.next_reading):
+            threads, reading = contention.start(self.threads)
+            steps = self._steps_on(threads)
         for run, arguments, output in steps:
             if len(arguments) == 1:
                 values[output] = run(values[arguments[0]])
@@ -190,6 +193,8 @@ class RuntimeSession:
                 values[output] = run(values[arguments[0]], values[arguments[1]])
             else:
                 values[output] = run(*[values[i] for i in arguments])
+        if reading:
+            contention.finish()
         names = self._output_names if output_names is None else output_names
         try:
             outputs = [self._outputs[name] for name in names]
