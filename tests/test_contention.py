@@ -159,7 +159,7 @@ def test_an_ended_worker_has_the_pool_asked_again(threads, clock):
     c = contention(threads, clock, workers=workers)
     clock.advance(10 * MS)
     assert c.start(2) == (2, True)
-    (threads.root / str(WORKER) / "schedstat").unlink()
+    (threads.root / str(WORKER) / "schedstat").write_text("")  # as a thread that ended
     c.finish()
     threads.write()
     assert run(c, threads, clock) == 2

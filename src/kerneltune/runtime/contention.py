@@ -29,6 +29,7 @@ import ctypes
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection
 
 Workers = Callable[[int], Collection[int] | None]
@@ -63,6 +64,8 @@ class Contention:
         self._settled = 0  # ``fewer`` before a probe, to return to when the probe waits
         self._next_probe = 0
         self._pools: dict[tuple[int, int], frozenset[int]] = {}
+        self._files: dict[int, int] = {}  # tid: its open schedstat
+        weakref.finalize(self, _close, self._files)
 
     def start(self, wanted: int) -> tuple[int, bool]:
         """The threads for a run that asks for ``wanted``, and whether its waits are being
@@ -141,17 +144,29 @@ class Contention:
         return waits
 
     def _read(self, tid: int) -> int | None:
-        """``tid``'s wait in nanoseconds, or None when it cannot be read (it ended)."""
-        try:
-            descriptor = os.open(os.path.join(self._tasks, str(tid), "schedstat"), os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            return int(os.read(descriptor, 64).split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
-        finally:
-            os.close(descriptor)
+        """``tid``'s wait in nanoseconds, or None when it cannot be read (it ended). The file
+        stays open, as reopening costs ten times a read; one that fails is opened again, in
+        case the id now belongs to another thread."""
+        for _ in range(2):
+            descriptor = self._files.get(tid)
+            if descriptor is None:
+                try:
+                    descriptor = os.open(os.path.join(self._tasks, str(tid), "schedstat"),
+                                         os.O_RDONLY)
+                except OSError:
+                    return None
+                self._files[tid] = descriptor
+            try:
+                return int(os.pread(descriptor, 64, 0).split()[1])
+            except (OSError, ValueError, IndexError):
+                os.close(self._files.pop(tid))
+        return None
+
+
+def _close(files: dict[int, int]) -> None:
+    for descriptor in files.values():
+        os.close(descriptor)
+    files.clear()
 
 
 def openmp_workers(threads: int) -> frozenset[int] | None:
