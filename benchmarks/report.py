@@ -102,7 +102,10 @@ VIEWS = {
     "bench_tail": (View("latency", ("neighbour", "contention", "model", "size", "p50_us",
                                     "p90_us", "p99_us", "p90_over_p50", "p99_over_p50",
                                     "p50_ratio"),
-                        (("threads", (2,)),)),),
+                        (("threads", (2,)),)),
+                   View("neighbours", ("neighbour", "contention", "worst_p90_over_p50",
+                                       "worst_p99_over_p50", "within_targets",
+                                       "p50_over_alone"))),
     "bench_wait_policy": (View("policies", ("setting", "neighbour", "model", "p50_us",
                                             "p90_us", "p99_us", "p50_ratio")),),
     "bench_store": (
