@@ -10,7 +10,8 @@ kerneltune's OpenMP thread needs next. The ratio is
 onnxruntime's time over ours (above 1: we are faster).
 
 Also the session's own cost: a one-node model's ``run`` against a direct call
-of the same prepared kernel on the same input.
+of the same prepared kernel on the same input, and what contention adds to it
+(the check every run makes, against a session without it, and one reading).
 
     python benchmarks/bench_session.py [--threads 2] [--rounds 15] [--quick]
 """
@@ -27,7 +28,7 @@ from bench_kernels import report, timed
 from onnx import TensorProto, helper
 from results import Recorder, add_arguments
 
-from kerneltune.runtime import RuntimeSession
+from kerneltune.runtime import Contention, RuntimeSession
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
 GEMM_SIZES = (64, 256, 1024)
@@ -103,11 +104,20 @@ def main(argv: list[str] | None = None) -> int:
 
     model = single_node("Abs", [(1000,)], (1000,))
     session = RuntimeSession(model, threads=args.threads)
+    unchecked = RuntimeSession(model, threads=args.threads, contention=None)
     prepared = session._steps[0][0]
     x = rng.standard_normal(1000).astype(np.float32)
-    times = timed({"bare": lambda: prepared(x), "session": lambda: session.run(None, {"x0": x})},
+    reading = Contention(interval=0)
+    times = timed({"bare": lambda: prepared(x), "session": lambda: session.run(None, {"x0": x}),
+                   "unchecked": lambda: unchecked.run(None, {"x0": x}),
+                   "reading": lambda: (reading.start(args.threads), reading.finish())},
                   args.rounds)
     overhead = (times["session"] - times["bare"]) * 1e6
+    # what contention costs: the check every run makes, and a reading, in a run every 10 ms
+    recorder.figure("contention_check_us", (times["session"] - times["unchecked"]) * 1e6)
+    recorder.figure("contention_reading_us", times["reading"] * 1e6)
+    print(f"contention: {(times['session'] - times['unchecked']) * 1e6:.2f} us per run, "
+          f"{times['reading'] * 1e6:.1f} us per reading")
     print(f"session overhead over the bare kernel call (Abs, 1000): {overhead:.2f} us "
           f"(target <= {OVERHEAD_TARGET_US})")
     recorder.figure("overhead_us", overhead)

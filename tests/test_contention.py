@@ -115,8 +115,8 @@ def test_the_caller_waiting_counts_as_its_workers_do(threads, clock):
 
 def test_at_least_one_thread_however_long_the_waits(threads, clock):
     c = contention(threads, clock)
-    answers = [run(c, threads, clock, waited=MS, wanted=4) for _ in range(7)]
-    assert answers == [4, 4, 3, 2, 1, 1, 1]
+    answers = [run(c, threads, clock, waited=MS, wanted=4) for _ in range(9)]
+    assert answers == [4, 4, 3, 3, 2, 2, 1, 1, 1]  # two waiting readings for each thread
 
 
 def test_a_probe_brings_the_threads_back_and_a_wait_in_it_sends_them_away(threads, clock):
@@ -166,11 +166,113 @@ def test_an_ended_worker_has_the_pool_asked_again(threads, clock):
     assert asked == [2, 2] and c.enabled
 
 
-def test_a_one_thread_session_never_asks(tmp_path):
+def test_an_unreadable_caller_turns_it_off_whatever_its_workers(threads, clock):
+    asked = []
+    c = contention(threads, clock, workers=lambda n: asked.append(n) or {WORKER})
+    (threads.root / str(threads.caller) / "schedstat").unlink()
+    for _ in range(3):
+        clock.advance(10 * MS)
+        assert c.start(2) == (2, False)
+    assert not c.enabled and asked == [2]
+
+
+def test_workers_that_fail_turn_it_off_and_the_run_goes_on(threads, clock):
+    def workers(n):
+        raise RuntimeError("no OpenMP runtime")
+
+    c = contention(threads, clock, workers=workers)
+    clock.advance(10 * MS)
+    assert c.start(2) == (2, False) and not c.enabled
+
+
+def test_a_reduced_run_reads_the_workers_of_its_own_threads(threads, clock):
+    asked = []
+    c = contention(threads, clock, workers=lambda n: asked.append(n) or {WORKER})
+    for _ in range(3):
+        run(c, threads, clock, waited=MS, wanted=4)
+    assert asked == [4, 3]  # not the idle fourth thread, which may spin at no cost
+
+
+def test_a_run_that_takes_no_time_never_waited(threads, clock):
+    c = contention(threads, clock)
+    for _ in range(4):
+        run(c, threads, clock, ran=0)
+    assert c.fewer == 0
+
+
+def test_each_calling_thread_has_its_own_reading(threads, clock):
+    c = contention(threads, clock)
+    run(c, threads, clock, waited=MS)  # a first waiting reading
+    started, go = threading.Event(), threading.Event()
+
+    def other_thread_run() -> None:
+        Threads(threads.root, tids=())  # its own schedstat file
+        clock.advance(10 * MS)
+        assert c.start(2) == (2, True)
+        started.set()
+        go.wait()
+        c.finish()
+
+    clock.advance(10 * MS)
+    assert c.start(2) == (2, True)
+    other = threading.Thread(target=other_thread_run)
+    other.start()
+    started.wait()  # the other thread's reading began during this one
+    threads.wait(6 * MS)
+    clock.advance(MS)
+    c.finish()  # this thread's reading: the second waiting one
+    go.set()
+    other.join()
+    assert c.fewer == 1
+
+
+def test_the_files_of_ended_threads_are_closed(threads, clock):
+    c = contention(threads, clock)
+    opened = len(os.listdir("/proc/self/fd"))
+
+    def short_lived() -> None:
+        Threads(threads.root, tids=())
+        run(c, threads, clock)
+
+    for _ in range(20):
+        thread = threading.Thread(target=short_lived)
+        thread.start()
+        tid = thread.native_id
+        thread.join()
+        for file in (threads.root / str(tid)).iterdir():  # as /proc forgets an ended thread
+            file.unlink()
+        (threads.root / str(tid)).rmdir()
+    assert len(os.listdir("/proc/self/fd")) - opened <= 2
+
+
+@pytest.mark.parametrize(("op", "element_type", "shape", "overrides"), [
+    ("MatMul", TensorProto.FLOAT, (256, 256), {"MatMul": {
+        "algorithm.blas_minimum_fmas": 1 << 62, "algorithm.skinny_blas_minimum_fmas": 1 << 62,
+        "algorithm.vector_blas_minimum_fmas": 1 << 62}}),
+    ("Add", TensorProto.FLOAT16, (1_000_000,), None),
+    ("Tanh", TensorProto.FLOAT, (1_000_000,), None),
+])
+def test_a_run_on_fewer_threads_gives_the_same_bits(threads, clock, op, element_type, shape,
+                                                    overrides):
+    c = contention(threads, clock)
+    for _ in range(2):
+        run(c, threads, clock, waited=MS)
+    assert c.fewer == 1
+    model = _model(op, element_type, len(shape))
+    reduced = RuntimeSession(model, threads=2, contention=c, overrides=overrides)
+    full = RuntimeSession(model, threads=2, contention=None, overrides=overrides)
+    rng = np.random.default_rng(0)
+    feed = {name: rng.standard_normal(shape).astype(helper.tensor_dtype_to_np_dtype(element_type))
+            for name in (["A", "B"] if op != "Tanh" else ["A"])}
+    assert reduced.run(None, feed)[0].tobytes() == full.run(None, feed)[0].tobytes()
+    assert 1 in reduced._reduced and full._prepared[0].plan(*feed.values()).threads == 2
+
+
+def test_a_one_thread_session_never_asks():
     def workers(n):
         raise AssertionError("a one-thread session has no region to size")
 
-    session = RuntimeSession(_add(), threads=1, contention=Contention(workers=workers))
+    session = RuntimeSession(_model("Add"), threads=1, contention=Contention(workers=workers))
     x = np.ones(1_000_000, np.float32)
     session.run(None, {"A": x, "B": x})
 
@@ -178,13 +280,15 @@ def test_a_one_thread_session_never_asks(tmp_path):
 # -- real threads ---------------------------------------------------------------------------
 
 
-def _add(op: str = "Add"):
-    inputs = ["A", "B"] if op == "Add" else ["A"]
+def _model(op: str, element_type: int = TensorProto.FLOAT, rank: int = 1):
+    inputs = ["A"] if op == "Tanh" else ["A", "B"]
+    shape = [f"D{axis}" for axis in range(rank)]
     node = helper.make_node(op, inputs, ["Z"])
     graph = helper.make_graph(
-        [node], op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N"]) for n in inputs],
-        [helper.make_tensor_value_info("Z", TensorProto.FLOAT, ["N"])])
+        [node], op, [helper.make_tensor_value_info(n, element_type, shape) for n in inputs],
+        [helper.make_tensor_value_info("Z", element_type, shape)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
 
 
 def _cpu_time(tid: int) -> int:
@@ -201,7 +305,7 @@ def test_the_kernels_regions_run_on_the_workers_libgomp_names():
     assert worker != threading.get_native_id()
     assert str(worker) in os.listdir("/proc/self/task")
     assert openmp_workers(2) == {worker}  # the pool is kept from one region to the next
-    session = RuntimeSession(_add("Tanh"), threads=2, contention=None)
+    session = RuntimeSession(_model("Tanh"), threads=2, contention=None)
     x = np.ones(4_000_000, np.float32)
     before = _cpu_time(worker)
     for _ in range(3):
@@ -220,9 +324,9 @@ def test_threads_that_hold_the_cpus_take_a_thread_and_the_results_stay_the_same(
             np.multiply(y, 1.0, out=y)
 
     holders = [threading.Thread(target=hold) for _ in range(cpus)]
-    contention = Contention(interval=0.005)
-    session = RuntimeSession(_add(), threads=2, contention=contention)
-    fixed = RuntimeSession(_add(), threads=2, contention=None)
+    contention = Contention(interval=0.005, probe=60)  # no probe in the test
+    session = RuntimeSession(_model("Add"), threads=2, contention=contention)
+    fixed = RuntimeSession(_model("Add"), threads=2, contention=None)
     rng = np.random.default_rng(0)
     feed = {"A": rng.standard_normal(2_000_000).astype(np.float32),
             "B": rng.standard_normal(2_000_000).astype(np.float32)}

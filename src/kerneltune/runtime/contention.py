@@ -31,8 +31,20 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 Workers = Callable[[int], Collection[int] | None]
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One run's reading: its pool (the caller first), when it began, their waits then."""
+
+    pool: tuple[int, ...]
+    threads: int
+    wanted: int
+    began: int
+    waits: int
 
 
 class Contention:
@@ -49,23 +61,32 @@ class Contention:
 
     def __init__(self, interval: float = 0.01, probe: float = 0.5, *,
                  tasks: str | os.PathLike[str] = "/proc/self/task",
-                 workers: Workers | None = None, clock: Callable[[], int] = time.monotonic_ns):
+                 workers: Workers | None = None,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.interval, self.probe = interval, probe
         self._tasks = os.fspath(tasks)
         self._workers = openmp_workers if workers is None else workers
         self.clock = clock
+        self._files: dict[int, int] = {}  # tid: its schedstat, kept open
+        weakref.finalize(self, _close, self._files)
+        self._reset()
+        # a child of fork has none of the parent's threads, and maybe a lock held at the fork
+        if hasattr(os, "register_at_fork"):
+            reference = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: (c := reference()) and c._reset())
+
+    def _reset(self) -> None:
+        _close(self._files)
         self.enabled = True
         self.fewer = 0
         self.next_reading = 0
         self._lock = threading.Lock()
-        self._reading: tuple[int, frozenset[int], int, int, int, int] | None = None
+        self._readings: dict[int, _Reading] = {}  # per calling thread id
         self._stalled = False  # whether the last reading's run waited
         self._probing = False
         self._settled = 0  # ``fewer`` before a probe, to return to when the probe waits
         self._next_probe = 0
-        self._pools: dict[tuple[int, int], frozenset[int]] = {}
-        self._files: dict[int, int] = {}  # tid: its open schedstat
-        weakref.finalize(self, _close, self._files)
+        self._pools: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def start(self, wanted: int) -> tuple[int, bool]:
         """The threads for a run that asks for ``wanted``, and whether its waits are being
@@ -75,14 +96,15 @@ class Contention:
             return self._threads(wanted), False
         try:
             self.next_reading = now + int(self.interval * 1e9)
-            pool = self._pool(wanted) if self.enabled else None
-            waits = None if pool is None else self._waits(pool)
-            if waits is None:
-                return self._threads(wanted), False
             if self.fewer and not self._probing and now >= self._next_probe:
                 self._settled, self.fewer, self._probing = self.fewer, 0, True
             threads = self._threads(wanted)
-            self._reading = (threading.get_native_id(), pool, wanted, threads, now, waits)
+            # the workers of this run's regions: idle ones may spin, at no cost to the run
+            pool = self._pool(threads) if self.enabled else None
+            waits = None if pool is None else self._waits(pool)
+            if waits is None:
+                return self._threads(wanted), False
+            self._readings[pool[0]] = _Reading(pool, threads, wanted, now, waits)
             return threads, True
         finally:
             self._lock.release()
@@ -90,63 +112,79 @@ class Contention:
     def finish(self) -> None:
         """End the reading :meth:`start` began for the calling thread's run."""
         if not self._lock.acquire(blocking=False):
-            return  # another thread is starting a reading: this one is dropped
+            return  # another thread is reading: this reading is dropped
         try:
-            reading = self._reading
-            if reading is None or reading[0] != threading.get_native_id():
-                return
-            self._reading = None
-            _, pool, wanted, threads, began, waits_before = reading
-            waits = self._waits(pool)
+            reading = self._readings.pop(threading.get_native_id(), None)
+            waits = None if reading is None else self._waits(reading.pool)
             if waits is None:
                 return
             now = self.clock()
-            if threads > 1 and (waits - waits_before) * threads >= now - began:
-                if self._probing:
-                    self.fewer, self._probing = self._settled, False
-                elif self._stalled:  # twice running: a lone wait is the machine's noise
-                    self.fewer = min(self.fewer + 1, wanted - 1)
-                self._stalled, self._next_probe = True, now + int(self.probe * 1e9)
+            waited, ran = waits - reading.waits, now - reading.began
+            if reading.threads > 1 and waited > 0 and waited * reading.threads >= ran:
+                self._waited(reading, now)
             else:
                 self._stalled = self._probing = False
         finally:
             self._lock.release()
 
+    def _waited(self, reading: _Reading, now: int) -> None:
+        """A run that would have been as fast on a thread fewer."""
+        if self._probing:
+            self.fewer, self._probing, self._stalled = self._settled, False, False
+        elif self._stalled:  # twice running: a lone wait is the machine's noise
+            self.fewer, self._stalled = min(self.fewer + 1, reading.wanted - 1), False
+        else:
+            self._stalled = True
+        self._next_probe = now + int(self.probe * 1e9)
+
     def _threads(self, wanted: int) -> int:
         return wanted - self.fewer if self.fewer < wanted else 1
 
-    def _pool(self, wanted: int) -> frozenset[int] | None:
-        """The calling thread and its OpenMP workers for ``wanted`` threads (asked once)."""
+    def _pool(self, threads: int) -> tuple[int, ...] | None:
+        """The calling thread, then its OpenMP workers for ``threads`` (asked once)."""
         caller = threading.get_native_id()
-        pool = self._pools.get((caller, wanted))
+        pool = self._pools.get((caller, threads))
         if pool is None:
-            workers = self._workers(wanted)
+            self._forget_ended()
+            try:
+                workers = self._workers(threads) if threads > 1 else ()
+            except Exception:  # whatever goes wrong here may cost speed, never a run
+                workers = None
             if workers is None:
                 self.enabled, self.fewer = False, 0
                 return None
-            pool = self._pools[caller, wanted] = frozenset(workers) | {caller}
+            pool = self._pools[caller, threads] = (caller, *sorted(set(workers) - {caller}))
         return pool
 
-    def _waits(self, pool: frozenset[int]) -> int | None:
+    def _forget_ended(self) -> None:
+        """Drop the pools of calling threads that ended, and close their files."""
+        ended = {key for key in self._pools
+                 if not os.path.exists(os.path.join(self._tasks, str(key[0])))}
+        for key in ended:
+            del self._pools[key]
+        kept = {tid for pool in self._pools.values() for tid in pool}
+        for tid in self._files.keys() - kept:
+            os.close(self._files.pop(tid))
+
+    def _waits(self, pool: tuple[int, ...]) -> int | None:
         """The nanoseconds ``pool``'s threads have waited for a CPU in all; None when one of
         them cannot be read."""
         waits = 0
-        for tid in pool:
+        for tid in pool:  # the caller first: if its file cannot be read, nothing can
             wait = self._read(tid)
             if wait is None:
-                caller = threading.get_native_id()
-                if tid == caller:  # the system does not tell
+                if tid == pool[0]:
                     self.enabled, self.fewer = False, 0
                 else:  # a worker of an ended thread whose id the caller now has: ask again
-                    self._pools = {k: v for k, v in self._pools.items() if v is not pool}
+                    self._pools = {k: v for k, v in self._pools.items() if v != pool}
                 return None
             waits += wait
         return waits
 
     def _read(self, tid: int) -> int | None:
         """``tid``'s wait in nanoseconds, or None when it cannot be read (it ended). The file
-        stays open, as reopening costs ten times a read; one that fails is opened again, in
-        case the id now belongs to another thread."""
+        stays open, as opening it costs more than reading it; one that fails is opened again,
+        in case the id now belongs to another thread."""
         for _ in range(2):
             descriptor = self._files.get(tid)
             if descriptor is None:
