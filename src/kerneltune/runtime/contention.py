@@ -34,6 +34,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 Workers = Callable[[int], Collection[int] | None]
+#: a clock time no reading is due before
+_NEVER = 2 ** 63
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class Contention:
                 self._settled, self.fewer, self._probing = self.fewer, 0, True
             threads = self._threads(wanted)
             # the workers of this run's regions: idle ones may spin, at no cost to the run
-            pool = self._pool(threads) if self.enabled else None
+            pool = self._pool(threads)
             waits = None if pool is None else self._waits(pool)
             if waits is None:
                 return self._threads(wanted), False
@@ -137,6 +139,10 @@ class Contention:
             self._stalled = True
         self._next_probe = now + int(self.probe * 1e9)
 
+    def _disable(self) -> None:
+        """Regions get the threads asked for, and sessions ask no more."""
+        self.enabled, self.fewer, self.next_reading = False, 0, _NEVER
+
     def _threads(self, wanted: int) -> int:
         return wanted - self.fewer if self.fewer < wanted else 1
 
@@ -151,7 +157,7 @@ class Contention:
             except Exception:  # whatever goes wrong here may cost speed, never a run
                 workers = None
             if workers is None:
-                self.enabled, self.fewer = False, 0
+                self._disable()
                 return None
             pool = self._pools[caller, threads] = (caller, *sorted(set(workers) - {caller}))
         return pool
@@ -174,7 +180,7 @@ class Contention:
             wait = self._read(tid)
             if wait is None:
                 if tid == pool[0]:
-                    self.enabled, self.fewer = False, 0
+                    self._disable()
                 else:  # a worker of an ended thread whose id the caller now has: ask again
                     self._pools = {k: v for k, v in self._pools.items() if v != pool}
                 return None

@@ -117,7 +117,8 @@ class RuntimeSession:
         self._slots = slots
         self._configs = {}
         self._steps, self._prepared = self._prepare(self.threads)
-        self._reduced: dict[int, tuple] = {}  # steps on fewer threads, prepared when first needed
+        #: the steps per thread count: fewer than ``threads`` are prepared when first needed
+        self._steps_by_threads = {self.threads: self._steps}
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
             self._template[slots[name]] = value
@@ -143,12 +144,10 @@ class RuntimeSession:
         return tuple(steps), tuple(prepared_kernels)
 
     def _steps_on(self, threads: int) -> tuple:
-        """The steps of a run on ``threads``: the session's own, or fewer ones (kept)."""
-        if threads == self.threads:
-            return self._steps
-        steps = self._reduced.get(threads)
+        """The steps of a run on ``threads``."""
+        steps = self._steps_by_threads.get(threads)
         if steps is None:
-            steps = self._reduced[threads] = self._prepare(threads)[0]
+            steps = self._steps_by_threads[threads] = self._prepare(threads)[0]
         return steps
 
     # -- onnxruntime's interface ---------------------------------------------------------------
