@@ -98,7 +98,7 @@ def child(neighbour: str, threads: int, runs: int,
     """Time every case (of ``only``: model, size) beside ``neighbour``; a JSON row per case."""
     from bench_session import single_node
 
-    from kerneltune.runtime import RuntimeSession
+    from kerneltune.runtime import RuntimeSession, default_contention
 
     before = _neighbour(neighbour)
     rng = np.random.default_rng(0)
@@ -107,7 +107,7 @@ def child(neighbour: str, threads: int, runs: int,
             continue
         session = RuntimeSession(single_node(op, shapes, output), threads=threads,
                                  overrides=overrides,
-                                 **({} if contention == "on" else {"contention": None}))
+                                 contention=default_contention if contention == "on" else None)
         feed = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
         for _ in range(5):
             session.run(None, feed)
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         for count in threads:
             # contention has no say over one thread
             for contention in settings if count > 1 else settings[-1:]:
-                for row in _rows(neighbour, count, contention, args):
+                for row in rows(__file__, neighbour, args.set, "--threads", str(count),
+                                "--runs", str(args.runs), "--contention", contention):
                     case = (row["model"], row["size"], count, contention)
                     median = alone.setdefault(case, row["p50_us"])
                     row.update(p90_over_p50=row["p90_us"] / row["p50_us"],
@@ -183,25 +184,25 @@ def main(argv: list[str] | None = None) -> int:
                     misses += _targets(recorder, row, alone)
                     if _targeted(row):
                         targeted.setdefault((neighbour, contention), []).append(row)
-    for (neighbour, contention), rows in targeted.items():
+    for (neighbour, contention), group in targeted.items():
         recorder.row("neighbours", neighbour=neighbour, contention=contention,
-                     worst_p90_over_p50=max(row["p90_over_p50"] for row in rows),
-                     worst_p99_over_p50=max(row["p99_over_p50"] for row in rows),
-                     within_targets=f"{sum(map(_within, rows))} of {len(rows)}",
-                     p50_over_alone=math.prod(row["p50_ratio"] for row in rows)
-                     ** (1 / len(rows)))
+                     worst_p90_over_p50=max(row["p90_over_p50"] for row in group),
+                     worst_p99_over_p50=max(row["p99_over_p50"] for row in group),
+                     within_targets=f"{sum(map(_within, group))} of {len(group)}",
+                     p50_over_alone=math.prod(row["p50_ratio"] for row in group)
+                     ** (1 / len(group)))
     recorder.finish()
     for miss in misses:
         print(f"MISSED: {miss}")
     return 1 if misses else 0
 
 
-def _rows(neighbour: str, threads: int, contention: str, args) -> list[dict]:
-    """The rows of a child process beside ``neighbour``."""
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", neighbour, "--threads", str(threads),
-         "--runs", str(args.runs), "--contention", contention],
-        env=environment(neighbour, args.set), capture_output=True, text=True, check=True)
+def rows(script: str, neighbour: str, settings: Collection[str], *arguments: str) -> list[dict]:
+    """The JSON rows ``script --child neighbour *arguments`` prints, run in a process of its
+    own with :func:`environment`."""
+    done = subprocess.run([sys.executable, script, "--child", neighbour, *arguments],
+                          env=environment(neighbour, settings), capture_output=True, text=True,
+                          check=True)
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 

@@ -13,12 +13,10 @@ policy trades the median alone for the stalls beside a neighbour that spins
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 
-from bench_tail import child, environment
+from bench_tail import child, rows
 from results import Recorder, add_arguments
 
 NEIGHBOURS = ("alone", "onnxruntime", "openblas", "python-thread")
@@ -50,12 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     for setting in ("", *(args.setting or SETTINGS)):
         settings = [setting] if setting else []
         for neighbour in NEIGHBOURS:
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", neighbour, "--runs", str(args.runs)],
-                env=environment(neighbour, settings), capture_output=True, text=True,
-                check=True)
-            for line in done.stdout.splitlines():
-                row = json.loads(line)
+            for row in rows(__file__, neighbour, settings, "--runs", str(args.runs)):
                 median = alone.setdefault((row["model"], row["size"]), row["p50_us"])
                 ratios = {f"p{p}_ratio": row[f"p{p}_us"] / median for p in (50, 90, 99)}
                 print(f"{setting or 'none':24} {neighbour:14} {row['model']:5} "
