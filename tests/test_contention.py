@@ -268,6 +268,19 @@ def test_a_run_on_fewer_threads_gives_the_same_bits(threads, clock, op, element_
     assert 1 in reduced._steps_by_threads and full._prepared[0].plan(*feed.values()).threads == 2
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("interval", -0.01), ("interval", float("nan")), ("probe", True), ("probe", "0.5"),
+])
+def test_bad_timings_are_refused_by_name(field, value):
+    with pytest.raises(ValueError, match=f"Contention: {field} must be .* got {value!r}"):
+        Contention(**{field: value})
+
+
+def test_a_session_refuses_anything_but_a_contention_or_none():
+    with pytest.raises(TypeError, match="contention must be a Contention or None, got 'on'"):
+        RuntimeSession(_model("Add"), threads=2, contention="on")
+
+
 def test_a_one_thread_session_never_asks():
     def workers(n):
         raise AssertionError("a one-thread session has no region to size")

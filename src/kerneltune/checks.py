@@ -24,3 +24,9 @@ def is_positive_number(value: object) -> bool:
     """A finite real number above 0, not a bool."""
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
             and math.isfinite(value) and bool(value > 0))
+
+
+def is_non_negative_number(value: object) -> bool:
+    """A finite real number of at least 0, not a bool."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value) and bool(value >= 0))

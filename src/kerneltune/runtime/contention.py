@@ -33,6 +33,8 @@ import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from ..checks import is_non_negative_number
+
 Workers = Callable[[int], Collection[int] | None]
 #: a clock time no reading is due before
 _NEVER = 2 ** 63
@@ -65,6 +67,10 @@ class Contention:
                  tasks: str | os.PathLike[str] = "/proc/self/task",
                  workers: Workers | None = None,
                  clock: Callable[[], int] = time.monotonic_ns) -> None:
+        for name, value in (("interval", interval), ("probe", probe)):
+            if not is_non_negative_number(value):
+                raise ValueError(f"Contention: {name} must be a number of seconds >= 0, got "
+                                 f"{value!r}")
         self.interval, self.probe = interval, probe
         self._tasks = os.fspath(tasks)
         self._workers = openmp_workers if workers is None else workers

@@ -57,6 +57,8 @@ class RuntimeSession:
         contention: Contention | None = default_contention,
     ):
         self.threads = thread_count(threads)
+        if contention is not None and not isinstance(contention, Contention):
+            raise TypeError(f"contention must be a Contention or None, got {contention!r}")
         self._contention = contention if self.threads > 1 else None
         self._model = prepare_model(read_model(model), library())
         started = time.perf_counter()
