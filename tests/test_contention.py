@@ -127,10 +127,35 @@ def test_a_probe_brings_the_threads_back_and_a_wait_in_it_sends_them_away(thread
     clock.advance(500 * MS)
     assert run(c, threads, clock, waited=MS) == 2  # the probe: all threads
     assert run(c, threads, clock) == 1  # one wait in a probe is enough
-    clock.advance(500 * MS)
+    clock.advance(1000 * MS)  # twice as long after a probe that waited
     assert run(c, threads, clock) == 2
     for _ in range(60):  # a probe without waits: kept
         assert run(c, threads, clock) == 2
+
+
+def probe_periods(c, threads, clock, probes: int) -> list[int]:
+    """The probe periods between ``probes`` probes that all wait: the first after two
+    waiting readings, each after the last."""
+    run(c, threads, clock, waited=MS)
+    run(c, threads, clock, waited=MS)
+    periods, since = [], 0
+    while len(periods) < probes:
+        since += 1
+        if run(c, threads, clock, waited=MS) == 2:  # a probe, waiting
+            periods.append(round(since * 11 / 500))
+            since = 0
+    return periods
+
+
+def test_each_probe_that_waits_doubles_the_time_to_the_next_up_to_a_limit(threads, clock):
+    c = contention(threads, clock, probe=0.5)  # a run is 11 ms: 10 apart and 1 long
+    assert probe_periods(c, threads, clock, 7) == [1, 2, 4, 8, 16, 16, 16]
+    for _ in range(800):  # the neighbour went: the next probe keeps all threads
+        if run(c, threads, clock) == 2:
+            break
+    assert c.fewer == 0
+    # and a neighbour that comes back is probed for as soon as it first was
+    assert probe_periods(c, threads, clock, 2) == [1, 2]
 
 
 def test_unknown_workers_leave_the_threads_as_asked(threads, clock):

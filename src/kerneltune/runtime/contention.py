@@ -10,8 +10,11 @@ but waited for a CPU. Every ``interval`` seconds at most, a session reads it
 for the calling thread and its OpenMP workers before and after one run. A run
 on ``t`` threads whose threads waited a ``t``-th of its time or more would
 have been as fast on one thread fewer; after two such readings running,
-regions get one thread fewer, down to one. Every ``probe`` seconds a run tries
-all threads again, and they stay unless its threads wait as much.
+regions get one thread fewer, down to one. ``probe`` seconds after the last
+reading that waited, a run tries all threads again, and they stay unless its
+threads wait as much. Each probe that waits doubles the time to the next, up
+to ``BACKOFF`` times ``probe``: a neighbour that holds the CPUs for long costs
+a probe's wait every few seconds, not twice a second.
 
 Only waits within a run count: between runs, an OpenMP worker spinning for
 the next region queues behind a neighbour's threads at no cost to anyone.
@@ -38,6 +41,8 @@ from ..checks import is_non_negative_number
 Workers = Callable[[int], Collection[int] | None]
 #: a clock time no reading is due before
 _NEVER = 2 ** 63
+#: the longest time between probes, in ``probe`` periods
+BACKOFF = 16
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,7 @@ class Contention:
         self._probing = False
         self._settled = 0  # ``fewer`` before a probe, to return to when the probe waits
         self._next_probe = 0
+        self._backoff = 1  # ``probe`` periods to the next probe
         self._pools: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def start(self, wanted: int) -> tuple[int, bool]:
@@ -131,6 +137,8 @@ class Contention:
             if reading.threads > 1 and waited > 0 and waited * reading.threads >= ran:
                 self._waited(reading, now)
             else:
+                if self._probing:
+                    self._backoff = 1
                 self._stalled = self._probing = False
         finally:
             self._lock.release()
@@ -139,11 +147,12 @@ class Contention:
         """A run that would have been as fast on a thread fewer."""
         if self._probing:
             self.fewer, self._probing, self._stalled = self._settled, False, False
+            self._backoff = min(2 * self._backoff, BACKOFF)
         elif self._stalled:  # twice running: a lone wait is the machine's noise
             self.fewer, self._stalled = min(self.fewer + 1, reading.wanted - 1), False
         else:
             self._stalled = True
-        self._next_probe = now + int(self.probe * 1e9)
+        self._next_probe = now + int(self._backoff * self.probe * 1e9)
 
     def _disable(self) -> None:
         """Regions get the threads asked for, and sessions ask no more."""
