@@ -18,7 +18,10 @@ deployment:
   settings docs/kernels.md gives for them (``session.intra_op.allow_spinning``
   0, ``OPENBLAS_THREAD_TIMEOUT=4``).
 
-A short sleep between calls lets pools settle as between requests.
+A short sleep between calls lets pools settle as between requests. Each
+process first calls its first case for ``SETTLE`` seconds untimed, beside its
+neighbour: the figures are a running process's, not those of the first seconds,
+while contention finds its thread count and spaces its probes out.
 ``p90_over_p50`` and ``p99_over_p50`` are over the median of the same case:
 the targets, on 2 threads at 1e6 elements and above beside every neighbour,
 are at most 1.5x and 3x. ``p50_ratio`` is over the median of the case alone
@@ -58,6 +61,8 @@ P90_TARGET, P99_TARGET, MEDIAN_TARGET = 1.5, 3.0, 1.05
 CONTENTION = ("off", "on")  # off first: the median alone with it on is compared with off
 #: seconds between calls: requests do not arrive back to back
 PAUSE = 0.0005
+#: seconds of untimed calls that start each process
+SETTLE = 2.0
 
 
 def cases():
@@ -102,6 +107,7 @@ def child(neighbour: str, threads: int, runs: int,
 
     before = _neighbour(neighbour)
     rng = np.random.default_rng(0)
+    settle = time.monotonic() + SETTLE
     for op, size, shapes, output, overrides in cases():
         if only is not None and (op, size) not in only:
             continue
@@ -111,19 +117,24 @@ def child(neighbour: str, threads: int, runs: int,
         feed = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
         for _ in range(5):
             session.run(None, feed)
+        while time.monotonic() < settle:
+            _call(session, feed, before)
         count = max(30, runs // 4) if size >= 16_000_000 else runs
-        samples = []
-        for _ in range(count):
-            before()
-            time.sleep(PAUSE)
-            start = time.perf_counter()
-            session.run(None, feed)
-            samples.append(time.perf_counter() - start)
+        samples = [_call(session, feed, before) for _ in range(count)]
         p50, p90, p99 = np.percentile(np.array(samples) * 1e6, [50, 90, 99])
         print(json.dumps({"model": op, "size": size, "threads": threads,
                           "neighbour": neighbour, "contention": contention,
                           "calls": count, "p50_us": p50,
                           "p90_us": p90, "p99_us": p99}), flush=True)
+
+
+def _call(session, feed: dict, before: Callable[[], None]) -> float:
+    """Seconds of one call, after the neighbour's and a pause."""
+    before()
+    time.sleep(PAUSE)
+    start = time.perf_counter()
+    session.run(None, feed)
+    return time.perf_counter() - start
 
 
 def environment(neighbour: str, settings: Collection[str]) -> dict[str, str]:
