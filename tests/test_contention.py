@@ -134,21 +134,21 @@ def test_a_probe_brings_the_threads_back_and_a_wait_in_it_sends_them_away(thread
 
 
 def probe_periods(c, threads, clock, probes: int) -> list[int]:
-    """The probe periods between ``probes`` probes that all wait: the first after two
-    waiting readings, each after the last."""
+    """The times, in ``probe`` periods, between ``probes`` probes that all wait: the first
+    after two waiting readings, each after the last. A run is 11 ms: 10 apart, 1 long."""
     run(c, threads, clock, waited=MS)
     run(c, threads, clock, waited=MS)
     periods, since = [], 0
     while len(periods) < probes:
         since += 1
         if run(c, threads, clock, waited=MS) == 2:  # a probe, waiting
-            periods.append(round(since * 11 / 500))
+            periods.append(round(since * 11 * MS / (c.probe * 1e9)))
             since = 0
     return periods
 
 
 def test_each_probe_that_waits_doubles_the_time_to_the_next_up_to_a_limit(threads, clock):
-    c = contention(threads, clock, probe=0.5)  # a run is 11 ms: 10 apart and 1 long
+    c = contention(threads, clock, probe=0.5)
     assert probe_periods(c, threads, clock, 7) == [1, 2, 4, 8, 16, 16, 16]
     for _ in range(800):  # the neighbour went: the next probe keeps all threads
         if run(c, threads, clock) == 2:
