@@ -34,13 +34,13 @@ import yaml
 from results import Recorder, add_arguments
 
 from kerneltune import current_execution
-from kerneltune.cache import (
+from kerneltune.cache.kernel_tuning_cache import (
     inspect_kernel_tuning_cache,
     load_kernel_tuning_cache,
     update_kernel_tuning_cache,
 )
-from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
-from kerneltune.schema import KernelTuningKey, tunable
+from kerneltune.tuning.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.tuning.schema import KernelTuningKey, tunable
 
 SIZES = (100, 1_000, 10_000)
 THREAD_COUNTS = (1, 2, 3, 4)

@@ -51,7 +51,7 @@ import numpy as np
 from results import Recorder, add_arguments
 
 from kerneltune import KernelTuningKey, current_execution
-from kerneltune.aligned import aligned
+from kerneltune._support.aligned import aligned
 from kerneltune.calibration import CalibrationOptions
 from kerneltune.calibration.measure import Deadline, measure
 from kerneltune.kernels import library
@@ -65,7 +65,7 @@ from kerneltune.kernels.calibrate import (
     grain_of,
 )
 from kerneltune.kernels.probes import machine_probe
-from kerneltune.schema import element_type_number
+from kerneltune.tuning.schema import element_type_number
 
 SAMPLE = [(kernel, element_type)
           for kernel in ("Abs", "Exp", "Tanh", "Add", "Mul", "Greater")
@@ -226,7 +226,7 @@ def gemm_gain(values_of, rounds: int) -> list[tuple[str, str, float, str]]:
             rng = np.random.default_rng(0)
             dtype = np.float32 if element_type == "FLOAT" else np.float64
             for shape_name, (m, k, n) in GEMM_SHAPES.items():
-                # placed as calibration and a session's weights are (kerneltune.aligned)
+                # placed as calibration and a session's weights are (kerneltune._support.aligned)
                 a = aligned(rng.standard_normal((m, k)).astype(dtype))
                 b = aligned(rng.standard_normal((k, n)).astype(dtype))
                 runs = [lambda p=p, a=a, b=b: p.run(a, b) for p in (default, tuned)]

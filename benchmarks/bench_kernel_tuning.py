@@ -28,11 +28,11 @@ import numpy as np
 from onnx import TensorProto, helper
 from results import Recorder, add_arguments
 
-from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
-from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry, access_counts
+from kerneltune.machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
+from kerneltune.machine.selectors import CpuSelector
 from kerneltune.runtime import RuntimeSession
-from kerneltune.schema import KernelTuningKey, tunable
-from kerneltune.selectors import CpuSelector
+from kerneltune.tuning.registry import KernelTuningProfile, KernelTuningRegistry, access_counts
+from kerneltune.tuning.schema import KernelTuningKey, tunable
 
 TARGET_NS = {1: 2_000, 1000: 20_000}  # resolution, from the issue
 

@@ -33,9 +33,9 @@ from collections.abc import Callable
 import numpy as np
 from results import Recorder, add_arguments
 
-from kerneltune.dtypes import FLOATING, NUMPY_DTYPES
 from kerneltune.kernels import catalog, library
-from kerneltune.schema import element_type_number
+from kerneltune.tuning.dtypes import FLOATING, NUMPY_DTYPES
+from kerneltune.tuning.schema import element_type_number
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
 GEMM_SHAPES = ((8, 8, 8), (64, 64, 64), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),

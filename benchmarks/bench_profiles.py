@@ -44,17 +44,13 @@ from pathlib import Path
 from bench_cache import median_ms
 from results import Recorder, add_arguments
 
-from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
-from kerneltune.profile_import import import_deployment_profiles
-from kerneltune.profiles import (
-    DeploymentProfile,
-    ProfileEntry,
-    read_deployment_profile,
-    write_deployment_profile,
-)
-from kerneltune.registry import KernelTuningRegistry
-from kerneltune.schema import KernelTuningKey, tunable
-from kerneltune.selectors import CpuSelector, Tier
+from kerneltune.machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
+from kerneltune.machine.selectors import CpuSelector, Tier
+from kerneltune.profiles.files import read_deployment_profile, write_deployment_profile
+from kerneltune.profiles.importer import import_deployment_profiles
+from kerneltune.profiles.model import DeploymentProfile, ProfileEntry
+from kerneltune.tuning.registry import KernelTuningRegistry
+from kerneltune.tuning.schema import KernelTuningKey, tunable
 
 MODELS = (1, 8, 17, 24, 33, 68, 80, 97, 116, 160)
 THREAD_RANGES = ((1, 1), (2, 3), (4, 7), (8, 8))

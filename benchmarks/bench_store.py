@@ -28,7 +28,7 @@ from pathlib import Path
 
 from results import Recorder, add_arguments
 
-from kerneltune.files import write_atomically
+from kerneltune._support.files import write_atomically
 from kerneltune.store import CalibrationProfile, CalibrationProfileKey, CalibrationProfileStore
 from kerneltune.store.file import serialise
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from results import FOLDER, FORMAT
 
-from kerneltune.files import write_atomically
+from kerneltune._support.files import write_atomically
 
 ROOT = FOLDER.parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"

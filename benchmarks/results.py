@@ -38,7 +38,7 @@ from typing import Any
 from threadpoolctl import threadpool_info
 
 import kerneltune
-from kerneltune.files import write_atomically
+from kerneltune._support.files import write_atomically
 
 FORMAT = "kerneltune-benchmark-results"
 SCHEMA_VERSION = 1

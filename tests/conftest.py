@@ -18,12 +18,12 @@ from kerneltune.calibration import (
     register_kernel_calibration_function,
 )
 from kerneltune.calibration.measure import Measurement
-from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
-from kerneltune.detect import detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import KernelTuningError
 from kerneltune.kernels.variants import select_variant
-from kerneltune.registry import KernelTuningRegistry
-from kerneltune.schema import KernelTuningKey, tunable
+from kerneltune.machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
+from kerneltune.machine.detect import detect_cpu_descriptor, get_cpu_descriptor
+from kerneltune.tuning.registry import KernelTuningRegistry
+from kerneltune.tuning.schema import KernelTuningKey, tunable
 
 #: the CPUs this process may run on (``CPUS`` below is the folder of fake sysroots)
 AVAILABLE_CPUS = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")

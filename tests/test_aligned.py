@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kerneltune.aligned import ALIGNMENT, aligned, aligned_empty
+from kerneltune._support.aligned import ALIGNMENT, aligned, aligned_empty
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int8, np.uint64, bool])

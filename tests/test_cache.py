@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 
 import kerneltune
 from conftest import ToyConfig, execution, toy_key
-from kerneltune.cache import (
+from kerneltune.cache.kernel_tuning_cache import (
     FORMAT,
     default_kernel_tuning_cache_path,
     inspect_kernel_tuning_cache,
@@ -31,13 +31,13 @@ from kerneltune.cache import (
     remove_kernel_tuning_cache,
     update_kernel_tuning_cache,
 )
-from kerneltune.detect import current_execution
 from kerneltune.errors import TuningValidationError
 from kerneltune.kernels import library, register_library
-from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.machine.detect import current_execution
+from kerneltune.machine.selectors import CpuSelector, Tier
 from kerneltune.runtime import RuntimeSession
-from kerneltune.schema import KernelTuningKey
-from kerneltune.selectors import CpuSelector, Tier
+from kerneltune.tuning.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.tuning.schema import KernelTuningKey
 
 ABS, NEG, ABS_DOUBLE = toy_key("Abs"), toy_key("Neg"), toy_key("Abs", "DOUBLE")
 KEYS = (ABS, NEG, ABS_DOUBLE)
@@ -483,7 +483,7 @@ def test_import_loads_the_default_cache(tmp_path):
                                   execution=current_execution(), origin="calibration")
     update_kernel_tuning_cache([profile], cache, registry=registry)
     output = import_report(cache, (
-        "from kerneltune.schema import KernelTuningKey\n"
+        "from kerneltune.tuning.schema import KernelTuningKey\n"
         "r = kerneltune.startup_report()\n"
         f"key = KernelTuningKey.from_dict({library_key().to_dict()!r})\n"
         "resolution = kerneltune.resolve_kernel_tuning(key, kerneltune.current_execution())\n"

@@ -19,12 +19,12 @@ import time
 import pytest
 
 from conftest import ToyConfig, execution, toy_key
-from kerneltune.cache import (
+from kerneltune.cache.kernel_tuning_cache import (
     inspect_kernel_tuning_cache,
     load_kernel_tuning_cache,
     update_kernel_tuning_cache,
 )
-from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.tuning.registry import KernelTuningProfile, KernelTuningRegistry
 
 pytestmark = pytest.mark.skipif(
     "forkserver" not in multiprocessing.get_all_start_methods()

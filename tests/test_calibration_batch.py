@@ -20,7 +20,7 @@ from kerneltune.calibration import (
     is_calibratable,
     register_kernel_calibration_function,
 )
-from kerneltune.detect import current_execution
+from kerneltune.machine.detect import current_execution
 
 
 def test_an_empty_selection_calibrates_every_calibratable_key(toys):

@@ -25,11 +25,11 @@ from kerneltune.calibration.search import (
     search_threads,
     verify_decisions,
 )
-from kerneltune.detect import current_execution
+from kerneltune.machine.detect import current_execution
 
 
 def _context(registry_key=None, **options) -> CalibrationContext:
-    from kerneltune.schema import KernelTuningSchema
+    from kerneltune.tuning.schema import KernelTuningSchema
 
     key = registry_key or toy_key()
     schema = KernelTuningSchema.from_config(key, ToyConfig)

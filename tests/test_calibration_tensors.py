@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from kerneltune.aligned import ALIGNMENT
+from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.calibration import randn_tensor
 
 #: sha256 prefixes of randn_tensor(type, (3, 5), 42): the same on every machine

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from conftest import CPUS, run_kerneltune
-from kerneltune.cpu_files import load_cpu_descriptor
-from kerneltune.detect import get_cpu_descriptor
-from kerneltune.selector_files import NamedSelector, write_selector
-from kerneltune.selectors import CpuSelector
-from kerneltune.wait_policy import wait_policy
+from kerneltune.machine.descriptor_files import read_cpu_descriptor
+from kerneltune.machine.detect import get_cpu_descriptor
+from kerneltune.machine.selector_files import NamedSelector, write_selector
+from kerneltune.machine.selectors import CpuSelector
+from kerneltune.machine.wait_policy import wait_policy
 
 #: one cheap calibratable key, tuned on one thread at quick effort
 QUICK = ("kernel", "--kernel", "Abs", "--dtype", "FLOAT", "--threads", "1", "--effort", "quick")
@@ -39,7 +39,7 @@ def cache(tmp_path):
     ["cpu"], ["kernel"], ["calibrate"], ["cache", "path"], ["cache", "inspect"],
     ["cache", "load"], ["cache", "remove"], ["cache", "set"], ["profiles", "export"],
     ["profiles", "bake"], ["profiles", "import"], ["profiles", "validate"],
-    ["profiles", "explain"], ["backend"], ["report"]])
+    ["profiles", "explain"], ["corpus"], ["report"]])
 def test_every_command_has_help_with_examples(command):
     done = run_kerneltune(*command, "--help")
     assert done.returncode == 0, done.stderr
@@ -49,7 +49,7 @@ def test_every_command_has_help_with_examples(command):
 
 def test_the_top_level_help_lists_every_command_and_the_version_prints():
     done = run_kerneltune("--help")
-    for command in ("cpu", "kernel", "calibrate", "cache", "profiles", "backend", "report"):
+    for command in ("cpu", "kernel", "calibrate", "cache", "profiles", "corpus", "report"):
         assert f"\n    {command}" in done.stdout
     version = run_kerneltune("--version")
     assert version.returncode == 0 and version.stdout.startswith("kerneltune ")
@@ -111,7 +111,7 @@ def test_cpu_prints_a_descriptor_file_that_reads_back_and_names_variant_and_sele
     assert done.returncode == 0, done.stderr
     path = tmp_path / "machine.yaml"
     path.write_text(done.stdout, encoding="utf-8")
-    assert load_cpu_descriptor(path) == get_cpu_descriptor()
+    assert read_cpu_descriptor(path) == get_cpu_descriptor()
     assert "# ISA variant: " in done.stdout and "# shipped selectors matching: " in done.stdout
     document = _json(run_kerneltune("cpu", "--json"))
     assert document["isa_variant"] in document["installed_variants"]

@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from conftest import CPUS, FIXTURES, detect, expected_of
-from kerneltune.cpu import CpuDescriptor, CpuExecutionDescriptor
-from kerneltune.cpu_files import dump_cpu_descriptor, load_cpu_descriptor
-from kerneltune.detect import current_execution, detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import CpuDescriptorError
+from kerneltune.machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
+from kerneltune.machine.descriptor_files import read_cpu_descriptor, write_cpu_descriptor
+from kerneltune.machine.detect import current_execution, detect_cpu_descriptor, get_cpu_descriptor
 
 MASKED_VM = "amd_epyc_vm_masked"
 
@@ -139,8 +139,8 @@ def test_identity_ignores_cache_sizes_and_core_counts():
 def test_descriptor_round_trips_through_a_file(name, tmp_path):
     descriptor = detect(name)
     path = tmp_path / "cpu.yaml"
-    dump_cpu_descriptor(descriptor, path)
-    assert load_cpu_descriptor(path) == descriptor
+    write_cpu_descriptor(descriptor, path)
+    assert read_cpu_descriptor(path) == descriptor
     assert CpuDescriptor.from_dict(descriptor.to_dict()) == descriptor
 
 
@@ -155,7 +155,7 @@ def test_to_dict_is_plain_data_with_every_field():
 def test_a_plain_mapping_file_without_header_loads(tmp_path):
     path = tmp_path / "plain.yaml"
     path.write_text("architecture: amd64\nvendor: AuthenticAMD\nmicroarchitecture: Zen 4\n")
-    descriptor = load_cpu_descriptor(path)
+    descriptor = read_cpu_descriptor(path)
     assert (descriptor.architecture, descriptor.vendor) == ("x86_64", "amd")
     assert descriptor.microarchitecture == "zen4"
 
@@ -188,7 +188,7 @@ def test_bad_descriptor_files_are_rejected_with_file_and_field(case, tmp_path):
     if content is not None:
         path.write_text(content, encoding="utf-8")
     with pytest.raises(CpuDescriptorError) as caught:
-        load_cpu_descriptor(path)
+        read_cpu_descriptor(path)
     assert str(path) in str(caught.value)
     if field is not None:
         assert field in str(caught.value)
@@ -214,7 +214,7 @@ def run_python(code: str, **environment: str) -> subprocess.CompletedProcess[str
 
 
 PRINT_DESCRIPTOR = (
-    "import json; from kerneltune.detect import get_cpu_descriptor; "
+    "import json; from kerneltune.machine.detect import get_cpu_descriptor; "
     "print(json.dumps(get_cpu_descriptor().to_dict()))"
 )
 
@@ -222,7 +222,7 @@ PRINT_DESCRIPTOR = (
 def test_environment_variable_replaces_detection(tmp_path):
     descriptor = detect("arm_graviton3_neoverse_v1")
     path = tmp_path / "farm.yaml"
-    dump_cpu_descriptor(descriptor, path)
+    write_cpu_descriptor(descriptor, path)
     result = run_python(PRINT_DESCRIPTOR, KERNELTUNE_CPU_DESCRIPTOR=str(path))
     assert result.returncode == 0, result.stderr
     assert CpuDescriptor.from_dict(json.loads(result.stdout)) == descriptor

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kerneltune.documents import DocumentFormat, parse_text, read_document
-from kerneltune.files import file_lock, remove_stray_temporaries, write_atomically
+from kerneltune._support.documents import DocumentFormat, parse_text, read_document
+from kerneltune._support.files import file_lock, remove_stray_temporaries, write_atomically
 
 FORM = DocumentFormat("toy-format", 2, {"format": str, "schema_version": int, "items": list},
                       what="toy file")

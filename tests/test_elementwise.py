@@ -21,7 +21,7 @@ from conftest import host_can_run
 from kerneltune.errors import TuningValidationError, UnknownKernelError
 from kerneltune.kernels import catalog, library
 from kerneltune.kernels.variants import installed_variants, load_module
-from kerneltune.schema import element_type_name, element_type_number
+from kerneltune.tuning.schema import element_type_name, element_type_number
 
 LIBRARY = library()
 RNG = np.random.default_rng(20261129)

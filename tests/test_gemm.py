@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from kerneltune.aligned import ALIGNMENT
+from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError
 from kerneltune.kernels.gemm import Gemm, MatMul, _fast_run
 from kerneltune.kernels.gemm_pythran import KU, MR, NR

@@ -14,7 +14,7 @@ import pytest
 import kerneltune
 from conftest import AVAILABLE_CPUS, needs_two_cpus
 from kerneltune import KernelTuningRegistry, Tier, TuningValidationError
-from kerneltune.aligned import ALIGNMENT
+from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.calibration import (
     PARALLEL,
     CalibrationOptions,
@@ -25,12 +25,12 @@ from kerneltune.calibration.context import CalibrationContext
 from kerneltune.calibration.measure import Deadline, Measurement
 from kerneltune.calibration.report import Decision
 from kerneltune.cli import UNSTEADY
-from kerneltune.detect import current_execution
 from kerneltune.kernels import LIBRARY, library, register_library
 from kerneltune.kernels.calibrate import ElementwiseCalibration
 from kerneltune.kernels.calibrate_gemm import GemmCalibration, tile_candidates, whole_block_grid
 from kerneltune.kernels.gemm import KU, MR, NR
 from kerneltune.kernels.probes import SHARED_CACHE, shared_cache_probe
+from kerneltune.machine.detect import current_execution
 from kerneltune.runtime import RuntimeSession
 
 # The quick effort's budget of a few seconds per key is for a quiet machine; under a
@@ -341,7 +341,7 @@ def test_the_library_watches_its_parallel_speed_and_its_shared_cache(registry):
 SCRIPTED_PROBE = """
 import sys
 import kerneltune
-from kerneltune.aligned import ALIGNMENT
+from kerneltune._support.aligned import ALIGNMENT
 from kerneltune import cli
 from kerneltune.calibration import register_machine_probe
 

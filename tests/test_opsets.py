@@ -14,11 +14,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from kerneltune.dtypes import NUMPY_DTYPES
 from kerneltune.errors import UnsupportedModelError
 from kerneltune.kernels import catalog, library
 from kerneltune.runtime import RuntimeSession, backend
 from kerneltune.runtime.model import _tensor_type
+from kerneltune.tuning.dtypes import NUMPY_DTYPES
 
 NEWEST = onnx.defs.onnx_opset_version()
 KERNELS = library()

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from kerneltune.aligned import ALIGNMENT
+from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.kernels import library, outputs
 
 LARGE = outputs.RECYCLE_MINIMUM_BYTES // 4 + 1000  # float32 elements of a recycled output

@@ -7,19 +7,22 @@ import json
 import pytest
 
 from conftest import ToyConfig, execution
-from kerneltune.cache import inspect_kernel_tuning_cache, update_kernel_tuning_cache
+from kerneltune.cache.kernel_tuning_cache import (
+    inspect_kernel_tuning_cache,
+    update_kernel_tuning_cache,
+)
 from kerneltune.calibration import CalibrationOptions, register_kernel_calibration_function
-from kerneltune.detect import current_execution
-from kerneltune.errors import TuningValidationError, UnknownKernelError
-from kerneltune.parameters import (
+from kerneltune.calibration.parameters import (
     apply_kernel_tuning_updates,
     kernel_tuning_parameters,
     propose_kernel_tuning_updates,
     set_kernel_tuning_parameters,
 )
-from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
-from kerneltune.schema import KernelTuningKey
-from kerneltune.selectors import Tier
+from kerneltune.errors import TuningValidationError, UnknownKernelError
+from kerneltune.machine.detect import current_execution
+from kerneltune.machine.selectors import Tier
+from kerneltune.tuning.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.tuning.schema import KernelTuningKey
 
 LIBRARY = "parameters_test"
 

@@ -26,26 +26,22 @@ import pytest
 from conftest import FIXTURES, ToyConfig, detect, expected_of, toy_key
 from kerneltune import explain
 from kerneltune.calibration import CalibrationOptions, register_kernel_calibration_function
-from kerneltune.cpu import CpuDescriptor
-from kerneltune.cpu_files import dump_cpu_descriptor
-from kerneltune.detect import get_cpu_descriptor
 from kerneltune.errors import ProfileError
 from kerneltune.kernels import library, register_library
+from kerneltune.machine.descriptor import CpuDescriptor
+from kerneltune.machine.descriptor_files import write_cpu_descriptor
+from kerneltune.machine.detect import get_cpu_descriptor
+from kerneltune.machine.selector_files import NamedSelector, read_selector, write_selector
+from kerneltune.machine.selectors import CpuSelector, Tier
 from kerneltune.pipeline import bake, calibrate_machine, machine_selector
-from kerneltune.profile_import import import_deployment_profiles
-from kerneltune.profiles import (
-    DeploymentProfile,
-    ProfileEntry,
-    read_deployment_profile,
-    write_deployment_profile,
-)
-from kerneltune.registry import KernelTuningRegistry
-from kerneltune.selector_files import NamedSelector, load_selector, write_selector
-from kerneltune.selectors import CpuSelector, Tier
+from kerneltune.profiles.files import read_deployment_profile, write_deployment_profile
+from kerneltune.profiles.importer import import_deployment_profiles
+from kerneltune.profiles.model import DeploymentProfile, ProfileEntry
+from kerneltune.tuning.registry import KernelTuningRegistry
 
 GRAIN = "parallel.minimum_elements"
 QUICK = CalibrationOptions(effort="quick")
-ZEN3, ZEN4 = (load_selector(name).selector for name in ("zen3", "zen4"))
+ZEN3, ZEN4 = (read_selector(name).selector for name in ("zen3", "zen4"))
 
 
 def _library_registry() -> KernelTuningRegistry:
@@ -92,7 +88,7 @@ def _first_mismatch(fixture: str, selector: str) -> str | None:
 def _descriptor_file(tmp_path: Path, fixture: str) -> Path:
     path = tmp_path / f"{fixture}.cpu.yaml"
     if not path.exists():
-        dump_cpu_descriptor(detect(fixture), path)
+        write_cpu_descriptor(detect(fixture), path)
     return path
 
 
@@ -131,7 +127,7 @@ def test_a_farm_of_described_machines_bakes_one_file_that_serves_each_processor_
         # measured on this host, said to come from the described processor
         assert CpuDescriptor.from_dict(machine["processor"]) == detect(FARM[selector])
         assert (profile.selector_name, profile.selector) == (selector,
-                                                             load_selector(selector).selector)
+                                                             read_selector(selector).selector)
         assert machine["thread_counts"] == [1, 2] and machine["effort"] == "quick"
         assert [(entry.key, entry.threads) for entry in profile.entries] == [(key, (1, 1)),
                                                                              (key, (2, 2))]
@@ -183,7 +179,7 @@ def test_a_farm_of_described_machines_bakes_one_file_that_serves_each_processor_
             else:
                 assert (source.tier, source.profile_name) == (Tier.DEFAULTS, None), where
                 assert row.changed == (), where
-            rejected = sorted((c.profile, c.reason) for c in row.resolution.rejected)
+            rejected = sorted((c.profile_name, c.reason) for c in row.resolution.rejected)
             assert rejected == _expected_rejections(fixture, threads, names), where
             for other in rows.values():  # every other key keeps its defaults
                 assert other.resolution.source.tier is Tier.DEFAULTS, (where, other.key)
@@ -223,8 +219,8 @@ def _bake(profiles, output, **options):
 OVERLAPPING = {
     "family groups": (ZEN4, CpuSelector(vendor="amd", family=25, models=[1, 17]),
                       "vendor amd family 25 model 17"),
-    "instruction sets": (load_selector("x86_64_avx2_fma").selector,
-                         load_selector("x86_64_avx512f").selector, "with avx2, avx512f, fma"),
+    "instruction sets": (read_selector("x86_64_avx2_fma").selector,
+                         read_selector("x86_64_avx512f").selector, "with avx2, avx512f, fma"),
 }
 
 

@@ -22,20 +22,15 @@ from conftest import (
     toy_key,
 )
 from kerneltune.calibration import CalibrationOptions
-from kerneltune.detect import get_cpu_descriptor
 from kerneltune.errors import ProfileError
-from kerneltune.explain import explain
-from kerneltune.profile_import import import_deployment_profiles
-from kerneltune.profiles import (
-    DeploymentProfile,
-    ProfileEntry,
-    export_deployment_profile,
-    profile_text,
-    read_deployment_profile,
-    write_deployment_profile,
-)
-from kerneltune.registry import KernelTuningRegistry
-from kerneltune.selectors import CpuSelector, Tier
+from kerneltune.machine.detect import get_cpu_descriptor
+from kerneltune.machine.selectors import CpuSelector, Tier
+from kerneltune.profiles.export import export_deployment_profile
+from kerneltune.profiles.files import read_deployment_profile, write_deployment_profile
+from kerneltune.profiles.importer import import_deployment_profiles
+from kerneltune.profiles.model import DeploymentProfile, ProfileEntry, profile_text
+from kerneltune.tuning.explain import explain
+from kerneltune.tuning.registry import KernelTuningRegistry
 
 GRAIN = "parallel.minimum_elements"
 ZEN4 = CpuSelector(vendor="amd", family=25, models=[17])
@@ -233,7 +228,7 @@ def test_two_good_files_are_published_in_one_generation(tmp_path):
 
 
 def test_cached_exact_values_and_overrides_stay_above_an_imported_profile(tmp_path):
-    from kerneltune.resolution import KernelTuningProfile
+    from kerneltune.tuning.resolution import KernelTuningProfile
 
     registry = _registry()
     import_deployment_profiles(_written(tmp_path), registry=registry)
@@ -315,7 +310,7 @@ def test_export_refuses_two_reports_of_one_thread_count(two_reports):
 
 
 def test_export_takes_a_thread_matrix_of_ranges():
-    from kerneltune.profiles import _thread_ranges
+    from kerneltune.profiles.export import _thread_ranges
 
     assert _thread_ranges([4, 1, 2]) == {1: (1, 1), 2: (2, 3), 4: (4, 4)}
 
@@ -355,7 +350,7 @@ def _selectors(draw):
        machine=_processors(), threads=st.integers(1, 20))
 def test_an_imported_entry_is_never_chosen_outside_its_selector_or_thread_range(
         tmp_path_factory, selector, counts, machine, threads):
-    from kerneltune.profiles import _thread_ranges
+    from kerneltune.profiles.export import _thread_ranges
 
     ranges = _thread_ranges(counts)
     entries = [ProfileEntry(toy_key(), ranges[count], {GRAIN: 1000 + count}) for count in counts]
@@ -381,9 +376,9 @@ def test_explain_answers_for_every_fixture_processor_without_detecting(tmp_path,
     import_deployment_profiles(_written(tmp_path), registry=registry)
     described = detect(fixture)
     descriptor_file = tmp_path / "cpu.yaml"
-    from kerneltune.cpu_files import dump_cpu_descriptor
+    from kerneltune.machine.descriptor_files import write_cpu_descriptor
 
-    dump_cpu_descriptor(described, descriptor_file)
+    write_cpu_descriptor(described, descriptor_file)
     for threads in (1, 2, 8):
         explanation = explain(descriptor=descriptor_file, threads=threads, registry=registry)
         assert explanation.execution.processor == described
@@ -442,7 +437,7 @@ def test_the_environment_variable_imports_good_files_and_reports_the_others(tmp_
 
 
 def test_a_folder_in_the_variable_imports_its_yaml_files_in_order(tmp_path):
-    from kerneltune.profile_import import profile_paths
+    from kerneltune.profiles.importer import profile_paths
 
     for name in ("b.yaml", "a.yaml", "notes.txt"):
         (tmp_path / name).write_text("")

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import kerneltune
-from kerneltune.checks import is_count, is_int, is_positive_number
-from kerneltune.threads import available_threads, thread_count
+from kerneltune._support.checks import is_count, is_int, is_positive_number
+from kerneltune.machine.threads import available_threads, thread_count
 
 
 @pytest.mark.parametrize(("name", "home", "heavy"), [
     ("RuntimeSession", "kerneltune.runtime.session", "kerneltune.runtime.session"),
-    ("search_backend_parameters", "kerneltune.backend_search", "kerneltune.backend_search"),
+    ("search_corpus_parameters", "kerneltune.corpus.search", "kerneltune.corpus.search"),
 ])
 def test_heavy_names_load_on_first_use_only(name, home, heavy):
     code = ("import json, sys, kerneltune\n"
@@ -34,8 +34,8 @@ def test_heavy_names_load_on_first_use_only(name, home, heavy):
 @pytest.mark.parametrize(("name", "home"), [
     ("RuntimeSession", "runtime"), ("calibrate_registered_kernels", "calibration"),
     ("CalibrationOptions", "calibration"), ("randn_tensor", "calibration"),
-    ("search_backend_parameters", "backend_search"),
-    ("analyze_kernel_tuning_latencies", "backend_analysis"),
+    ("search_corpus_parameters", "corpus"),
+    ("analyze_kernel_tuning_latencies", "corpus"),
 ])
 def test_lazy_names_are_the_modules_own_objects(name, home):
     module = importlib.import_module(f"kerneltune.{home}")
@@ -51,7 +51,7 @@ def test_the_version_is_the_one_in_the_version_file():
     from importlib import metadata, resources
 
     text = resources.files("kerneltune").joinpath("VERSION").read_text().strip()
-    assert kerneltune.__version__ == text and kerneltune.version.__version__ == text
+    assert kerneltune.__version__ == text and kerneltune._support.version.__version__ == text
     # meson.build gives the wheel's metadata the same file's version
     assert metadata.version("kerneltune") == text
 
@@ -76,7 +76,7 @@ def test_the_default_thread_count_is_the_affinity_mask():
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.0, "2"])
 def test_a_bad_thread_count_is_refused_the_same_way_everywhere(bad):
-    from kerneltune.detect import current_execution
+    from kerneltune.machine.detect import current_execution
     from kerneltune.runtime import RuntimeSession
 
     for call in (thread_count, current_execution):

@@ -13,8 +13,8 @@ from kerneltune.errors import (
     TuningValidationError,
     UnknownKernelError,
 )
-from kerneltune.registry import AccessCounts, KernelTuningProfile, KernelTuningRegistry
-from kerneltune.selectors import CpuSelector, Tier
+from kerneltune.machine.selectors import CpuSelector, Tier
+from kerneltune.tuning.registry import AccessCounts, KernelTuningProfile, KernelTuningRegistry
 
 GRAIN = "parallel.minimum_elements"
 
@@ -125,7 +125,7 @@ def test_priority_breaks_ties_only_within_a_tier(registry, key):
     registry.register_profile(key, ISA, {GRAIN: 3000}, priority=100, name="isa")
     resolution = registry.resolve(key, execution())
     assert resolution.source.profile_name == "family"
-    reasons = {r.profile: r.reason for r in resolution.rejected}
+    reasons = {r.profile_name: r.reason for r in resolution.rejected}
     assert reasons == {"zen4": "priority", "isa": "tier"}
     # A high priority never lifts a profile over a more specific tier.
     registry.register_profile(key, EXACT, {GRAIN: 4000}, priority=-100, name="exact")
@@ -204,7 +204,7 @@ def test_calibrated_profile_is_bound_to_the_execution_identity(registry, key):
     assert one_thread.source.tier is Tier.DEFAULTS
     assert [r.reason for r in one_thread.rejected] == ["execution"]
     # Same shape on other CPU ids: the same identity.
-    from kerneltune.cpu import CpuExecutionDescriptor
+    from kerneltune.machine.descriptor import CpuExecutionDescriptor
 
     moved = CpuExecutionDescriptor(execution(2).processor, 2, frozenset({6, 7}), 2)
     assert grain(registry.resolve(key, moved)) == 111
@@ -234,7 +234,7 @@ def test_rejection_reasons_name_the_failing_field(registry, key):
     registry.register_profile(key, CpuSelector(vendor="intel"), {GRAIN: 1}, name="intel")
     registry.register_profile(key, CpuSelector(vendor="amd", maximum_threads=1), {GRAIN: 2},
                               name="one-thread")
-    reasons = {r.profile: r.reason for r in registry.resolve(key, execution(2)).rejected}
+    reasons = {r.profile_name: r.reason for r in registry.resolve(key, execution(2)).rejected}
     assert reasons == {"intel": "selector:vendor", "one-thread": "threads"}
 
 
@@ -245,11 +245,11 @@ def test_tuning_modes(registry, key):
     portable = snapshot.resolve(key, execution(), tuning="portable")
     assert portable.source.tier is Tier.DEFAULTS
     assert {r.reason for r in portable.rejected} == {"tuning"}
-    named = snapshot.resolve(key, execution(), profile="isa")
+    named = snapshot.resolve(key, execution(), profile_name="isa")
     assert named.source.profile_name == "isa"
     digest = named.source.digest
     assert snapshot.resolve(key, execution(), profile_digest=digest).source.profile_name == "isa"
-    assert snapshot.resolve(key, execution(), profile="absent").source.tier is Tier.DEFAULTS
+    assert snapshot.resolve(key, execution(), profile_name="absent").source.tier is Tier.DEFAULTS
     with pytest.raises(KernelTuningError, match="tuning must be"):
         snapshot.resolve(key, execution(), tuning="fastest")
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ToyConfig, toy_key
 from kerneltune.errors import TuningValidationError
-from kerneltune.schema import (
+from kerneltune.tuning.schema import (
     KernelTuningKey,
     KernelTuningSchema,
     element_type_name,

@@ -11,13 +11,13 @@ import pytest
 import kerneltune
 from conftest import FIXTURES, detect
 from kerneltune.errors import ProfileError, TuningValidationError
-from kerneltune.selector_files import (
+from kerneltune.machine.selector_files import (
     NamedSelector,
-    load_selector,
+    read_selector,
     shipped_selectors,
     write_selector,
 )
-from kerneltune.selectors import CpuSelector
+from kerneltune.machine.selectors import CpuSelector
 
 #: each processor fixture's family selector
 FAMILY_OF_FIXTURE = {
@@ -72,12 +72,12 @@ def test_the_package_carries_the_source_trees_selector_files():
 
 @pytest.mark.parametrize("name", sorted(FAMILIES | set(INSTRUCTION_SET_MATCHES)))
 def test_each_shipped_file_is_canonical_and_round_trips(name, tmp_path):
-    named = load_selector(name)
-    assert named == SHIPPED[name] and load_selector(named.path) == named
+    named = read_selector(name)
+    assert named == SHIPPED[name] and read_selector(named.path) == named
     first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
     write_selector(named, first)
-    write_selector(load_selector(first), second)
-    assert load_selector(first) == named and first.read_bytes() == second.read_bytes()
+    write_selector(read_selector(first), second)
+    assert read_selector(first) == named and first.read_bytes() == second.read_bytes()
     # the shipped bytes are the writer's: canonical spellings, sorted lists, no hand layout
     assert first.read_bytes() == Path(named.path).read_bytes()
 
@@ -130,25 +130,25 @@ def test_the_instruction_set_selectors_are_broad():
 def test_a_file_round_trips_with_its_path(tmp_path):
     source = tmp_path / "lab.yaml"
     source.write_text(GOOD, encoding="utf-8")
-    named = load_selector(source)
+    named = read_selector(source)
     assert named == NamedSelector("lab_zen4", "the lab's Genoa machines",
                                   CpuSelector(vendor="amd", family=25, models=[17]))
     assert named.path == str(source)
     assert named.to_dict() == {"name": "lab_zen4", "description": "the lab's Genoa machines",
                                "selector": {"vendor": "amd", "family": 25, "models": [17]},
                                "path": str(source)}
-    assert load_selector(str(source)) == named
+    assert read_selector(str(source)) == named
 
 
 def test_a_relative_file_name_is_a_path_not_a_shipped_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "zen4.yaml").write_text(GOOD, encoding="utf-8")
-    assert load_selector("zen4.yaml").name == "lab_zen4"
-    assert load_selector("zen4").name == "zen4"
+    assert read_selector("zen4.yaml").name == "lab_zen4"
+    assert read_selector("zen4").name == "zen4"
 
 
 def test_the_public_names():
-    assert kerneltune.load_selector is load_selector
+    assert kerneltune.read_selector is read_selector
     assert kerneltune.shipped_selectors is shipped_selectors
     assert kerneltune.NamedSelector is NamedSelector and kerneltune.ProfileError is ProfileError
     assert issubclass(ProfileError, TuningValidationError)
@@ -156,7 +156,7 @@ def test_the_public_names():
 
 def test_an_unknown_shipped_name_lists_the_known_ones():
     with pytest.raises(ProfileError) as error:
-        load_selector("zen9")
+        read_selector("zen9")
     (problem,) = error.value.problems
     assert problem.field == "name" and "'zen9'" in problem.message
     assert all(name in problem.message for name in SHIPPED)
@@ -189,7 +189,7 @@ def test_each_bad_input_names_the_file_and_the_field(tmp_path, text, field, mess
     path = tmp_path / "bad.yaml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ProfileError) as error:
-        load_selector(path)
+        read_selector(path)
     assert any(p.file == str(path) and p.field == field and message in p.message
                for p in error.value.problems), str(error.value)
     assert str(path) in str(error.value)
@@ -200,14 +200,14 @@ def test_every_problem_of_a_file_is_listed(tmp_path):
     path.write_text(_header(name="Bad Name", selector="{vendor: z80, required_features: [nope]}"),
                     encoding="utf-8")
     with pytest.raises(ProfileError) as error:
-        load_selector(path)
+        read_selector(path)
     assert {p.field for p in error.value.problems} == {
         "name", "selector.vendor", "selector.required_features"}
 
 
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(ProfileError, match="no such selector file") as error:
-        load_selector(tmp_path / "absent.yaml")
+        read_selector(tmp_path / "absent.yaml")
     assert error.value.problems[0].file == str(tmp_path / "absent.yaml")
 
 

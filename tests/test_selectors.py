@@ -6,7 +6,7 @@ import pytest
 
 from conftest import execution, processor
 from kerneltune.errors import TuningValidationError
-from kerneltune.selectors import CpuSelector, Tier
+from kerneltune.machine.selectors import CpuSelector, Tier
 
 
 def test_spellings_are_canonicalised():

@@ -7,13 +7,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from kerneltune.aligned import ALIGNMENT
+from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError, UnknownKernelError, UnsupportedModelError
 from kerneltune.kernels import library, register_library
-from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
+from kerneltune.machine.selectors import CpuSelector
 from kerneltune.runtime import RuntimeSession
 from kerneltune.runtime.model import prepare_model
-from kerneltune.selectors import CpuSelector
+from kerneltune.tuning.registry import KernelTuningProfile, KernelTuningRegistry
 
 GRAIN = "parallel.minimum_elements"
 
@@ -162,7 +162,7 @@ def test_diagnostics_for_each_tuning_mode(add_tanh, registry):
     resolved = RuntimeSession(add_tanh, registry=registry)
     add = resolved.tuning_diagnostics[0]
     assert add["node"] == "add" and add["op_type"] == "Add"
-    assert add["source"]["tier"] == "portable" and add["source"]["profile"] == "everywhere"
+    assert add["source"]["tier"] == "portable" and add["source"]["profile_name"] == "everywhere"
     assert add["values"][GRAIN] == 4096
     assert set(add["values"]) == set(library()["Add"].schema("FLOAT").parameters)
     assert resolved.tuning_diagnostics[1]["source"]["tier"] == "defaults"
@@ -174,17 +174,17 @@ def test_diagnostics_for_each_tuning_mode(add_tanh, registry):
     assert portable.tuning_diagnostics[0]["source"]["tier"] == "defaults"
     assert portable.tuning_diagnostics[0]["rejected"][0]["reason"] == "tuning"
 
-    named = RuntimeSession(add_tanh, profile="everywhere", registry=registry)
+    named = RuntimeSession(add_tanh, profile_name="everywhere", registry=registry)
     assert named.tuning_diagnostics[0]["values"][GRAIN] == 4096
     digest = named.tuning_diagnostics[0]["source"]["digest"]
     by_digest = RuntimeSession(add_tanh, profile_digest=digest, registry=registry)
-    assert by_digest.tuning_diagnostics[0]["source"]["profile"] == "everywhere"
+    assert by_digest.tuning_diagnostics[0]["source"]["profile_name"] == "everywhere"
 
     overridden = RuntimeSession(add_tanh, overrides={"Add": {GRAIN: 7}, key: {
         "parallel.maximum_threads": 3}}, registry=registry)
     diagnostics = overridden.tuning_diagnostics[0]
     assert diagnostics["source"]["tier"] == "override"
-    assert diagnostics["base_source"]["profile"] == "everywhere"
+    assert diagnostics["base_source"]["profile_name"] == "everywhere"
     assert diagnostics["values"][GRAIN] == 7 and diagnostics["values"][
         "parallel.maximum_threads"] == 3
 
@@ -197,7 +197,7 @@ def test_bad_overrides_and_restrictions_fail_at_construction(add_tanh, registry)
     with pytest.raises(UnknownKernelError, match="Addd"):
         RuntimeSession(add_tanh, overrides={"Addd": {GRAIN: 5}}, registry=registry)
     with pytest.raises(UnknownKernelError, match="named 'missing'"):
-        RuntimeSession(add_tanh, profile="missing", registry=registry)
+        RuntimeSession(add_tanh, profile_name="missing", registry=registry)
     with pytest.raises(UnknownKernelError, match="digest"):
         RuntimeSession(add_tanh, profile_digest="0" * 64, registry=registry)
 

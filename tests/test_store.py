@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kerneltune.cache import default_kernel_tuning_cache_path
+from kerneltune._support.files import file_lock
+from kerneltune.cache.kernel_tuning_cache import default_kernel_tuning_cache_path
 from kerneltune.errors import TuningValidationError
-from kerneltune.files import file_lock
 from kerneltune.store import (
     CalibrationMeasurement,
     CalibrationProfile,

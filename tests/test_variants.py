@@ -21,8 +21,6 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, detect, host_can_run
-from kerneltune.cpu import CpuDescriptor
-from kerneltune.detect import detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.errors import KernelTuningError, UnknownKernelError
 from kerneltune.kernels.variants import (
     BASELINE,
@@ -34,6 +32,8 @@ from kerneltune.kernels.variants import (
     selected_variant,
     variant_architecture,
 )
+from kerneltune.machine.descriptor import CpuDescriptor
+from kerneltune.machine.detect import detect_cpu_descriptor, get_cpu_descriptor
 
 X86_64_VARIANTS = ("baseline", "x86_64_v3", "x86_64_v4")
 #: Set by `nox -s tests -- --variants=LIST` when the build compiled only LIST.

@@ -18,15 +18,17 @@ import numpy as np
 import pytest
 
 from conftest import ToyConfig, run_kerneltune, toy_key
-from kerneltune.cache import inspect_kernel_tuning_cache, update_kernel_tuning_cache
+from kerneltune.cache.kernel_tuning_cache import (
+    inspect_kernel_tuning_cache,
+    update_kernel_tuning_cache,
+)
 from kerneltune.calibration import Case, Workload, register_kernel_calibration_function
-from kerneltune.deployment import write_deployment_file
-from kerneltune.detect import current_execution, get_cpu_descriptor
 from kerneltune.errors import CalibrationError
-from kerneltune.profiles import DeploymentProfile, ProfileEntry
-from kerneltune.registry import KernelTuningProfile, KernelTuningRegistry
-from kerneltune.selectors import CpuSelector
-from kerneltune.verification import (
+from kerneltune.machine.detect import current_execution, get_cpu_descriptor
+from kerneltune.machine.selectors import CpuSelector
+from kerneltune.profiles.deployment import write_deployment_file
+from kerneltune.profiles.model import DeploymentProfile, ProfileEntry
+from kerneltune.profiles.verification import (
     DEFAULTS,
     DEMOTED,
     KEPT,
@@ -34,6 +36,7 @@ from kerneltune.verification import (
     verification_points,
     verify_deployment_profiles,
 )
+from kerneltune.tuning.registry import KernelTuningProfile, KernelTuningRegistry
 
 GRAIN = "parallel.minimum_elements"
 DEFAULT_GRAIN = 32768
@@ -124,8 +127,8 @@ def _child(code: str, **variables: str) -> object:
 NEXT_PROCESS = """
 import json
 from conftest import ToyConfig, toy_key
-from kerneltune.explain import explain
-from kerneltune.registry import KernelTuningRegistry
+from kerneltune.tuning.explain import explain
+from kerneltune.tuning.registry import KernelTuningRegistry
 from kerneltune.startup import initialise
 keys = [toy_key("Abs"), toy_key("Add"), toy_key("Neg")]
 registry = KernelTuningRegistry()
@@ -157,8 +160,8 @@ def test_a_slower_shipped_value_is_demoted_and_the_next_process_resolves_the_def
     (slow_row, fast_row) = _child(NEXT_PROCESS, KERNELTUNE_DEPLOYMENT_PROFILES=str(deployment),
                                   KERNELTUNE_CACHE=str(cache))
     assert slow_row[0] == DEFAULT_GRAIN and slow_row[1]["tier"] == "calibrated"
-    assert slow_row[1]["profile"] == "verification" and digest[:12] in slow_row[1]["origin"]
-    assert fast_row[0] == FAST and fast_row[1]["profile"] == "toy-farm"
+    assert slow_row[1]["profile_name"] == "verification" and digest[:12] in slow_row[1]["origin"]
+    assert fast_row[0] == FAST and fast_row[1]["profile_name"] == "toy-farm"
     assert (deployment.read_bytes(), deployment.stat().st_mode) == before
 
 
@@ -167,8 +170,8 @@ SECOND_RUN = """
 import json
 from conftest import ToyConfig, toy_key
 from kerneltune.calibration import register_kernel_calibration_function
-from kerneltune.registry import KernelTuningRegistry
-from kerneltune.verification import verify_deployment_profiles
+from kerneltune.tuning.registry import KernelTuningRegistry
+from kerneltune.profiles.verification import verify_deployment_profiles
 
 class Untouchable:
     def __call__(self, context):

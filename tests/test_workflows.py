@@ -100,12 +100,12 @@ def test_each_farm_machine_has_a_runner_a_shipped_selector_and_its_own_name(farm
         assert entry["runner"]
         path = ROOT / entry["selector"]
         assert path.parent == ROOT / "selectors" and path.is_file(), entry
-        assert kerneltune.load_selector(path).name == path.stem
+        assert kerneltune.read_selector(path).name == path.stem
 
 
 def test_the_farm_selectors_can_be_baked_together(farm):
     # the bake rejects two profiles at one tier whose selectors can match one processor
-    selectors = [kerneltune.load_selector(ROOT / entry["selector"]).selector for entry in farm]
+    selectors = [kerneltune.read_selector(ROOT / entry["selector"]).selector for entry in farm]
     for a, b in itertools.combinations(selectors, 2):
         assert a.tier != b.tier or not a.can_overlap(b), (a, b)
 

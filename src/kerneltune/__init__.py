@@ -5,17 +5,17 @@ to processor selectors, calibrated execution profiles and session overrides
 replace it where they apply. This module re-exports the public API; see
 docs/design.md for the contract and README.md for a tour.
 
-Sessions, calibration and the backend-case search are reached from here too
-(``kerneltune.RuntimeSession``, ``kerneltune.calibrate_registered_kernels``,
-``kerneltune.search_backend_parameters``), but loaded only when first used:
-``import kerneltune`` stays as light as the registry and the cache.
+Sessions and the corpus parameter search are reached from here too
+(``kerneltune.RuntimeSession``, ``kerneltune.search_corpus_parameters``), but
+loaded only when first used: ``import kerneltune`` imports neither onnx nor
+the runtime.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from .backend_analysis import analyze_kernel_tuning_latencies
+from ._support.version import __version__
 from .cache import (
     CacheEntry,
     CacheInspection,
@@ -29,13 +29,24 @@ from .cache import (
     remove_kernel_tuning_cache,
     update_kernel_tuning_cache,
 )
-from .cpu import CpuDescriptor, CpuExecutionDescriptor
-from .cpu_files import dump_cpu_descriptor, load_cpu_descriptor
-from .detect import current_execution, detect_cpu_descriptor, get_cpu_descriptor
+from .calibration import (
+    CalibrationOptions,
+    KernelTuningApplication,
+    KernelTuningParameterReport,
+    KernelTuningParameters,
+    KernelTuningProposal,
+    apply_kernel_tuning_updates,
+    calibrate_registered_kernels,
+    kernel_tuning_parameters,
+    propose_kernel_tuning_updates,
+    randn_tensor,
+    set_kernel_tuning_parameters,
+)
 from .errors import (
     AmbiguousProfileError,
     CalibrationError,
     CpuDescriptorError,
+    KerneltuneStartupWarning,
     KernelTuningError,
     Problem,
     ProfileError,
@@ -43,53 +54,35 @@ from .errors import (
     UnknownKernelError,
     UnsupportedModelError,
 )
-from .explain import Explanation, KeyExplanation, explain
-from .parameters import (
-    KernelTuningApplication,
-    KernelTuningParameterReport,
-    KernelTuningParameters,
-    KernelTuningProposal,
-    apply_kernel_tuning_updates,
-    kernel_tuning_parameters,
-    propose_kernel_tuning_updates,
-    set_kernel_tuning_parameters,
+from .machine import (
+    CpuDescriptor,
+    CpuExecutionDescriptor,
+    CpuSelector,
+    NamedSelector,
+    Tier,
+    WaitPolicy,
+    current_execution,
+    detect_cpu_descriptor,
+    get_cpu_descriptor,
+    read_cpu_descriptor,
+    read_selector,
+    shipped_selectors,
+    wait_policy,
+    write_cpu_descriptor,
 )
-from .profile_import import ProfileFileReport, ProfileImportReport, import_deployment_profiles
 from .profiles import (
     DeploymentProfile,
+    KeyVerification,
     ProfileEntry,
+    ProfileFileReport,
+    ProfileImportReport,
+    VerificationReport,
     export_deployment_profile,
+    import_deployment_profiles,
     read_deployment_profile,
+    verify_deployment_profiles,
     write_deployment_profile,
 )
-from .registry import (
-    AccessCounts,
-    KernelTuningProfile,
-    KernelTuningRegistry,
-    RejectedCandidate,
-    Resolution,
-    TuningSnapshot,
-    TuningSource,
-    access_counts,
-    default_registry,
-    register_kernel_tuning_profile,
-    register_kernel_tuning_profiles,
-    register_kernel_tuning_schema,
-    resolve_kernel_tuning,
-    snapshot,
-)
-from .schema import (
-    ELEMENT_TYPES,
-    KernelTuningKey,
-    KernelTuningSchema,
-    TuningParameter,
-    TuningValue,
-    element_type_name,
-    element_type_number,
-    tunable,
-)
-from .selector_files import NamedSelector, load_selector, shipped_selectors
-from .selectors import CpuSelector, Tier
 from .startup import StartupReport, initialise
 from .store import (
     CalibrationMeasurement,
@@ -102,9 +95,33 @@ from .store import (
     RejectedCalibrationProfile,
     default_calibration_profile_path,
 )
-from .verification import KeyVerification, VerificationReport, verify_deployment_profiles
-from .version import __version__
-from .wait_policy import WaitPolicy, wait_policy
+from .tuning import (
+    ELEMENT_TYPES,
+    AccessCounts,
+    Explanation,
+    KernelTuningKey,
+    KernelTuningProfile,
+    KernelTuningRegistry,
+    KernelTuningSchema,
+    KeyExplanation,
+    RejectedCandidate,
+    Resolution,
+    TuningParameter,
+    TuningSnapshot,
+    TuningSource,
+    TuningValue,
+    access_counts,
+    default_registry,
+    element_type_name,
+    element_type_number,
+    explain,
+    register_kernel_tuning_profile,
+    register_kernel_tuning_profiles,
+    register_kernel_tuning_schema,
+    resolve_kernel_tuning,
+    snapshot,
+    tunable,
+)
 
 _STARTUP = initialise(default_registry)
 
@@ -114,14 +131,12 @@ def startup_report() -> StartupReport:
     return _STARTUP
 
 
-#: public names whose modules load on first use: name -> module below this package
+#: public names whose subpackages load on first use: name -> subpackage
 _LAZY = {
-    "RuntimeSession": "runtime.session",
-    "Contention": "runtime.contention",
-    "CalibrationOptions": "calibration.options",
-    "calibrate_registered_kernels": "calibration.batch",
-    "randn_tensor": "calibration.tensors",
-    "search_backend_parameters": "backend_search",
+    "RuntimeSession": "runtime",
+    "Contention": "runtime",
+    "search_corpus_parameters": "corpus",
+    "analyze_kernel_tuning_latencies": "corpus",
 }
 
 
@@ -172,6 +187,7 @@ __all__ = [
     "KernelTuningProposal",
     "KernelTuningRegistry",
     "KernelTuningSchema",
+    "KerneltuneStartupWarning",
     "KeyExplanation",
     "KeyVerification",
     "NamedSelector",
@@ -206,7 +222,6 @@ __all__ = [
     "default_kernel_tuning_cache_path",
     "default_registry",
     "detect_cpu_descriptor",
-    "dump_cpu_descriptor",
     "element_type_name",
     "element_type_number",
     "explain",
@@ -215,18 +230,18 @@ __all__ = [
     "import_deployment_profiles",
     "inspect_kernel_tuning_cache",
     "kernel_tuning_parameters",
-    "load_cpu_descriptor",
     "load_kernel_tuning_cache",
-    "load_selector",
     "propose_kernel_tuning_updates",
     "randn_tensor",
+    "read_cpu_descriptor",
     "read_deployment_profile",
+    "read_selector",
     "register_kernel_tuning_profile",
     "register_kernel_tuning_profiles",
     "register_kernel_tuning_schema",
     "remove_kernel_tuning_cache",
     "resolve_kernel_tuning",
-    "search_backend_parameters",
+    "search_corpus_parameters",
     "set_kernel_tuning_parameters",
     "shipped_selectors",
     "snapshot",
@@ -235,5 +250,6 @@ __all__ = [
     "update_kernel_tuning_cache",
     "verify_deployment_profiles",
     "wait_policy",
+    "write_cpu_descriptor",
     "write_deployment_profile",
 ]

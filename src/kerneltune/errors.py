@@ -95,3 +95,13 @@ class CalibrationError(KernelTuningError):
 
 class UnsupportedModelError(KernelTuningError):
     """An ONNX model that uses operators or types the kernel library lacks."""
+
+
+class KerneltuneStartupWarning(UserWarning):
+    """What ``import kerneltune`` met and could not use (a bad ``KERNELTUNE_ISA``, an
+    unreadable deployment file or cache): one warning naming each problem, never an error.
+
+    Filter it as any warning: ``warnings.filterwarnings("ignore",
+    category=kerneltune.KerneltuneStartupWarning)`` before the import, or
+    ``-W ignore::kerneltune.KerneltuneStartupWarning``.
+    """

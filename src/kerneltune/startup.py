@@ -14,15 +14,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .cache import CacheLoadReport, load_kernel_tuning_cache
-from .profile_import import (
+from .cache.kernel_tuning_cache import CacheLoadReport, load_kernel_tuning_cache
+from .profiles.importer import (
     ENVIRONMENT_VARIABLE,
     IMPORTED,
     ProfileImportReport,
     import_deployment_profiles,
     profile_paths,
 )
-from .registry import KernelTuningRegistry
+from .tuning.registry import KernelTuningRegistry
 
 #: cache statuses that say nothing went wrong
 _QUIET_CACHE = ("loaded", "not_found", "disabled")

@@ -8,7 +8,13 @@ library may register machine probes (:mod:`.steadiness`), run around each key,
 whose rates send keys measured while the machine was slow back to be measured
 again. Calibration functions and probes are registered with a tuning registry
 (``registry=``, the process-wide one by default), and a batch runs those of
-the registry it calibrates.
+the registry it calibrates. :mod:`.curves` and :mod:`.plot` read a report back
+and draw its crossovers; :mod:`.parameters` is the developer's view of one
+machine (list, set, and fill in the user cache).
+
+May import :mod:`kerneltune.cache`, :mod:`kerneltune.tuning`,
+:mod:`kerneltune.machine`, :mod:`kerneltune._support` and :mod:`kerneltune.errors`;
+never a kernel library, which registers its calibration functions here instead.
 """
 
 from __future__ import annotations
@@ -27,6 +33,17 @@ from .batch import (
 from .context import CalibrationContext, Tolerance
 from .measure import Measurement
 from .options import EFFORTS, CalibrationOptions, Effort, thread_counts
+from .parameters import (
+    KernelTuningApplication,
+    KernelTuningParameterReport,
+    KernelTuningParameters,
+    KernelTuningProposal,
+    apply_kernel_tuning_updates,
+    kernel_tuning_parameters,
+    propose_kernel_tuning_updates,
+    set_kernel_tuning_parameters,
+)
+from .plot import PlottingUnavailableError, plot_report
 from .report import CalibrationBatchReport, CalibrationReport, Candidate, Decision, KeyOutcome
 from .search import (
     Case,
@@ -61,13 +78,19 @@ __all__ = [
     "Crossover",
     "Decision",
     "Effort",
+    "KernelTuningApplication",
+    "KernelTuningParameterReport",
+    "KernelTuningParameters",
+    "KernelTuningProposal",
     "KeyOutcome",
     "Measurement",
+    "PlottingUnavailableError",
     "ProbeTrace",
     "Setting",
     "Steadiness",
     "Tolerance",
     "Workload",
+    "apply_kernel_tuning_updates",
     "calibrate_kernel_thresholds",
     "calibrate_registered_kernels",
     "calibration_function",
@@ -77,12 +100,16 @@ __all__ = [
     "geometric_grid",
     "has_calibrated_profile",
     "is_calibratable",
+    "kernel_tuning_parameters",
+    "plot_report",
+    "propose_kernel_tuning_updates",
     "randn_tensor",
     "record_crossover",
     "register_kernel_calibration_function",
     "register_machine_probe",
     "search_crossover",
     "search_threads",
+    "set_kernel_tuning_parameters",
     "spinning_blas_warning",
     "thread_counts",
     "verify_decisions",

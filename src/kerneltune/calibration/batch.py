@@ -22,14 +22,19 @@ from typing import Any
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from ..cpu import CpuExecutionDescriptor
-from ..detect import current_execution
+from .._support.version import __version__
 from ..errors import CalibrationError, Problem, TuningValidationError
-from ..keyfilter import KeyFilter
-from ..registry import KernelTuningProfile, KernelTuningRegistry, TuningSnapshot, default_registry
-from ..schema import KernelTuningKey
-from ..version import __version__
-from ..wait_policy import wait_policy
+from ..machine.descriptor import CpuExecutionDescriptor
+from ..machine.detect import current_execution
+from ..machine.wait_policy import wait_policy
+from ..tuning.keyfilter import KeyFilter
+from ..tuning.registry import (
+    KernelTuningProfile,
+    KernelTuningRegistry,
+    TuningSnapshot,
+    default_registry,
+)
+from ..tuning.schema import KernelTuningKey
 from .context import CalibrationContext, Tolerance
 from .measure import Deadline
 from .options import CalibrationOptions

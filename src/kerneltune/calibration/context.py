@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import CalibrationError
-from ..schema import KernelTuningKey, KernelTuningSchema, TuningValue
+from ..tuning.schema import KernelTuningKey, KernelTuningSchema, TuningValue
 from .measure import Deadline, Measurement, measure
 from .options import CalibrationOptions
 from .report import Candidate, Decision, Mark
 from .tensors import randn_tensor
 
 if TYPE_CHECKING:
-    from ..cpu import CpuExecutionDescriptor
+    from ..machine.descriptor import CpuExecutionDescriptor
 
 
 @dataclass(frozen=True)

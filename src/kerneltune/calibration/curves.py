@@ -6,7 +6,7 @@ measured label (the serial and the parallel path, one per thread count, or one p
 candidate value) of (size, median seconds), what each case's sizes count, and the sizes
 where the selected value and the value in use before it switch, as the searches recorded
 them (:class:`~.report.Mark`). ``kerneltune report`` prints and plots them
-(:mod:`kerneltune.plot`); nothing here needs matplotlib. A report written before
+(:mod:`kerneltune.calibration.plot`); nothing here needs matplotlib. A report written before
 decisions recorded marks and units still gives its curves, unmarked, on axes of "size".
 
 A file that is not a calibration report raises :class:`ReportFileError` naming the file
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import KernelTuningError, TuningValidationError
-from ..schema import KernelTuningKey, TuningValue
+from ..tuning.schema import KernelTuningKey, TuningValue
 from .report import MARK_ROLES, MEASURED, PREVIOUS, SELECTED, Mark
 
 #: what a decision's candidates measured (see :mod:`.search`)

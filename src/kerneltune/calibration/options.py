@@ -11,9 +11,9 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..checks import is_int, is_positive_number
+from .._support.checks import is_int, is_positive_number
 from ..errors import Problem, TuningValidationError
-from ..schema import TuningValue
+from ..tuning.schema import TuningValue
 
 
 @dataclass(frozen=True)

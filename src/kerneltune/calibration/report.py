@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..schema import KernelTuningKey, TuningValue
+from ..tuning.schema import KernelTuningKey, TuningValue
 from .measure import Measurement
 from .steadiness import Steadiness
 
 if TYPE_CHECKING:
-    from ..cpu import CpuExecutionDescriptor
-    from ..registry import KernelTuningProfile
+    from ..machine.descriptor import CpuExecutionDescriptor
+    from ..tuning.registry import KernelTuningProfile
 
 
 @dataclass(frozen=True)

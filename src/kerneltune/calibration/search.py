@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..schema import TuningValue
+from ..tuning.schema import TuningValue
 from .context import CalibrationContext, Tolerance
 from .measure import BudgetExhausted
 from .report import MEASURED, PREVIOUS, SELECTED, Candidate, Decision, Mark

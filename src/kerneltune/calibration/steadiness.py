@@ -36,8 +36,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..registry import KernelTuningRegistry, default_registry
-from ..schema import KernelTuningKey
+from ..tuning.registry import KernelTuningRegistry, default_registry
+from ..tuning.schema import KernelTuningKey
 
 #: how many consecutive probes must reach a rate for it to be the reference state's: a state
 #: lasts, while single lucky probes would set a reference no later key meets

@@ -7,7 +7,7 @@ by its specification) with IEEE arithmetic only: a float is the Irwin-Hall sum
 of four 32-bit uniforms, centred and scaled to unit variance (close enough to a
 normal for timing and exact everywhere); an integer or a bool takes the low
 bits of one raw word, so it covers its type's whole range. And they start on a
-cache line (:mod:`kerneltune.aligned`): where malloc happens to put them would
+cache line (:mod:`kerneltune._support.aligned`): where malloc happens to put them would
 otherwise move Gemm's crossovers from one process to the next.
 """
 
@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..aligned import aligned_empty
-from ..dtypes import FLOATING, NUMPY_DTYPES
-from ..schema import element_type_name, element_type_number
+from .._support.aligned import aligned_empty
+from ..tuning.dtypes import FLOATING, NUMPY_DTYPES
+from ..tuning.schema import element_type_name, element_type_number
 
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
@@ -38,7 +38,7 @@ def randn_tensor(
 
     ``allocator(shape, dtype)`` provides the array to fill (aligned or
     NUMA-placed memory, say); by default a fresh C-contiguous array whose data starts
-    on a multiple of :data:`kerneltune.aligned.ALIGNMENT` bytes.
+    on a multiple of :data:`kerneltune._support.aligned.ALIGNMENT` bytes.
     """
     number = element_type_number(element_type)
     if number not in NUMPY_DTYPES:

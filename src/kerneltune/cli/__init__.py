@@ -14,14 +14,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .._support.version import __version__
 from ..errors import KernelTuningError, ProfileError, TuningValidationError, UnknownKernelError
-from ..version import __version__
-from . import backend, cache, calibrate, kernel, machine, profiles, report
+from . import cache, calibrate, corpus, cpu, kernel, profiles, report
 from .calibrate import UNSTEADY
 from .common import FAILURE, USAGE, UsageError
 
 #: the command groups, in the order ``kerneltune --help`` lists them
-GROUPS = (machine, kernel, calibrate, cache, profiles, backend, report)
+GROUPS = (cpu, kernel, calibrate, cache, profiles, corpus, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Sequence
 
-from ..cache import (
+from ..cache.kernel_tuning_cache import (
     DISABLED,
     ENVIRONMENT_VARIABLE,
     CacheEntry,
@@ -89,8 +89,8 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _set(args: argparse.Namespace) -> int:
-    from ..detect import current_execution
-    from ..parameters import set_kernel_tuning_parameters
+    from ..calibration.parameters import set_kernel_tuning_parameters
+    from ..machine.detect import current_execution
 
     values = {name: parse_value(text) for name, text in args.values}
     report = set_kernel_tuning_parameters(

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..files import write_atomically
-from ..threads import available_threads
+from .._support.files import write_atomically
+from ..machine.threads import available_threads
 from .common import add_command, parse_value, positive_int
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             print("  not saved to the cache: keys were measured with the machine slower than "
                   "its reference state (--require-steady)")
         elif args.save:
-            from ..cache import update_kernel_tuning_cache
+            from ..cache.kernel_tuning_cache import update_kernel_tuning_cache
 
             saved = update_kernel_tuning_cache(report.successful_profiles)
             print(f"  cache {saved.path}: {saved.status}, {len(saved.added)} added, "

@@ -24,9 +24,13 @@ Command = Callable[[argparse.Namespace], "int | None"]
 
 
 def add_command(commands: Any, name: str, summary: str, run: Command,
-                examples: Sequence[str] = (), description: str | None = None
-                ) -> argparse.ArgumentParser:
-    """A subcommand whose ``--help`` ends with worked examples, as pip's and git's do."""
+                examples: Sequence[str] = (), description: str | None = None,
+                hidden_aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` ends with worked examples, as pip's and git's do.
+
+    ``hidden_aliases`` are former names that still run the command for a release, left out
+    of ``kerneltune --help``.
+    """
     epilog = None
     if examples:
         epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
@@ -34,6 +38,8 @@ def add_command(commands: Any, name: str, summary: str, run: Command,
         name, help=summary, description=description or summary, epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(run=run, parser=parser)
+    for alias in hidden_aliases:
+        commands.choices[alias] = parser
     return parser
 
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import UnknownKernelError
-from ..keyfilter import KeyFilter
-from ..registry import default_registry
-from ..schema import KernelTuningKey, TuningParameter, TuningValue
+from ..tuning.keyfilter import KeyFilter
+from ..tuning.registry import default_registry
+from ..tuning.schema import KernelTuningKey, TuningParameter, TuningValue
 from .common import (
     FAILURE,
     UsageError,
@@ -25,8 +25,8 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..calibration import CalibrationBatchReport, CalibrationOptions
-    from ..cpu import CpuExecutionDescriptor
-    from ..parameters import KernelTuningParameters
+    from ..calibration.parameters import KernelTuningParameters
+    from ..machine.descriptor import CpuExecutionDescriptor
 
 #: ``--parameter NAME=default,...``: the word that stands for the value in use
 ACTIVE = "default"
@@ -57,13 +57,13 @@ def _selected(args: argparse.Namespace) -> list[KernelTuningKey]:
 
 
 def _execution(args: argparse.Namespace) -> CpuExecutionDescriptor:
-    from ..detect import current_execution
+    from ..machine.detect import current_execution
 
     return current_execution(args.threads)
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ..parameters import kernel_tuning_parameters
+    from ..calibration.parameters import kernel_tuning_parameters
 
     report = kernel_tuning_parameters(execution=_execution(args))
     if args.json:
@@ -79,7 +79,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from ..parameters import kernel_tuning_parameters
+    from ..calibration.parameters import kernel_tuning_parameters
 
     _selected(args)  # an unknown kernel is a usage error, not an empty listing
     report = kernel_tuning_parameters(args.kernel, None, args.impl, args.dtype, args.path,
@@ -162,7 +162,7 @@ def _options(args: argparse.Namespace, parameter: str | None,
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from ..cache import update_kernel_tuning_cache
+    from ..cache.kernel_tuning_cache import update_kernel_tuning_cache
     from ..calibration import calibrate_kernel_thresholds, is_calibratable
 
     keys = _selected(args)

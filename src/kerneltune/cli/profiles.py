@@ -12,7 +12,8 @@ SHOWN_GAPS = 10
 
 def _export(args: argparse.Namespace) -> int:
     from ..calibration.curves import read_calibration_reports
-    from ..profiles import export_deployment_profile, write_deployment_profile
+    from ..profiles.export import export_deployment_profile
+    from ..profiles.files import write_deployment_profile
 
     reports = [batch for path in args.reports for batch in read_calibration_reports(path)]
     profile = export_deployment_profile(reports, args.selector, args.name, args.priority)
@@ -50,7 +51,7 @@ def _bake(args: argparse.Namespace) -> int:
 
 def _imported(files: list[str], registry: object, as_json: bool, command: str
               ) -> tuple[int, object]:
-    from ..profile_import import import_deployment_profiles
+    from ..profiles.importer import import_deployment_profiles
 
     report = import_deployment_profiles(files, registry=registry)
     if as_json:
@@ -66,7 +67,7 @@ def _imported(files: list[str], registry: object, as_json: bool, command: str
 
 def _validate(args: argparse.Namespace) -> int:
     from ..kernels import register_library
-    from ..registry import KernelTuningRegistry
+    from ..tuning.registry import KernelTuningRegistry
 
     # A registry of the library alone: what the files hold is checked against this
     # kerneltune, not against the profiles and cache this process started with.
@@ -76,8 +77,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from ..explain import Explanation, explain
-    from ..registry import default_registry
+    from ..tuning.explain import Explanation, explain
+    from ..tuning.registry import default_registry
 
     status, report = _imported(args.files, default_registry, args.json, "profiles import")
     if not args.json:
@@ -91,7 +92,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from ..explain import explain
+    from ..tuning.explain import explain
 
     explanation = explain(descriptor=args.descriptor, threads=args.threads)
     if args.json:
@@ -102,7 +103,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ..verification import DEFAULTS, verify_deployment_profiles
+    from ..profiles.verification import DEFAULTS, verify_deployment_profiles
 
     report = verify_deployment_profiles(args.files or None, threads=args.threads,
                                         time_budget=args.time_budget, margin=args.margin,

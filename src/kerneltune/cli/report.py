@@ -28,7 +28,7 @@ import sys
 import textwrap
 
 from ..calibration.curves import DecisionCurves, KeyCurves, read_report_curves
-from ..plot import MAXIMUM_PANELS, plot_report
+from ..calibration.plot import MAXIMUM_PANELS, plot_report
 from .common import UsageError, add_command, add_json, print_json, table
 
 #: the narrowest the reason column is wrapped to, however narrow the terminal

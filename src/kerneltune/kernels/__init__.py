@@ -4,7 +4,9 @@
 processor can run); :func:`register_library` registers the schema and the
 calibration function of every (kernel, element type), and the library's
 machine probes, with a tuning registry, which ``import kerneltune`` does for
-the process-wide registry.
+the process-wide registry. A kernel library of the core's: it may import
+:mod:`kerneltune.calibration` and the layers below it, never the profiles, the
+runtime or the command line.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from ..calibration import register_kernel_calibration_function, register_machine_probe
-from ..registry import KernelTuningRegistry
-from ..schema import element_type_number
+from ..tuning.registry import KernelTuningRegistry
+from ..tuning.schema import element_type_number
 from . import catalog, half
 from .base import LIBRARY, TUNING_ABI, Kernel, Plan, PreparedKernel
 from .calibrate import ElementwiseCalibration

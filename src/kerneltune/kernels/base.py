@@ -18,8 +18,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTuningError, UnknownKernelError
-from ..schema import KernelTuningKey, KernelTuningSchema, element_type_name, element_type_number
-from ..threads import thread_count
+from ..machine.threads import thread_count
+from ..tuning.schema import (
+    KernelTuningKey,
+    KernelTuningSchema,
+    element_type_name,
+    element_type_number,
+)
 
 LIBRARY = "kerneltune_cpu"
 #: Bumped when a parameter changes meaning, so cached values of the old meaning go stale.

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..aligned import aligned
+from .._support.aligned import aligned
 from ..calibration import (
     CalibrationContext,
     Case,
@@ -27,7 +27,7 @@ from ..calibration import (
     thread_counts,
     verify_decisions,
 )
-from ..dtypes import FLOATING, NUMPY_DTYPES
+from ..tuning.dtypes import FLOATING, NUMPY_DTYPES
 from .base import CHUNK_ALIGNMENT, Kernel
 from .elementwise import BinaryKernel, ElementwiseKernel
 

@@ -28,7 +28,7 @@ from ..calibration import (
     geometric_grid,
 )
 from ..calibration.search import RESOLUTION_OCTAVES
-from ..dtypes import NUMPY_DTYPES
+from ..tuning.dtypes import NUMPY_DTYPES
 from . import half
 from .calibrate import (
     CONVERSION_MINIMUM,

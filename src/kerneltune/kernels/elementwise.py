@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import NUMPY_DTYPES
-from ..schema import element_type_number, tunable
+from ..tuning.dtypes import NUMPY_DTYPES
+from ..tuning.schema import element_type_number, tunable
 from . import broadcast, half, outputs
 from .base import (
     Kernel,

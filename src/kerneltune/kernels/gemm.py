@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import NUMPY_DTYPES
-from ..schema import element_type_number, tunable
+from ..tuning.dtypes import NUMPY_DTYPES
+from ..tuning.schema import element_type_number, tunable
 from . import half, outputs
 from .base import Kernel, Plan, PreparedKernel, operand
 from .gemm_pythran import (

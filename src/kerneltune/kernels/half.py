@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import NUMPY_DTYPES
-from ..schema import element_type_number
+from ..tuning.dtypes import NUMPY_DTYPES
+from ..tuning.schema import element_type_number
 from . import outputs
 from .variants import load_module
 

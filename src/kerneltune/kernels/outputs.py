@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from ..aligned import aligned_empty
+from .._support.aligned import aligned_empty
 
 #: From this size on, outputs are recycled (16 MiB: below glibc's largest mmap threshold,
 #: so that sizes it may still map afresh are covered too).
@@ -135,7 +135,7 @@ def empty(shape: tuple[int, ...], dtype: np.dtype, aligned: bool = False) -> np.
 
     Recycled blocks start on a cache line (:func:`aligned_empty`); ``aligned`` places smaller
     arrays there too, at a small cost per array: for an operand that a product reads in
-    place (:mod:`kerneltune.aligned` says why).
+    place (:mod:`kerneltune._support.aligned` says why).
     """
     if not isinstance(dtype, np.dtype):
         dtype = np.dtype(dtype)

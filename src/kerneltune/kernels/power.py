@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import NUMPY_DTYPES
 from ..errors import UnknownKernelError
-from ..schema import element_type_name, element_type_number
+from ..tuning.dtypes import NUMPY_DTYPES
+from ..tuning.schema import element_type_name, element_type_number
 from . import half
 from .base import Plan, PreparedKernel, operand
 from .catalog import EXPONENTS

@@ -18,8 +18,8 @@ from ..calibration import (
     randn_tensor,
 )
 from ..calibration.measure import Deadline, measure
-from ..detect import get_cpu_descriptor
-from ..dtypes import NUMPY_DTYPES
+from ..machine.detect import get_cpu_descriptor
+from ..tuning.dtypes import NUMPY_DTYPES
 from .calibrate import PARALLEL_MINIMUM
 from .calibrate_gemm import DEFAULT_L2
 from .elementwise import FLOAT, BinaryKernel, ElementwiseKernel

@@ -23,9 +23,9 @@ from types import ModuleType
 
 import archspec.cpu
 
-from kerneltune.cpu import CpuDescriptor
-from kerneltune.detect import detect_cpu_descriptor
 from kerneltune.errors import KernelTuningError, UnknownKernelError
+from kerneltune.machine.descriptor import CpuDescriptor
+from kerneltune.machine.detect import detect_cpu_descriptor
 
 __all__ = [
     "BASELINE",
@@ -207,7 +207,7 @@ def requested_variant() -> str | None:
 def _host_processor() -> CpuDescriptor:
     """The processor this process really runs on.
 
-    Not :func:`~kerneltune.detect.get_cpu_descriptor`: ``KERNELTUNE_CPU_DESCRIPTOR``
+    Not :func:`~kerneltune.machine.detect.get_cpu_descriptor`: ``KERNELTUNE_CPU_DESCRIPTOR``
     simulates another processor for profile resolution, but code compiled for
     a processor this one is not would die with SIGILL.
     """

@@ -2,7 +2,8 @@
 
 ``nox -s calibrate`` runs :func:`calibrate_machine` on each representative
 machine (a CI matrix job each); ``nox -s bake`` runs :func:`bake` over the
-profiles they leave, for the deployment image.
+profiles they leave, for the deployment image. May import :mod:`kerneltune.profiles`,
+the kernel library and every layer below them.
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..deployment import read_profiles, write_deployment_file
-from ..profile_import import check_entries
-from ..profiles import DeploymentProfile
-from ..registry import KernelTuningRegistry, TuningSnapshot, default_registry
-from ..schema import KernelTuningKey, KernelTuningSchema, element_type_name
-from ..selector_files import NamedSelector, load_selector
-from ..selectors import CpuSelector
+from ..machine.selector_files import NamedSelector, read_selector
+from ..machine.selectors import CpuSelector
+from ..profiles.deployment import read_profiles, write_deployment_file
+from ..profiles.importer import check_entries
+from ..profiles.model import DeploymentProfile
+from ..tuning.registry import KernelTuningRegistry, TuningSnapshot, default_registry
+from ..tuning.schema import KernelTuningKey, KernelTuningSchema, element_type_name
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def bake(
 
 
 def _named(selector: str | NamedSelector) -> NamedSelector:
-    return selector if isinstance(selector, NamedSelector) else load_selector(selector)
+    return selector if isinstance(selector, NamedSelector) else read_selector(selector)
 
 
 class _Schemas:
@@ -151,7 +151,7 @@ def _ambiguities(profiles: Sequence[DeploymentProfile]) -> list[str]:
 
 
 def _same_names(profiles: Sequence[DeploymentProfile]) -> list[str]:
-    """Profiles are told apart by name (coverage, order, ``profile=`` in sessions)."""
+    """Profiles are told apart by name (coverage, order, ``profile_name=`` in sessions)."""
     first: dict[str, DeploymentProfile] = {}
     problems = []
     for profile in profiles:

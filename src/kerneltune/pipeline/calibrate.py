@@ -19,24 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from .._support.files import write_atomically
 from ..calibration import CalibrationOptions, calibrate_kernel_thresholds, thread_counts
 from ..calibration.report import CalibrationReport
-from ..cpu import CpuDescriptor
-from ..detect import get_cpu_descriptor
 from ..errors import Problem, ProfileError
-from ..files import write_atomically
-from ..keyfilter import KeyFilter
-from ..profiles import (
-    DeploymentProfile,
-    export_deployment_profile,
-    machine_mismatches,
-    report_digest,
-    write_deployment_profile,
-)
-from ..registry import KernelTuningRegistry, default_registry
-from ..selector_files import NamedSelector, load_selector
-from ..selectors import CpuSelector
-from ..threads import available_threads
+from ..machine.descriptor import CpuDescriptor
+from ..machine.detect import get_cpu_descriptor
+from ..machine.selector_files import NamedSelector, read_selector
+from ..machine.selectors import CpuSelector
+from ..machine.threads import available_threads
+from ..profiles.export import export_deployment_profile, machine_mismatches, report_digest
+from ..profiles.files import write_deployment_profile
+from ..profiles.model import DeploymentProfile
+from ..tuning.keyfilter import KeyFilter
+from ..tuning.registry import KernelTuningRegistry, default_registry
 from .checkpoint import Checkpoint, identity_of
 
 #: where profiles go unless ``output`` says otherwise
@@ -118,7 +114,7 @@ def calibrate_machine(
     """
     processor = get_cpu_descriptor()
     named = (selector if isinstance(selector, NamedSelector)
-             else load_selector(selector) if selector is not None else machine_selector(processor))
+             else read_selector(selector) if selector is not None else machine_selector(processor))
     failed = machine_mismatches(named.selector, processor, named.path)
     if failed:
         raise ProfileError(failed, context=f"this machine does not match the selector "

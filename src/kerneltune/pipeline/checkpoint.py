@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ..version import __version__
+from .._support.version import __version__
 
 FORMAT = "kerneltune-calibration-checkpoint"
 SCHEMA_VERSION = 1

@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from ..checks import is_non_negative_number
+from .._support.checks import is_non_negative_number
 
 Workers = Callable[[int], Collection[int] | None]
 #: a clock time no reading is due before

@@ -20,10 +20,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..aligned import aligned
+from .._support.aligned import aligned
 from ..errors import UnsupportedModelError
 from ..kernels import Kernel
-from ..schema import element_type_name
+from ..tuning.schema import element_type_name
 
 #: node attributes each operator's kernel takes, with their ONNX defaults
 ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
@@ -127,7 +127,7 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
     return Model(tuple(nodes), tuple(_signature(v) for v in graph.input
                                      if v.name not in constants),
                  tuple(_signature(v) for v in graph.output),
-                 # a weight is B of a MatMul, which reads it in place: see kerneltune.aligned
+                 # a weight is B of a MatMul, which reads it in place: see kerneltune._support.aligned
                  {name: aligned(value) for name, value in constants.items()}, opset)
 
 

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..detect import current_execution
-from ..dtypes import NUMPY_DTYPES
 from ..errors import KernelTuningError, UnknownKernelError
 from ..kernels import library
-from ..registry import Resolution, TuningSnapshot, default_registry
-from ..schema import KernelTuningKey
-from ..selectors import Tier
-from ..threads import thread_count
+from ..machine.detect import current_execution
+from ..machine.selectors import Tier
+from ..machine.threads import thread_count
+from ..tuning.dtypes import NUMPY_DTYPES
+from ..tuning.registry import Resolution, TuningSnapshot, default_registry
+from ..tuning.schema import KernelTuningKey
 from .contention import Contention, default_contention
 from .model import Signature, prepare_model, read_model
 
@@ -33,7 +33,7 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 class RuntimeSession:
     """Run an ONNX model made of supported operators, like ``onnxruntime.InferenceSession``.
 
-    ``tuning="portable"`` uses the kernels' defaults only; ``profile`` and
+    ``tuning="portable"`` uses the kernels' defaults only; ``profile_name`` and
     ``profile_digest`` restrict resolution to one named registered profile or
     one profile digest; ``overrides`` maps a kernel name (``"Add"``) or a full
     :class:`~kerneltune.KernelTuningKey` to parameter values, applied last and
@@ -49,7 +49,7 @@ class RuntimeSession:
         model: ModelSource,
         threads: int | None = None,
         tuning: str = "resolved",
-        profile: str | None = None,
+        profile_name: str | None = None,
         profile_digest: str | None = None,
         overrides: Mapping[str | KernelTuningKey, Mapping[str, object]] | None = None,
         *,
@@ -64,7 +64,8 @@ class RuntimeSession:
         started = time.perf_counter()
         snapshot = registry.snapshot()
         captured = time.perf_counter()
-        resolutions = self._resolve(snapshot, tuning, profile, profile_digest, overrides or {})
+        resolutions = self._resolve(snapshot, tuning, profile_name, profile_digest,
+                                    overrides or {})
         resolved = time.perf_counter()
         self._resolutions = resolutions
         self._statistics = {
@@ -81,15 +82,15 @@ class RuntimeSession:
 
     # -- construction -------------------------------------------------------------------------
 
-    def _resolve(self, snapshot: TuningSnapshot, tuning, profile, profile_digest,
+    def _resolve(self, snapshot: TuningSnapshot, tuning, profile_name, profile_digest,
                  overrides) -> dict[KernelTuningKey, Resolution]:
         execution = current_execution(self.threads)
         keys = {node.kernel.tuning_key(node.element_type): node for node in self._model.nodes}
-        _check_restriction(snapshot, profile, profile_digest)
+        _check_restriction(snapshot, profile_name, profile_digest)
         by_key = _overrides_by_key(overrides, keys)
         return {
             key: snapshot.resolve(key, execution, by_key.get(key), tuning=tuning,
-                                  profile=profile, profile_digest=profile_digest)
+                                  profile_name=profile_name, profile_digest=profile_digest)
             for key in keys
         }
 
@@ -248,14 +249,14 @@ def _coerce(name: str, value: object, dtype: np.dtype) -> np.ndarray:
     return array
 
 
-def _check_restriction(snapshot: TuningSnapshot, profile: str | None,
+def _check_restriction(snapshot: TuningSnapshot, name: str | None,
                        digest: str | None) -> None:
-    """A named profile or digest that nothing registered is a mistake, not a preference."""
-    if profile is None and digest is None:
+    """A profile name or digest that nothing registered is a mistake, not a preference."""
+    if name is None and digest is None:
         return
     published = snapshot.profiles()
-    if profile is not None and not any(p.name == profile for p in published):
-        raise UnknownKernelError(f"no registered profile is named {profile!r}")
+    if name is not None and not any(p.name == name for p in published):
+        raise UnknownKernelError(f"no registered profile is named {name!r}")
     if digest is not None and not any(p.digest == digest for p in published):
         raise UnknownKernelError(f"no registered profile has digest {digest!r}")
 

@@ -6,7 +6,9 @@ structural properties), hands :class:`CalibrationProfileStore` a serialiser
 and a validator for its opaque policy string, and asks for the policy to use
 with :meth:`~CalibrationProfileStore.lookup`. The store owns loading,
 locking, merging with other processes and atomic replacement; see
-docs/store.md for the method and the file.
+docs/store.md for the method and the file. May import :mod:`kerneltune._support`
+and :mod:`kerneltune.errors` only: the store serves any backend, and knows nothing
+of kerneltune's own kernels.
 """
 
 from __future__ import annotations

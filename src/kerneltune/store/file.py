@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..documents import DocumentFormat, collector_paused, kind, read_document
+from .._support.documents import DocumentFormat, collector_paused, kind, read_document
 from ..errors import Problem, TuningValidationError
 from .keys import CalibrationMeasurement, CalibrationProfileKey, prefixed
 from .records import CalibrationProfile
@@ -94,7 +94,7 @@ def profile_from(data: object) -> tuple[CalibrationProfile | None, list[Problem]
 
 
 def read_profiles(target: Path) -> tuple[str, tuple[CalibrationProfile, ...], tuple[Problem, ...]]:
-    """The file's status (as :func:`~kerneltune.documents.read_document` names it) and profiles.
+    """The file's status (as :func:`~kerneltune._support.documents.read_document` names it) and profiles.
 
     Any profile that cannot be read, or that shares its slot with another,
     makes the file ``malformed``: every problem is named, and no profile is

@@ -14,8 +14,8 @@ import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..checks import is_count
-from ..documents import kind
+from .._support.checks import is_count
+from .._support.documents import kind
 from ..errors import Problem, TuningValidationError
 
 #: a backend's structural model properties, given as a mapping or as (name, value) pairs

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ..documents import kind
+from .._support.documents import kind
 from ..errors import Problem, TuningValidationError
 from .keys import CalibrationProfileKey, StructuralProperties, structure_of
 from .records import (

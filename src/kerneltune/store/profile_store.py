@@ -2,7 +2,7 @@
 
 Every mutation takes the file's inter-process lock, re-reads the file, applies
 itself to what is there now (so another process's profiles are kept), writes
-the result atomically (:func:`~kerneltune.files.write_atomically`) and only
+the result atomically (:func:`~kerneltune._support.files.write_atomically`) and only
 then adopts it as the in-memory snapshot. A file the store cannot interpret
 is reported, left byte for byte and never adopted: the snapshot stays as it
 was, and so does the file until someone removes it. Lookups read the
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import filelock
 
-from ..documents import kind
+from .._support.documents import kind
+from .._support.files import file_lock, remove_stray_temporaries, user_file_path, write_atomically
 from ..errors import Problem, TuningValidationError
-from ..files import file_lock, remove_stray_temporaries, user_file_path, write_atomically
 from .file import read_profiles, serialise
 from .keys import (
     CalibrationProfileKey,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..documents import kind
+from .._support.documents import kind
 from ..errors import Problem, TuningValidationError
 from .keys import CalibrationMeasurement, CalibrationProfileKey, measurements_of
 

@@ -1,0 +1,44 @@
+"""The BLAS libraries a process has loaded, as a profile's provenance records them.
+
+BLAS thresholds (when a product goes to BLAS, how skinny a product may be) are
+measured against one BLAS build: another library, version or kernel family
+moves them. A profile records the calibrating process's libraries; import and
+:func:`kerneltune.explain` compare them with this process's through
+:func:`blas_difference`, the one rule for when a value may be wrong here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+def blas_of(thread_pools: Iterable[Mapping]) -> list[dict[str, object]]:
+    """The BLAS libraries among threadpoolctl's pools: name, version, architecture, threads."""
+    return [{"name": pool.get("internal_api"), "version": pool.get("version"),
+             "architecture": pool.get("architecture"), "threads": pool.get("num_threads")}
+            for pool in thread_pools if pool.get("user_api") == "blas"]
+
+
+def current_blas() -> list[dict[str, object]]:
+    """This process's BLAS libraries, as a profile's provenance records the calibrating one's."""
+    from threadpoolctl import threadpool_info
+
+    return blas_of(threadpool_info())
+
+
+def blas_label(blas: Mapping[str, object]) -> str:
+    """``openblas 0.3.27 (Zen)``: what identifies a BLAS build, threads aside."""
+    return f"{blas.get('name')} {blas.get('version')} ({blas.get('architecture')})"
+
+
+def blas_difference(machines: Iterable[Mapping[str, object]]) -> str | None:
+    """Why values calibrated on ``machines`` (provenance records) may not hold here.
+
+    None when the records name no BLAS or the same builds as this process has.
+    """
+    theirs = {blas_label(blas) for machine in machines for blas in machine.get("blas", ())}
+    ours = {blas_label(blas) for blas in current_blas()}
+    if not theirs or theirs == ours:
+        return None
+    return (f"calibrated with {', '.join(sorted(theirs))}; this process has "
+            f"{', '.join(sorted(ours)) or 'no BLAS loaded'}")

@@ -1,0 +1,269 @@
+"""Importing deployment profiles: every entry checked, each file published whole or not at all.
+
+A profile is read, then each entry is checked against the registry's schemas:
+its key must be registered (an entry of another tuning ABI is stale), its
+values valid as a whole, its selector unambiguous beside what is registered.
+A file with any problem registers nothing and its report lists every problem;
+the files that pass are published together, in one registry generation.
+Entries for an ISA variant or a kernel library this process did not register
+are not problems: a deployment file serves many machines, and each takes
+what applies to it.
+
+Imported entries resolve in the tier of their selector (exact processor,
+processor group, instruction set), below the calibration cache's
+exact-execution values and session overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import AmbiguousProfileError, Problem, ProfileError, TuningValidationError
+from ..machine.blas import blas_difference
+from ..machine.selectors import CpuSelector
+from ..tuning.registry import KernelTuningRegistry, TuningSnapshot, default_registry
+from ..tuning.resolution import KernelTuningProfile
+from ..tuning.schema import KernelTuningKey, KernelTuningSchema
+from .deployment import read_profiles
+from .model import DeploymentProfile, ProfileEntry
+
+#: files or folders (``os.pathsep``-separated) that ``import kerneltune`` imports
+ENVIRONMENT_VARIABLE = "KERNELTUNE_DEPLOYMENT_PROFILES"
+#: a file's outcome when it was published
+IMPORTED = "imported"
+
+
+@dataclass(frozen=True)
+class ProfileFileReport:
+    """What became of one file: its status, what it registered and every problem.
+
+    ``status`` is ``imported``, ``rejected`` (an entry the registry refuses),
+    ``malformed`` (not a profile, or an entry that cannot be read),
+    ``not_found``, ``unreadable`` or ``unsupported_version``. ``not_applicable``
+    counts entries for variants or libraries this process did not register;
+    ``stale`` names entries of another tuning ABI; ``warnings`` say what may
+    make a value wrong here without making it invalid (a BLAS library other
+    than the calibrating one's).
+    """
+
+    path: str
+    status: str
+    name: str | None = None
+    digest: str | None = None
+    imported: int = 0
+    not_applicable: int = 0
+    stale: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "status": self.status, "name": self.name,
+                "digest": self.digest, "imported": self.imported,
+                "not_applicable": self.not_applicable, "stale": list(self.stale),
+                "problems": list(self.problems), "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class ProfileImportReport:
+    """The outcome of one import: a report per file, and the generation that holds them."""
+
+    files: tuple[ProfileFileReport, ...]
+    generation: int | None = None
+
+    @property
+    def imported(self) -> tuple[ProfileFileReport, ...]:
+        return tuple(f for f in self.files if f.status == IMPORTED)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(p for f in self.files for p in f.problems)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"generation": self.generation, "files": [f.to_dict() for f in self.files]}
+
+
+def profile_paths(spec: str) -> list[Path]:
+    """The files a ``KERNELTUNE_DEPLOYMENT_PROFILES`` value names: a folder gives its *.yaml."""
+    paths: list[Path] = []
+    for part in filter(None, (p.strip() for p in spec.split(os.pathsep))):
+        path = Path(part)
+        paths += sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    return paths
+
+
+def import_deployment_profiles(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    registry: KernelTuningRegistry | None = None,
+    strict: bool = False,
+) -> ProfileImportReport:
+    """Check every entry of every file, then publish the files that passed, together.
+
+    Never raises for what a file holds (unless ``strict``): a file with a
+    problem registers nothing and its report says why. With ``strict=True``
+    any problem raises :class:`ProfileError` and nothing is registered.
+    """
+    registry = registry if registry is not None else default_registry
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    snapshot = registry.snapshot()
+    known = _Registered(snapshot)
+    checked = [_check_file(Path(path), known, snapshot) for path in paths]
+    if strict:
+        problems = [problem for report, _ in checked if report.status != IMPORTED
+                    for problem in report.problems or (f"{report.path}: {report.status}",)]
+        passing = [profile for _, profiles in checked for profile in profiles]
+        if not problems and passing:
+            problems = list(registry.check_profiles(passing))
+        if problems:
+            raise ProfileError(problems, context="deployment profiles not imported")
+    reports = _publish(checked, registry)
+    published = any(report.status == IMPORTED and report.imported for report in reports)
+    return ProfileImportReport(tuple(reports), registry.generation if published else None)
+
+
+class _Registered:
+    """What the registry knows, indexed for telling a bad entry from one for another machine."""
+
+    def __init__(self, snapshot: TuningSnapshot):
+        self.keys = frozenset(snapshot.keys())
+        self.libraries = {key.library for key in self.keys}
+        self.kernels = {(key.library, key.kernel) for key in self.keys}
+        self.element_types = {(key.library, key.kernel, key.element_type) for key in self.keys}
+        self.implementations = {(k.library, k.kernel, k.implementation) for k in self.keys}
+        self.abis = snapshot.tuning_abis()
+
+    def classify(self, key: KernelTuningKey) -> tuple[str, str | None]:
+        """``("ok", None)``, ``("skip", why)``, ``("stale", why)`` or ``("bad", why)``."""
+        if key in self.keys:
+            return "ok", None
+        if key.library not in self.libraries:
+            return "skip", f"library {key.library} is not registered here"
+        abis = self.abis.get(key.without_abi)
+        if abis:
+            return "stale", (f"stale: tuning ABI {key.tuning_abi}; the registered schema has "
+                             f"tuning ABI {', '.join(map(str, abis))}")
+        if (key.library, key.kernel) not in self.kernels:
+            return "bad", f"unknown kernel {key.kernel} of {key.library}"
+        if (key.library, key.kernel, key.element_type) not in self.element_types:
+            return "bad", f"{key.kernel} takes no element type {key.element_type_name}"
+        if (key.library, key.kernel, key.implementation) not in self.implementations:
+            return "skip", f"implementation {key.implementation} is not loaded here"
+        return "bad", f"no tuning schema is registered for {key}"
+
+
+def _check_file(path: Path, known: _Registered, snapshot: TuningSnapshot
+                ) -> tuple[ProfileFileReport, list[KernelTuningProfile]]:
+    """A file's report before publication, and the profiles it would register."""
+    status, found, read_problems, digest = read_profiles(path)
+    if status != "ok":
+        return ProfileFileReport(str(path), status, problems=tuple(map(str, read_problems))), []
+    problems, stale, profiles, skipped = [], [], [], 0
+    for profile in found:
+        checked = check_entries(profile, known.classify, snapshot.schema)
+        problems += checked.problems
+        stale += checked.stale
+        skipped += checked.skipped
+        profiles += checked.profiles
+    report = ProfileFileReport(
+        str(path), "rejected" if problems else IMPORTED, ", ".join(p.name for p in found),
+        digest, 0 if problems else len(profiles), skipped, tuple(stale), tuple(problems),
+        () if problems else tuple(w for p in found for w in _blas_warnings(p)))
+    return report, ([] if problems else profiles)
+
+
+@dataclass(frozen=True)
+class CheckedEntries:
+    """A profile's entries against the schemas: the profiles to register and the rest."""
+
+    profiles: list[KernelTuningProfile]
+    problems: list[str]
+    stale: list[str]
+    skipped: int
+
+
+def check_entries(profile: DeploymentProfile,
+                  classify: Callable[[KernelTuningKey], tuple[str, str | None]],
+                  schema: Callable[[KernelTuningKey], KernelTuningSchema]) -> CheckedEntries:
+    """Every entry classified (``classify``) and validated whole by its ``schema(key)``."""
+    checked = CheckedEntries([], [], [], 0)
+    selectors: dict[tuple[int, int], CpuSelector] = {}
+    for index, entry in enumerate(profile.entries):
+        where = ", ".join(filter(None, (profile.within, f"entry {index} ({entry.key})")))
+        verdict, why = classify(entry.key)
+        if verdict == "skip":
+            checked = dataclasses.replace(checked, skipped=checked.skipped + 1)
+            continue
+        if verdict != "ok":
+            field = "key.tuning_abi" if verdict == "stale" else "key"
+            checked.problems.append(str(Problem(field, why, entry=where, file=profile.path)))
+            if verdict == "stale":
+                checked.stale.append(where)
+            continue
+        try:
+            schema(entry.key).configure(entry.values)
+        except TuningValidationError as error:
+            checked.problems.extend(str(p.located(entry=where, file=profile.path))
+                                    for p in error.problems)
+            continue
+        checked.profiles.append(_registered_profile(profile, index, entry, selectors))
+    return checked
+
+
+def _registered_profile(profile: DeploymentProfile, index: int, entry: ProfileEntry,
+                        selectors: dict[tuple[int, int], CpuSelector]) -> KernelTuningProfile:
+    selector = selectors.get(entry.threads)
+    if selector is None:
+        low, high = entry.threads
+        selector = selectors[entry.threads] = dataclasses.replace(
+            profile.selector, minimum_threads=low, maximum_threads=high)
+    provenance = {"profile": profile.name, "file": profile.path, "entry": index,
+                  "machines": profile.provenance}
+    return KernelTuningProfile(entry.key, entry.values, selector=selector,
+                               priority=profile.priority, name=profile.name,
+                               origin=f"{profile.place}, entry {index}", provenance=provenance)
+
+
+def _publish(checked: Sequence[tuple[ProfileFileReport, list[KernelTuningProfile]]],
+             registry: KernelTuningRegistry) -> list[ProfileFileReport]:
+    """Publish every passing file in one generation; a file that cannot join is rejected.
+
+    The whole batch is tried first (the usual case); only when the registry
+    refuses it is each file checked beside those accepted before it, to tell
+    which file the refusal belongs to.
+    """
+    passing = [profile for report, profiles in checked if report.status == IMPORTED
+               for profile in profiles]
+    try:
+        if passing:
+            registry.register_profiles(passing)
+        return [report for report, _ in checked]
+    except (TuningValidationError, AmbiguousProfileError):
+        pass
+    reports, accepted = [], []
+    for report, profiles in checked:
+        if report.status == IMPORTED:
+            problems = registry.check_profiles([*accepted, *profiles])
+            if problems:
+                report = dataclasses.replace(report, status="rejected", imported=0,
+                                             problems=problems, warnings=())
+            else:
+                accepted += profiles
+        reports.append(report)
+    if accepted:
+        registry.register_profiles(accepted)
+    return reports
+
+
+def _blas_warnings(profile: DeploymentProfile) -> tuple[str, ...]:
+    """A note when entries decide BLAS thresholds and this process's BLAS is another one."""
+    involved = [entry for entry in profile.entries
+                if any("blas" in parameter for parameter in entry.values)]
+    difference = blas_difference(profile.provenance) if involved else None
+    if difference is None:
+        return ()
+    return (f"{profile.path}: {len(involved)} entries decide BLAS thresholds (first: "
+            f"{involved[0].key}), {difference}",)

@@ -1,0 +1,71 @@
+"""Tuning: keys, typed configs and their schemas, the registry, and resolution.
+
+Owns :class:`KernelTuningKey` and the schemas derived from typed configs
+(:mod:`.schema`), the element types' numpy dtypes (:mod:`.dtypes`), key filters
+(:mod:`.keyfilter`), what the registry holds and answers (:mod:`.resolution`), the
+registry and its immutable generations (:mod:`.registry`), and why each key
+resolves as it does (:mod:`.explain`). May import :mod:`kerneltune.machine`,
+:mod:`kerneltune._support` and :mod:`kerneltune.errors`.
+"""
+
+from __future__ import annotations
+
+from .explain import Explanation, KeyExplanation, explain
+from .keyfilter import KeyFilter
+from .registry import (
+    KernelTuningRegistry,
+    TuningSnapshot,
+    access_counts,
+    default_registry,
+    register_kernel_tuning_profile,
+    register_kernel_tuning_profiles,
+    register_kernel_tuning_schema,
+    resolve_kernel_tuning,
+    snapshot,
+)
+from .resolution import (
+    AccessCounts,
+    KernelTuningProfile,
+    RejectedCandidate,
+    Resolution,
+    TuningSource,
+)
+from .schema import (
+    ELEMENT_TYPES,
+    KernelTuningKey,
+    KernelTuningSchema,
+    TuningParameter,
+    TuningValue,
+    element_type_name,
+    element_type_number,
+    tunable,
+)
+
+__all__ = [
+    "ELEMENT_TYPES",
+    "AccessCounts",
+    "Explanation",
+    "KernelTuningKey",
+    "KernelTuningProfile",
+    "KernelTuningRegistry",
+    "KernelTuningSchema",
+    "KeyExplanation",
+    "KeyFilter",
+    "RejectedCandidate",
+    "Resolution",
+    "TuningParameter",
+    "TuningSnapshot",
+    "TuningSource",
+    "TuningValue",
+    "access_counts",
+    "default_registry",
+    "element_type_name",
+    "element_type_number",
+    "explain",
+    "register_kernel_tuning_profile",
+    "register_kernel_tuning_profiles",
+    "register_kernel_tuning_schema",
+    "resolve_kernel_tuning",
+    "snapshot",
+    "tunable",
+]

@@ -1,0 +1,125 @@
+"""Explain: what every kernel would resolve to on a machine, and why each other candidate lost.
+
+For this process, or for any processor described by a descriptor file and a
+thread count, without detecting anything: which profile, file and entry each
+registered key would get, with what values, and every rejected candidate with
+its reason code (``selector:<field>``, ``threads``, ``abi``, ``tier``,
+``priority``, ...). A key whose values involve BLAS and came from a profile
+calibrated with another BLAS library than this process's is flagged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..machine.blas import blas_difference
+from ..machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
+from ..machine.descriptor_files import read_cpu_descriptor
+from ..machine.detect import current_execution
+from ..machine.selectors import Tier
+from .registry import KernelTuningRegistry, TuningSnapshot, default_registry
+from .resolution import KernelTuningProfile, Resolution
+from .schema import KernelTuningKey
+
+
+@dataclass(frozen=True)
+class KeyExplanation:
+    """One key: its resolution (values, source, rejected candidates) and any warning."""
+
+    key: KernelTuningKey
+    resolution: Resolution
+    changed: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.resolution.to_dict(), "changed": list(self.changed),
+                "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What every selected key resolves to on ``execution``."""
+
+    execution: CpuExecutionDescriptor
+    keys: tuple[KeyExplanation, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"execution": self.execution.to_dict(), "keys": [k.to_dict() for k in self.keys]}
+
+    def table(self) -> str:
+        """A readable table: a line per key, then its rejected profile candidates indented."""
+        processor = self.execution.processor
+        lines = [f"{processor.vendor} family {processor.family} model {processor.model} "
+                 f"({processor.microarchitecture}), {self.execution.effective_threads} threads"]
+        for row in self.keys:
+            source = row.resolution.source
+            where = f" {source.profile_name} ({source.origin})" if source.origin else ""
+            values = ", ".join(f"{name}={row.resolution.values[name]}" for name in row.changed)
+            lines.append(f"{row.key}: {source.tier.label}{where}"
+                         + (f": {values}" if values else ""))
+            lines += [f"    rejected {candidate.profile_name} ({candidate.origin}): "
+                      f"{candidate.reason}" for candidate in row.resolution.rejected
+                      if candidate.reason not in ("element_type", "abi")]
+            lines += [f"    warning: {warning}" for warning in row.warnings]
+        return "\n".join(lines)
+
+
+def explain(
+    execution: CpuExecutionDescriptor | None = None,
+    *,
+    descriptor: CpuDescriptor | str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+    keys: Iterable[KernelTuningKey] | None = None,
+    registry: KernelTuningRegistry | None = None,
+) -> Explanation:
+    """Resolve every key (or ``keys``) for ``execution``, or for ``descriptor`` on ``threads``.
+
+    A descriptor (a :class:`CpuDescriptor` or a descriptor file) describes
+    another machine: nothing is detected, and its affinity is taken as
+    ``threads`` CPUs on as many physical cores as it has.
+    """
+    registry = registry if registry is not None else default_registry
+    if execution is None:
+        execution = (current_execution(threads) if descriptor is None
+                     else _described(descriptor, threads))
+    snapshot = registry.snapshot()
+    chosen = sorted(keys if keys is not None else snapshot.keys(), key=_order)
+    return Explanation(execution, tuple(_row(snapshot, key, execution) for key in chosen))
+
+
+def _order(key: KernelTuningKey) -> tuple:
+    return (key.library, key.kernel, key.element_type, key.implementation, key.tuning_abi)
+
+
+def _described(descriptor: CpuDescriptor | str | os.PathLike[str],
+               threads: int | None) -> CpuExecutionDescriptor:
+    processor = (descriptor if isinstance(descriptor, CpuDescriptor)
+                 else read_cpu_descriptor(descriptor))
+    count = threads or processor.logical_cores or 1
+    cores = min(count, processor.physical_cores) if processor.physical_cores else None
+    return CpuExecutionDescriptor(processor, count, frozenset(range(count)), cores)
+
+
+def _row(snapshot: TuningSnapshot, key: KernelTuningKey,
+         execution: CpuExecutionDescriptor) -> KeyExplanation:
+    resolution = snapshot.resolve(key, execution)
+    defaults = snapshot.schema(key).default_values()
+    changed = tuple(name for name, value in resolution.values.items()
+                    if defaults.get(name) != value)
+    warnings: tuple[str, ...] = ()
+    if resolution.source.tier not in (Tier.DEFAULTS, Tier.CALIBRATED):
+        profile = next((p for p in snapshot.profiles(key)
+                        if p.digest == resolution.source.digest), None)
+        if profile is not None:
+            warnings = _blas_warning(profile)
+    return KeyExplanation(key, resolution, changed, warnings)
+
+
+def _blas_warning(profile: KernelTuningProfile) -> tuple[str, ...]:
+    """Flag values deciding BLAS thresholds that were calibrated with another BLAS."""
+    if profile.provenance is None or not any("blas" in name for name in profile.values):
+        return ()
+    difference = blas_difference(profile.provenance.get("machines", ()))
+    return () if difference is None else (f"BLAS thresholds {difference}",)
