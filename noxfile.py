@@ -95,14 +95,22 @@ def build(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff over the whole repository (arguments go to ruff), actionlint over the workflows."""
+    """Ruff (arguments go to ruff), the layer contracts, the workflows, the generated tables.
+
+    lint-imports checks the import contracts of pyproject.toml (docs/design.md, The layers)
+    on the source tree, which it reads without building it; actionlint checks the workflows;
+    ``benchmarks/report.py --check`` fails when docs/benchmarks.md or README's headline is
+    not what benchmarks/results/ generates.
+    """
     extras = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
     session.install(*extras["lint"])
     session.run("ruff", "check", str(ROOT), *session.posargs)
+    session.chdir(ROOT)
+    session.run("lint-imports", "--no-cache", env={"PYTHONPATH": str(ROOT / "src")})
     # At the project root actionlint finds .github/workflows itself; shellcheck, when on PATH,
     # also checks the `run:` scripts.
-    session.chdir(ROOT)
     session.run("actionlint", external=False)
+    session.run("python", str(ROOT / "benchmarks" / "report.py"), "--check")
 
 
 @nox.session

@@ -21,8 +21,6 @@ from typing import Any
 
 from results import FOLDER, FORMAT
 
-from kerneltune._support.files import write_atomically
-
 ROOT = FOLDER.parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
 README = ROOT / "README.md"
@@ -304,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path.relative_to(ROOT)} is not what benchmarks/results/ generates: "
                   f"run python benchmarks/report.py", file=sys.stderr)
         return 1 if stale else 0
+    from kerneltune._support.files import write_atomically  # --check needs no kerneltune
+
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, wanted[path])

@@ -127,7 +127,7 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
     return Model(tuple(nodes), tuple(_signature(v) for v in graph.input
                                      if v.name not in constants),
                  tuple(_signature(v) for v in graph.output),
-                 # a weight is B of a MatMul, which reads it in place: see kerneltune._support.aligned
+                 # a weight is B of a MatMul, which reads it in place (_support.aligned says why)
                  {name: aligned(value) for name, value in constants.items()}, opset)
 
 

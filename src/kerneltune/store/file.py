@@ -94,7 +94,8 @@ def profile_from(data: object) -> tuple[CalibrationProfile | None, list[Problem]
 
 
 def read_profiles(target: Path) -> tuple[str, tuple[CalibrationProfile, ...], tuple[Problem, ...]]:
-    """The file's status (as :func:`~kerneltune._support.documents.read_document` names it) and profiles.
+    """The file's status (as :func:`~kerneltune._support.documents.read_document` says)
+    and its profiles.
 
     Any profile that cannot be read, or that shares its slot with another,
     makes the file ``malformed``: every problem is named, and no profile is
