@@ -83,7 +83,7 @@ from .profiles import (
     verify_deployment_profiles,
     write_deployment_profile,
 )
-from .startup import StartupReport, initialise
+from .startup import StartupReport, announce, initialise
 from .store import (
     CalibrationMeasurement,
     CalibrationProfile,
@@ -124,6 +124,7 @@ from .tuning import (
 )
 
 _STARTUP = initialise(default_registry)
+announce(_STARTUP)
 
 
 def startup_report() -> StartupReport:

@@ -101,7 +101,8 @@ class KerneltuneStartupWarning(UserWarning):
     """What ``import kerneltune`` met and could not use (a bad ``KERNELTUNE_ISA``, an
     unreadable deployment file or cache): one warning naming each problem, never an error.
 
-    Filter it as any warning: ``warnings.filterwarnings("ignore",
-    category=kerneltune.KerneltuneStartupWarning)`` before the import, or
-    ``-W ignore::kerneltune.KerneltuneStartupWarning``.
+    It is issued from the ``kerneltune`` module itself, before the class can be named
+    in a filter: ``python -W "ignore:::kerneltune"``, or
+    ``warnings.filterwarnings("ignore", module="kerneltune")`` before the import, silences
+    it; ``kerneltune.startup_report()`` keeps the problems either way.
     """

@@ -6,15 +6,19 @@ loads the compatible entries of the user calibration cache. Nothing it meets
 may stop the import: a missing compiled library (a source checkout that was
 never built, a variant that cannot load) costs the kernels, not the tuning
 API; a missing, corrupt or stale profile or cache costs only its values.
-Every problem is kept in :func:`startup_report`.
+Every problem is kept in :func:`kerneltune.startup_report`, and :func:`announce`
+names them in one :class:`~kerneltune.KerneltuneStartupWarning`, so that a
+value that is not used is never a silent mystery.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 from .cache.kernel_tuning_cache import CacheLoadReport, load_kernel_tuning_cache
+from .errors import KerneltuneStartupWarning
 from .profiles.importer import (
     ENVIRONMENT_VARIABLE,
     IMPORTED,
@@ -89,3 +93,18 @@ def initialise(registry: KernelTuningRegistry) -> StartupReport:
     cache, cache_problems = _cache(registry)
     return StartupReport(implementation, count,
                          tuple(problems + profile_problems + cache_problems), cache, profiles)
+
+
+def announce(report: StartupReport) -> None:
+    """One warning naming every problem of ``report``; nothing when there is none.
+
+    ``stacklevel`` points at the module that called this, ``kerneltune/__init__.py``: the
+    import that met the problems.
+    """
+    if not report.problems:
+        return
+    count = len(report.problems)
+    what = "this problem concerns" if count == 1 else f"these {count} problems concern"
+    listed = "\n".join(f"  - {problem}" for problem in report.problems)
+    warnings.warn(f"kerneltune goes on without what {what} (kerneltune.startup_report() "
+                  f"has them):\n{listed}", KerneltuneStartupWarning, stacklevel=2)
