@@ -21,18 +21,18 @@ def address(array: np.ndarray) -> int:
 
 @pytest.fixture(autouse=True)
 def fresh_pool():
-    previous = outputs.set_idle_limit(0)
-    outputs.set_idle_limit(previous)
+    previous = outputs.set_output_pool_limit(0)
+    outputs.set_output_pool_limit(previous)
     yield
-    outputs.set_idle_limit(0)
-    outputs.set_idle_limit(previous)
+    outputs.set_output_pool_limit(0)
+    outputs.set_output_pool_limit(previous)
 
 
 def test_a_released_block_serves_the_next_output_of_that_size():
     first = outputs.empty((LARGE,), np.float32)
     where = address(first)
     del first
-    assert outputs.idle_bytes() >= LARGE * 4
+    assert outputs.output_pool_bytes() >= LARGE * 4
     second = outputs.empty((LARGE // 2, 2), np.float32)
     assert address(second) == where
     assert second.shape == (LARGE // 2, 2) and second.dtype == np.float32
@@ -67,24 +67,24 @@ def test_aligned_outputs_start_on_a_cache_line_at_every_size():
 
 
 def test_without_an_idle_limit_nothing_waits_for_reuse():
-    outputs.set_idle_limit(0)
+    outputs.set_output_pool_limit(0)
     first = outputs.empty((LARGE,), np.float32)
     del first
-    assert outputs.idle_bytes() == 0
+    assert outputs.output_pool_bytes() == 0
 
 
 def test_lowering_the_limit_frees_waiting_blocks():
     first = outputs.empty((LARGE,), np.float32)
     second = outputs.empty((LARGE,), np.float32)
     del first, second
-    assert outputs.idle_bytes() >= 2 * LARGE * 4
-    outputs.set_idle_limit(LARGE * 4 + outputs.BLOCK_GRANULE)
-    assert outputs.idle_bytes() <= LARGE * 4 + outputs.BLOCK_GRANULE
+    assert outputs.output_pool_bytes() >= 2 * LARGE * 4
+    outputs.set_output_pool_limit(LARGE * 4 + outputs.BLOCK_GRANULE)
+    assert outputs.output_pool_bytes() <= LARGE * 4 + outputs.BLOCK_GRANULE
 
 
 def test_a_negative_limit_is_refused():
     with pytest.raises(ValueError, match="at least 0"):
-        outputs.set_idle_limit(-1)
+        outputs.set_output_pool_limit(-1)
 
 
 def test_kernel_outputs_from_recycled_blocks_are_correct_and_distinct():
@@ -123,10 +123,10 @@ def test_threads_never_hold_the_same_block():
 
 def test_a_release_while_the_pool_is_busy_frees_the_block_without_waiting():
     out = outputs.empty((LARGE,), np.float32)
-    before = outputs.idle_bytes()
+    before = outputs.output_pool_bytes()
     with outputs._lock:  # as when a collection runs a finaliser inside the pool's own code
         del out
-    assert outputs.idle_bytes() == before
+    assert outputs.output_pool_bytes() == before
 
 
 def test_a_lease_cannot_be_copied():
@@ -139,7 +139,7 @@ def test_a_lease_cannot_be_copied():
 
 
 def test_released_blocks_make_room_for_other_sizes():
-    outputs.set_idle_limit(2 * (LARGE * 4 + outputs.BLOCK_GRANULE))
+    outputs.set_output_pool_limit(2 * (LARGE * 4 + outputs.BLOCK_GRANULE))
     first, second = (outputs.empty((LARGE,), np.float32) for _ in range(2))
     del first, second  # the pool is full of this size
     other = outputs.empty((2 * LARGE,), np.float32)

@@ -25,6 +25,7 @@ from .calibrate import ElementwiseCalibration
 from .calibrate_gemm import GemmCalibration
 from .elementwise import BinaryKernel, UnaryKernel
 from .gemm import Gemm, MatMul
+from .outputs import output_pool_bytes, set_output_pool_limit
 from .power import PowKernel
 from .probes import SHARED_CACHE, machine_probe, shared_cache_probe
 from .variants import load_module, selected_variant
@@ -36,7 +37,9 @@ __all__ = [
     "Plan",
     "PreparedKernel",
     "library",
+    "output_pool_bytes",
     "register_library",
+    "set_output_pool_limit",
 ]
 
 _BOOL = element_type_number("BOOL")

@@ -11,7 +11,7 @@ lease dies, that is when the array and every view of it are gone. Until then
 nobody else sees the block, so each output is as much the caller's as
 ``np.empty`` would make it.
 
-Released blocks wait in the pool up to :func:`set_idle_limit` bytes (0 turns
+Released blocks wait in the pool up to :func:`set_output_pool_limit` bytes (0 turns
 recycling off), the least recently released leaving first to make room.
 """
 
@@ -57,7 +57,7 @@ def _evict(room: int) -> None:
         _idle_bytes -= _idle.popleft().nbytes
 
 
-def set_idle_limit(nbytes: int) -> int:
+def set_output_pool_limit(nbytes: int) -> int:
     """Keep at most ``nbytes`` of released output blocks for reuse; returns the old limit.
 
     0 frees every block as soon as its output is gone, as ``np.empty`` would.
@@ -71,7 +71,7 @@ def set_idle_limit(nbytes: int) -> int:
     return previous
 
 
-def idle_bytes() -> int:
+def output_pool_bytes() -> int:
     """Bytes of output blocks waiting for reuse."""
     return _idle_bytes
 
