@@ -66,7 +66,7 @@ def tests(session: nox.Session) -> None:
     """
     variants, pytest_args = _variant_selection(session)
     # A normal, non-editable install: meson-python compiles the pythran kernels into the wheel.
-    session.install(*_config_settings(variants), f"{ROOT}[test,plot]")
+    session.install(*_config_settings(variants), f"{ROOT}[test,plot,docs]")
     # The src layout keeps the package sources off sys.path, so the tests import the installed
     # package; plain `pytest` (unlike `python -m pytest`) does not add the working directory.
     # With no arguments pytest collects `testpaths` (tests/) of pyproject.toml.
@@ -111,6 +111,21 @@ def lint(session: nox.Session) -> None:
     # also checks the `run:` scripts.
     session.run("actionlint", external=False)
     session.run("python", str(ROOT / "benchmarks" / "report.py"), "--check")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/: README, docs/ and the API reference.
+
+    mkdocstrings reads the docstrings from src/ without building the package; the build is
+    strict, so a broken link or a docstring it cannot render fails it. Arguments go to
+    ``mkdocs build`` (``nox -s docs -- --site-dir /tmp/site``).
+    """
+    extras = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
+    session.install(*extras["docs"])
+    session.chdir(ROOT)
+    session.run("mkdocs", "build", "--strict", *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session

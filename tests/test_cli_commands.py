@@ -14,9 +14,9 @@ import yaml
 from conftest import CPUS, run_kerneltune
 from kerneltune.machine.descriptor_files import read_cpu_descriptor
 from kerneltune.machine.detect import get_cpu_descriptor
+from kerneltune.machine.openmp import wait_policy
 from kerneltune.machine.selector_files import NamedSelector, write_selector
 from kerneltune.machine.selectors import CpuSelector
-from kerneltune.machine.wait_policy import wait_policy
 
 #: one cheap calibratable key, tuned on one thread at quick effort
 QUICK = ("kernel", "--kernel", "Abs", "--dtype", "FLOAT", "--threads", "1", "--effort", "quick")

@@ -29,7 +29,7 @@ from kerneltune.profiles.export import export_deployment_profile
 from kerneltune.profiles.files import read_deployment_profile, write_deployment_profile
 from kerneltune.profiles.importer import import_deployment_profiles
 from kerneltune.profiles.model import DeploymentProfile, ProfileEntry, profile_text
-from kerneltune.tuning.explain import explain
+from kerneltune.tuning.explanation import explain
 from kerneltune.tuning.registry import KernelTuningRegistry
 
 GRAIN = "parallel.minimum_elements"

@@ -127,7 +127,7 @@ def _child(code: str, **variables: str) -> object:
 NEXT_PROCESS = """
 import json
 from conftest import ToyConfig, toy_key
-from kerneltune.tuning.explain import explain
+from kerneltune.tuning.explanation import explain
 from kerneltune.tuning.registry import KernelTuningRegistry
 from kerneltune.startup import initialise
 keys = [toy_key("Abs"), toy_key("Add"), toy_key("Neg")]

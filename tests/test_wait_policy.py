@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import kerneltune
-from kerneltune.machine.wait_policy import FOREVER, SPIN_COUNTS, WaitPolicy, wait_policy
+from kerneltune.machine.openmp import FOREVER, SPIN_COUNTS, WaitPolicy, wait_policy
 
 VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 

@@ -26,7 +26,7 @@ from .._support.version import __version__
 from ..errors import CalibrationError, Problem, TuningValidationError
 from ..machine.descriptor import CpuExecutionDescriptor
 from ..machine.detect import current_execution
-from ..machine.wait_policy import wait_policy
+from ..machine.openmp import wait_policy
 from ..tuning.keyfilter import KeyFilter
 from ..tuning.registry import (
     KernelTuningProfile,

@@ -12,8 +12,8 @@ from ..kernels.variants import installed_variants, select_variant
 from ..machine.descriptor import CpuDescriptor
 from ..machine.descriptor_files import FILE_FORMAT, SCHEMA_VERSION
 from ..machine.detect import current_execution, detect_cpu_descriptor
+from ..machine.openmp import wait_policy
 from ..machine.selector_files import shipped_selectors
-from ..machine.wait_policy import wait_policy
 from .common import add_command, add_json, print_json
 
 

@@ -77,7 +77,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from ..tuning.explain import Explanation, explain
+    from ..tuning.explanation import Explanation, explain
     from ..tuning.registry import default_registry
 
     status, report = _imported(args.files, default_registry, args.json, "profiles import")
@@ -92,7 +92,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from ..tuning.explain import explain
+    from ..tuning.explanation import explain
 
     explanation = explain(descriptor=args.descriptor, threads=args.threads)
     if args.json:

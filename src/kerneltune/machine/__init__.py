@@ -4,7 +4,7 @@ Owns the processor and execution descriptors (:mod:`.descriptor`), their detecti
 (:mod:`.detect`) and descriptor files (:mod:`.descriptor_files`), canonical spellings
 (:mod:`.names`), processor selectors (:mod:`.selectors`) and selector files
 (:mod:`.selector_files`), the thread policy (:mod:`.threads`), the OpenMP wait
-policy (:mod:`.wait_policy`) and the BLAS libraries loaded (:mod:`.blas`).
+policy (:mod:`.openmp`) and the BLAS libraries loaded (:mod:`.blas`).
 May import :mod:`kerneltune._support` and :mod:`kerneltune.errors`, nothing else
 of kerneltune.
 """
@@ -20,10 +20,10 @@ from .detect import (
     detect_cpu_descriptor,
     get_cpu_descriptor,
 )
+from .openmp import WaitPolicy, wait_policy
 from .selector_files import NamedSelector, read_selector, shipped_selectors, write_selector
 from .selectors import CpuSelector, Tier
 from .threads import available_threads, thread_count
-from .wait_policy import WaitPolicy, wait_policy
 
 __all__ = [
     "DESCRIPTOR_ENVIRONMENT_VARIABLE",

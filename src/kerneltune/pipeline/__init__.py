@@ -8,7 +8,7 @@ the kernel library and every layer below them.
 
 from __future__ import annotations
 
-from .bake import BakeReport, bake
+from .baking import BakeReport, bake
 from .calibrate import MachineCalibration, ThreadSummary, calibrate_machine, machine_selector
 
 __all__ = ["BakeReport", "MachineCalibration", "ThreadSummary", "bake", "calibrate_machine",

@@ -1,6 +1,6 @@
 """Deployment files: several profiles merged into the one file a deployment image carries.
 
-``nox -s bake`` (:mod:`kerneltune.pipeline.bake`) writes them; the importer
+``nox -s bake`` (:mod:`kerneltune.pipeline.baking`) writes them; the importer
 reads them as it reads single profiles. A deployment file holds each profile
 whole (its selector, provenance and entries) and the coverage table the bake
 computed; its bytes are deterministic, so its SHA-256 names it.

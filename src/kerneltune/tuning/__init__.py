@@ -4,13 +4,13 @@ Owns :class:`KernelTuningKey` and the schemas derived from typed configs
 (:mod:`.schema`), the element types' numpy dtypes (:mod:`.dtypes`), key filters
 (:mod:`.keyfilter`), what the registry holds and answers (:mod:`.resolution`), the
 registry and its immutable generations (:mod:`.registry`), and why each key
-resolves as it does (:mod:`.explain`). May import :mod:`kerneltune.machine`,
+resolves as it does (:mod:`.explanation`). May import :mod:`kerneltune.machine`,
 :mod:`kerneltune._support` and :mod:`kerneltune.errors`.
 """
 
 from __future__ import annotations
 
-from .explain import Explanation, KeyExplanation, explain
+from .explanation import Explanation, KeyExplanation, explain
 from .keyfilter import KeyFilter
 from .registry import (
     KernelTuningRegistry,
