@@ -15,7 +15,7 @@ from conftest import CPUS, run_kerneltune
 from kerneltune.machine.descriptor_files import read_cpu_descriptor
 from kerneltune.machine.detect import get_cpu_descriptor
 from kerneltune.machine.openmp import wait_policy
-from kerneltune.machine.selector_files import NamedSelector, write_selector
+from kerneltune.machine.selector_files import NamedSelector, read_selector, write_selector
 from kerneltune.machine.selectors import CpuSelector
 
 #: one cheap calibratable key, tuned on one thread at quick effort
@@ -138,6 +138,22 @@ def test_cpu_of_a_copied_machine_leaves_this_environments_wait_policy_out():
     assert "# ISA variant: " in done.stdout and "wait policy" not in done.stdout
     document = _json(run_kerneltune("cpu", "--json", "--root", root, "--machine", "x86_64"))
     assert document["wait_policy"] is None
+
+
+def test_cpu_selector_prints_a_selector_file_of_this_processor_that_reads_back(tmp_path):
+    done = run_kerneltune("cpu", "--selector")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "my-machine.yaml"
+    path.write_text(done.stdout, encoding="utf-8")
+    named = read_selector(path)
+    processor = get_cpu_descriptor()
+    assert named.selector.matches_processor(processor) and named.selector.models == (
+        processor.model,)
+    copied = run_kerneltune("cpu", "--selector", "--root", CPUS / "amd_zen2_epyc_7742",
+                            "--machine", "x86_64")
+    assert "family: 23" in copied.stdout and "models: [49]" in copied.stdout
+    refused = run_kerneltune("cpu", "--selector", "--json")
+    assert refused.returncode == 2 and "not allowed with argument --selector" in refused.stderr
 
 
 # --- kernel -----------------------------------------------------------------------------------

@@ -28,12 +28,13 @@ from kerneltune import explain
 from kerneltune.calibration import CalibrationOptions, register_kernel_calibration_function
 from kerneltune.errors import ProfileError
 from kerneltune.kernels import library, register_library
+from kerneltune.machine import processor_selector
 from kerneltune.machine.descriptor import CpuDescriptor
 from kerneltune.machine.descriptor_files import write_cpu_descriptor
 from kerneltune.machine.detect import get_cpu_descriptor
 from kerneltune.machine.selector_files import NamedSelector, read_selector, write_selector
 from kerneltune.machine.selectors import CpuSelector, Tier
-from kerneltune.pipeline import bake, calibrate_machine, machine_selector
+from kerneltune.pipeline import bake, calibrate_machine
 from kerneltune.profiles.files import read_deployment_profile, write_deployment_profile
 from kerneltune.profiles.importer import import_deployment_profiles
 from kerneltune.profiles.model import DeploymentProfile, ProfileEntry
@@ -421,7 +422,7 @@ def _step_registry(calibrate, count: int = STEPS) -> tuple[KernelTuningRegistry,
 
 
 def _host() -> NamedSelector:
-    return machine_selector(get_cpu_descriptor())
+    return processor_selector(get_cpu_descriptor())
 
 
 def calibrate_slowly(output: str, log: str) -> None:

@@ -1,5 +1,5 @@
 """``kerneltune cpu``: this processor's descriptor, the ISA variant it runs, its selectors,
-and the OpenMP wait policy of this environment."""
+and the OpenMP wait policy of this environment; with ``--selector``, its own selector file."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..machine.descriptor import CpuDescriptor
 from ..machine.descriptor_files import FILE_FORMAT, SCHEMA_VERSION
 from ..machine.detect import current_execution, detect_cpu_descriptor
 from ..machine.openmp import wait_policy
-from ..machine.selector_files import shipped_selectors
+from ..machine.selector_files import processor_selector, selector_text, shipped_selectors
 from .common import add_command, add_json, print_json
 
 
@@ -30,6 +30,9 @@ def _cpu(args: argparse.Namespace) -> None:
         processor = detect_cpu_descriptor(args.root or "/", args.machine)
     else:
         processor = current_execution().processor
+    if args.selector:
+        print(selector_text(processor_selector(processor)), end="")
+        return
     # this process's environment, which says nothing of a copied machine's
     policy = None if copied else wait_policy()
     document = {"format": FILE_FORMAT, "schema_version": SCHEMA_VERSION, **processor.to_dict()}
@@ -58,7 +61,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         examples=["kerneltune cpu > this-machine.yaml   # a descriptor file, read back by "
                   "KERNELTUNE_CPU_DESCRIPTOR",
                   "kerneltune cpu --json",
+                  "kerneltune cpu --selector > my-machine.yaml   # profiles for processors "
+                  "like this one",
                   "kerneltune cpu --root sysroot/ --machine aarch64   # a copied machine"])
     cpu.add_argument("--root", help="detect from a copied sysroot instead of this machine")
     cpu.add_argument("--machine", help="architecture of --root (x86_64, aarch64)")
-    add_json(cpu)
+    output = cpu.add_mutually_exclusive_group()
+    output.add_argument("--selector", action="store_true",
+                        help="print instead the selector file of this processor's vendor, family "
+                             "and model (what nox -s calibrate binds a profile to by default)")
+    add_json(output)

@@ -21,7 +21,14 @@ from .detect import (
     get_cpu_descriptor,
 )
 from .openmp import WaitPolicy, wait_policy
-from .selector_files import NamedSelector, read_selector, shipped_selectors, write_selector
+from .selector_files import (
+    NamedSelector,
+    processor_selector,
+    read_selector,
+    selector_text,
+    shipped_selectors,
+    write_selector,
+)
 from .selectors import CpuSelector, Tier
 from .threads import available_threads, thread_count
 
@@ -38,8 +45,10 @@ __all__ = [
     "current_execution",
     "detect_cpu_descriptor",
     "get_cpu_descriptor",
+    "processor_selector",
     "read_cpu_descriptor",
     "read_selector",
+    "selector_text",
     "shipped_selectors",
     "thread_count",
     "wait_policy",

@@ -23,6 +23,7 @@ import yaml
 from .._support.documents import DocumentFormat, read_document
 from .._support.files import write_atomically
 from ..errors import Problem, ProfileError, TuningValidationError
+from .descriptor import CpuDescriptor
 from .selectors import CpuSelector
 
 SELECTOR_FORMAT = DocumentFormat(
@@ -81,12 +82,29 @@ def shipped_selectors() -> tuple[NamedSelector, ...]:
     return tuple(_read(entry) for _, entry in sorted(_shipped_files().items()))
 
 
+def processor_selector(processor: CpuDescriptor) -> NamedSelector:
+    """The exact vendor/family/model selector of ``processor``, named after it.
+
+    What a farm machine binds its profile to when given no selector file.
+    """
+    missing = [name for name in ("vendor", "family", "model") if getattr(processor, name) is None]
+    if missing:
+        raise ProfileError([Problem(name, "unknown on this processor; give a selector file")
+                            for name in missing], context="no selector for this machine")
+    name = f"{processor.vendor}-{processor.family}-{processor.model}"
+    return NamedSelector(name, f"this processor: {processor.vendor} family {processor.family} "
+                               f"model {processor.model}",
+                         CpuSelector(architecture=processor.architecture,
+                                     vendor=processor.vendor, family=processor.family,
+                                     models=[processor.model]), None)
+
+
 def write_selector(named: NamedSelector, path: str | os.PathLike[str]) -> None:
     """Write ``named`` as a selector file, whole or not at all; equal selectors give equal bytes."""
-    write_atomically(Path(path), _render(named))
+    write_atomically(Path(path), selector_text(named))
 
 
-def _render(named: NamedSelector) -> str:
+def selector_text(named: NamedSelector) -> str:
     """The text of ``named``'s file: the header, then the fields in their canonical form."""
     document = {"format": SELECTOR_FORMAT.name, "schema_version": SELECTOR_FORMAT.schema_version,
                 "name": named.name, "description": named.description,

@@ -9,7 +9,6 @@ the kernel library and every layer below them.
 from __future__ import annotations
 
 from .baking import BakeReport, bake
-from .calibrate import MachineCalibration, ThreadSummary, calibrate_machine, machine_selector
+from .calibrate import MachineCalibration, ThreadSummary, calibrate_machine
 
-__all__ = ["BakeReport", "MachineCalibration", "ThreadSummary", "bake", "calibrate_machine",
-           "machine_selector"]
+__all__ = ["BakeReport", "MachineCalibration", "ThreadSummary", "bake", "calibrate_machine"]

@@ -22,11 +22,10 @@ from typing import IO
 from .._support.files import write_atomically
 from ..calibration import CalibrationOptions, calibrate_kernel_thresholds, thread_counts
 from ..calibration.report import CalibrationReport
-from ..errors import Problem, ProfileError
+from ..errors import ProfileError
 from ..machine.descriptor import CpuDescriptor
 from ..machine.detect import get_cpu_descriptor
-from ..machine.selector_files import NamedSelector, read_selector
-from ..machine.selectors import CpuSelector
+from ..machine.selector_files import NamedSelector, processor_selector, read_selector
 from ..machine.threads import available_threads
 from ..profiles.export import export_deployment_profile, machine_mismatches, report_digest
 from ..profiles.files import write_deployment_profile
@@ -69,20 +68,6 @@ class MachineCalibration:
         return "\n".join(lines)
 
 
-def machine_selector(processor: CpuDescriptor) -> NamedSelector:
-    """The exact vendor/family/model selector of ``processor``, named after it."""
-    missing = [name for name in ("vendor", "family", "model") if getattr(processor, name) is None]
-    if missing:
-        raise ProfileError([Problem(name, "unknown on this processor; give a selector file")
-                            for name in missing], context="no selector for this machine")
-    name = f"{processor.vendor}-{processor.family}-{processor.model}"
-    return NamedSelector(name, f"this processor: {processor.vendor} family {processor.family} "
-                               f"model {processor.model}",
-                         CpuSelector(architecture=processor.architecture,
-                                     vendor=processor.vendor, family=processor.family,
-                                     models=[processor.model]), None)
-
-
 def machine_name(processor: CpuDescriptor) -> str:
     """A profile name for this machine: vendor, microarchitecture, family and model."""
     parts = (processor.vendor, processor.microarchitecture, processor.family, processor.model)
@@ -113,8 +98,10 @@ def calibrate_machine(
     not match the selector.
     """
     processor = get_cpu_descriptor()
-    named = (selector if isinstance(selector, NamedSelector)
-             else read_selector(selector) if selector is not None else machine_selector(processor))
+    if isinstance(selector, NamedSelector):
+        named = selector
+    else:
+        named = read_selector(selector) if selector is not None else processor_selector(processor)
     failed = machine_mismatches(named.selector, processor, named.path)
     if failed:
         raise ProfileError(failed, context=f"this machine does not match the selector "
