@@ -175,18 +175,15 @@ def test_every_usage_error_exits_2_before_measuring(tmp_path, arguments, message
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_bad_case_pattern_is_a_usage_error(tmp_path):
-    done = run_kerneltune("corpus", "(", "--kernel", "Add", "--dtype", "FLOAT",
+@pytest.mark.parametrize("command", ["corpus", "backend"])
+def test_a_bad_case_pattern_is_a_usage_error_under_the_name_and_its_former_one(command):
+    done = run_kerneltune(command, "(", "--kernel", "Add", "--dtype", "FLOAT",
                           "--parameter", f"{MINIMUM}=1")
     assert done.returncode == 2
     assert "kerneltune corpus: error: invalid case pattern '(': missing )" in done.stderr
 
 
-def test_the_former_name_backend_still_runs_the_command_and_is_left_out_of_the_help():
-    done = run_kerneltune("backend", "(", "--kernel", "Add", "--dtype", "FLOAT",
-                          "--parameter", f"{MINIMUM}=1")
-    assert done.returncode == 2
-    assert "kerneltune corpus: error: invalid case pattern '(': missing )" in done.stderr
+def test_the_former_name_backend_is_left_out_of_the_help():
     listing = run_kerneltune("--help")
     assert listing.returncode == 0 and "  corpus " in listing.stdout
     assert "backend" not in listing.stdout
