@@ -287,7 +287,8 @@ def test_profiles_export_validate_import_bake_explain(tmp_path, calibration_repo
     assert done.returncode == 0, done.stderr
     assert f"profile 'here' written to {profile} (1 entries)" in done.stdout
     validated = run_kerneltune("profiles", "validate", profile)
-    assert validated.returncode == 0 and "imported, 1 entries" in validated.stdout
+    assert validated.returncode == 0 and f"{profile}: ok, 1 profiles, 1 entries checked" in (
+        validated.stdout)
     imported = run_kerneltune("profiles", "import", profile, "--threads", "1")
     assert imported.returncode == 0, imported.stderr
     assert "1 keys resolve from them here:" in imported.stdout

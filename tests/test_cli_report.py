@@ -179,7 +179,7 @@ def test_a_file_that_is_not_a_report_exits_1_naming_it(tmp_path, content, messag
 def test_a_missing_file_exits_1_naming_it(tmp_path):
     done = run_kerneltune("report", tmp_path / "absent.json")
     assert done.returncode == 1
-    assert "absent.json: cannot be read: No such file or directory" in done.stderr
+    assert "absent.json: cannot be read: no such file" in done.stderr
 
 
 def test_help_ends_with_examples():

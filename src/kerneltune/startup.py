@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .cache.kernel_tuning_cache import CacheLoadReport, load_kernel_tuning_cache
 from .errors import KerneltuneStartupWarning
+from .machine.detect import get_cpu_descriptor
 from .profiles.importer import (
     ENVIRONMENT_VARIABLE,
     IMPORTED,
@@ -77,7 +78,8 @@ def _profiles(registry: KernelTuningRegistry) -> tuple[ProfileImportReport | Non
     if not spec:
         return None, []
     try:
-        report = import_deployment_profiles(profile_paths(spec), registry=registry)
+        report = import_deployment_profiles(profile_paths(spec), registry=registry,
+                                            processor=get_cpu_descriptor())
     except Exception as error:  # noqa: BLE001 - any failure here must only be reported
         return None, [f"deployment profiles not imported: {type(error).__name__}: {error}"]
     problems = [f"deployment profile not imported ({file.status}): {problem}"

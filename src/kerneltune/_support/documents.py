@@ -9,7 +9,12 @@ version is reported as such, never guessed at. Nothing here raises for the
 content of a file: each outcome is a status with problems naming the file and
 the field.
 
-Statuses: ``ok``, ``not_found``, ``unreadable`` (the file cannot be read),
+Reading cannot hang or exhaust memory: only a regular file is opened (a FIFO,
+a device or a socket is a problem naming the path, never opened), and a file
+larger than :func:`maximum_bytes` is refused before it is read.
+
+Statuses: ``ok``, ``not_found``, ``unreadable`` (the file cannot be read, or is
+not a regular file), ``too_large`` (beyond :func:`maximum_bytes`),
 ``malformed`` (not plain YAML, not this format, or a broken envelope) and
 ``unsupported_version``.
 """
@@ -19,14 +24,25 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
 from ..errors import Problem
+
+#: the variable that sets the largest file kerneltune reads, in bytes (``64M``, ``1G``)
+SIZE_VARIABLE = "KERNELTUNE_MAX_FILE_BYTES"
+#: the default: far beyond any profile, cache or deployment section, far below memory
+DEFAULT_MAXIMUM_BYTES = 64 << 20
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
 
 
 class SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -145,25 +161,125 @@ class Document:
     problems: tuple[Problem, ...] = ()
 
 
+def maximum_bytes() -> int:
+    """The largest file kerneltune reads: ``KERNELTUNE_MAX_FILE_BYTES``, else 64 MiB.
+
+    A value it cannot read (not a whole number of bytes, optionally with a k, M or G
+    suffix) leaves the default.
+    """
+    text = os.environ.get(SIZE_VARIABLE, "").strip().lower().removesuffix("b")
+    number, unit = (text[:-1], text[-1]) if text[-1:].isalpha() else (text, "")
+    if not number.isdigit() or unit not in _UNITS:
+        return DEFAULT_MAXIMUM_BYTES
+    return int(number) * _UNITS[unit]
+
+
+@dataclass(frozen=True)
+class Contents:
+    """A file's bytes (``data``) when ``status`` is ok, else why there are none."""
+
+    status: str
+    path: str
+    data: bytes | None = None
+    problems: tuple[Problem, ...] = ()
+
+
+def open_regular(target: Path, what: str = "file") -> BinaryIO | Contents:
+    """``target`` opened for reading in binary, if it is a regular file; else why not.
+
+    Anything but a regular file (no file, a FIFO, a device, a socket, a
+    directory, a symlink loop) is a :class:`Contents` with a problem naming the
+    path and ``what`` the file was to be; nothing raises, and nothing but a
+    regular file is ever opened. The caller closes the stream.
+    """
+    path = str(target)
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return Contents("not_found", path)
+    except (OSError, ValueError) as error:
+        return _unreadable(path, what, getattr(error, "strerror", None) or str(error))
+    if not stat.S_ISREG(info.st_mode):
+        return _special(path, what, info.st_mode)
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return Contents("not_found", path)
+    except OSError as error:
+        return _unreadable(path, what, error.strerror or str(error))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # replaced since the stat above
+        os.close(fd)
+        return _special(path, what, mode)
+    return os.fdopen(fd, "rb")
+
+
+def read_bounded(target: Path, what: str = "file") -> Contents:
+    """The bytes of ``target`` if it is a regular file of at most :func:`maximum_bytes`.
+
+    Otherwise a status with a problem naming the path, as :func:`open_regular`
+    says, or ``too_large``; nothing raises.
+    """
+    stream = open_regular(target, what)
+    if isinstance(stream, Contents):
+        return stream
+    path, limit = str(target), maximum_bytes()
+    with stream:
+        try:
+            size = os.fstat(stream.fileno()).st_size
+            if size > limit:
+                return too_large(path, what, size, limit)
+            data = stream.read(limit + 1)
+        except OSError as error:
+            return _unreadable(path, what, error.strerror or str(error))
+        except MemoryError:
+            return _unreadable(path, what, "not enough memory to read it")
+    if len(data) > limit:  # it grew since
+        return too_large(path, what, len(data), limit)
+    return Contents("ok", path, data)
+
+
+def _unreadable(path: str, what: str, why: str) -> Contents:
+    return Contents("unreadable", path, problems=(
+        Problem("", f"cannot read the {what}: {why}", file=path),))
+
+
+def _special(path: str, what: str, mode: int) -> Contents:
+    kind_of = next((name for test, name in _FILE_TYPES if test(mode)), "not a regular file")
+    return Contents("unreadable", path, problems=(
+        Problem("", f"{kind_of}, not a regular file: a {what} is never read from one",
+                file=path),))
+
+
+def too_large(path: str, what: str, size: int, limit: int) -> Contents:
+    return Contents("too_large", path, problems=(Problem(
+        "", f"{size:,} bytes, more than the {limit:,} a {what} may have ({SIZE_VARIABLE} "
+            f"sets the limit)", file=path),))
+
+
 def read_document(target: Path, form: DocumentFormat, *others: DocumentFormat) -> Document:
     """Read ``target`` as a document of ``form`` (or of one of ``others``, by its ``format``).
 
     Never raises for what the file holds.
     """
-    path = str(target)
-    try:
-        data = target.read_bytes()
-    except FileNotFoundError:
-        return Document("not_found", path)
-    except OSError as error:
-        return Document("unreadable", path, problems=(
-            Problem("", f"cannot read the {form.what}: {error.strerror or error}", file=path),))
+    contents = read_bounded(target, form.what)
+    if contents.data is None:
+        return Document(contents.status, contents.path, problems=contents.problems)
+    return parse_document(contents.data, contents.path, form, *others)
+
+
+def parse_document(data: bytes, path: str, form: DocumentFormat,
+                   *others: DocumentFormat) -> Document:
+    """A document of ``form`` (or of one of ``others``) from a file's bytes."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         return Document("malformed", path, problems=(
             Problem("", f"not UTF-8 text (byte {error.start}); not a {form.what}", file=path),))
-    document, reason = parse_text(text)
+    try:
+        document, reason = parse_text(text)
+    except MemoryError:
+        document, reason = None, "not enough memory to parse it"
     if reason is not None:
         return Document("malformed", path, problems=(Problem("", reason, file=path),))
     if isinstance(document, dict):  # the format named, when it is one of the others

@@ -19,6 +19,8 @@ import platformdirs
 
 #: the value of a file's environment variable that turns that file off
 DISABLED = "off"
+#: seconds a writer waits for another writer's lock of the same file before giving up
+LOCK_TIMEOUT = 10.0
 
 
 def user_file_path(variable: str, file_name: str) -> Path | None:
@@ -42,12 +44,14 @@ def temporary_sibling(target: Path) -> Path:
     return target.with_name(f"{target.name}.{secrets.token_hex(8)}.tmp")
 
 
-def write_atomically(target: Path, text: str) -> None:
+def write_atomically(target: Path, text: str, mode: int | None = None) -> None:
     """Replace ``target`` by ``text`` atomically and durably; raise ``OSError`` if impossible.
 
     The temporary is opened with mode 0o666 so the process umask applies as to
-    any new file (a ``mkstemp`` file would stay 0600). Whatever fails, the
-    temporary is removed and the previous file is intact.
+    any new file (a ``mkstemp`` file would stay 0600); ``mode`` (0o444 for a
+    read-only file) is set before the rename, so the file never appears under
+    its name with another. Whatever fails, the temporary is removed and the
+    previous file is intact.
     """
     temporary: Path | None = temporary_sibling(target)
     try:
@@ -56,6 +60,8 @@ def write_atomically(target: Path, text: str) -> None:
         with os.fdopen(fd, "wb") as stream:
             stream.write(text.encode("utf-8"))
             stream.flush()
+            if mode is not None:
+                os.chmod(temporary, mode)
             os.fsync(stream.fileno())
         os.replace(temporary, target)
         temporary = None

@@ -46,8 +46,14 @@ from typing import Any
 import filelock
 
 from .._support.documents import collector_paused, read_document
-from .._support.files import DISABLED as DISABLED  # the value of KERNELTUNE_CACHE that turns it off
-from .._support.files import file_lock, remove_stray_temporaries, user_file_path, write_atomically
+from .._support.files import DISABLED as DISABLED  # the value of KERNELTUNE_CACHE that is off
+from .._support.files import (
+    LOCK_TIMEOUT,
+    file_lock,
+    remove_stray_temporaries,
+    user_file_path,
+    write_atomically,
+)
 from ..errors import Problem, TuningValidationError
 from ..machine.descriptor import CpuExecutionDescriptor
 from ..machine.detect import current_execution
@@ -72,8 +78,6 @@ from .entries import (
 FORMAT = CACHE_FORMAT.name
 ENVIRONMENT_VARIABLE = "KERNELTUNE_CACHE"
 FILE_NAME = "kernel_tuning.yaml"
-#: seconds an update or a removal waits for another process's lock before giving up
-LOCK_TIMEOUT = 10.0
 
 _READABLE = ("ok", "not_found")
 

@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .._support.documents import read_bounded
 from ..errors import KernelTuningError, TuningValidationError
 from ..tuning.schema import KernelTuningKey, TuningValue
 from .report import MARK_ROLES, MEASURED, PREVIOUS, SELECTED, Mark
@@ -358,10 +359,12 @@ def report_curves(document: object, path: str = "<report>") -> ReportCurves:
 
 def read_calibration_reports(path: str | Path) -> list[object]:
     """The batch reports of a report file (``calibrate --report FILE``: a list, or one)."""
+    contents = read_bounded(Path(path), "calibration report")
+    if contents.data is None:
+        reasons = "; ".join(p.message for p in contents.problems) or "no such file"
+        raise ReportFileError(f"{path}: cannot be read: {reasons}")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ReportFileError(f"{path}: cannot be read: {error.strerror or error}") from None
+        text = contents.data.decode("utf-8")
     except UnicodeDecodeError:
         raise ReportFileError(f"{path}: not a calibration report: not UTF-8 text") from None
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from .common import FAILURE, add_command, add_json, add_threads, print_json, table, warn
 
@@ -49,17 +50,19 @@ def _bake(args: argparse.Namespace) -> int:
     return 0
 
 
-def _imported(files: list[str], registry: object, as_json: bool, command: str
-              ) -> tuple[int, object]:
+def _imported(files: list[str], registry: object, as_json: bool, command: str,
+              processor: object = None) -> tuple[int, object]:
     from ..profiles.importer import import_deployment_profiles
 
-    report = import_deployment_profiles(files, registry=registry)
+    report = import_deployment_profiles(files, registry=registry, processor=processor)
     if as_json:
         print_json(report.to_dict())
     for file in report.files:
         if not as_json:
+            unread = (f", {len(file.unread)} profiles for other processors unread"
+                      if file.unread else "")
             print(f"{file.path}: {file.status}, {file.imported} entries for this machine, "
-                  f"{file.not_applicable} for other machines")
+                  f"{file.not_applicable} for other machines{unread}")
         for line in (*file.problems, *file.warnings):
             warn(command, line)
     return (0 if all(file.status == "imported" for file in report.files) else FAILURE), report
@@ -67,20 +70,32 @@ def _imported(files: list[str], registry: object, as_json: bool, command: str
 
 def _validate(args: argparse.Namespace) -> int:
     from ..kernels import register_library
+    from ..pipeline import validate_deployment_files
     from ..tuning.registry import KernelTuningRegistry
 
     # A registry of the library alone: what the files hold is checked against this
     # kerneltune, not against the profiles and cache this process started with.
     registry = KernelTuningRegistry()
     register_library(registry)
-    return _imported(args.files, registry, args.json, "profiles validate")[0]
+    report = validate_deployment_files(args.files, registry=registry)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        for file in report.files:
+            print(f"{file.path}: {file.status}, {len(file.profiles)} profiles, "
+                  f"{file.entries} entries checked")
+    for line in report.problems:
+        warn("profiles validate", line)
+    return 0 if report.ok else FAILURE
 
 
 def _import(args: argparse.Namespace) -> int:
+    from ..machine.detect import get_cpu_descriptor
     from ..tuning.explanation import Explanation, explain
     from ..tuning.registry import default_registry
 
-    status, report = _imported(args.files, default_registry, args.json, "profiles import")
+    status, report = _imported(args.files, default_registry, args.json, "profiles import",
+                               get_cpu_descriptor())
     if not args.json:
         names = {file.name for file in report.files if file.imported}
         everything = explain(threads=args.threads)
@@ -94,12 +109,33 @@ def _import(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from ..tuning.explanation import explain
 
-    explanation = explain(descriptor=args.descriptor, threads=args.threads)
+    registry = None if args.descriptor is None else _described_registry(args.descriptor)
+    explanation = explain(descriptor=args.descriptor, threads=args.threads, registry=registry)
     if args.json:
         print_json(explanation.to_dict())
     else:
         print(explanation.table())
     return 0
+
+
+def _described_registry(descriptor: str) -> object:
+    """What a process on ``descriptor``'s processor would have registered at start-up: the
+    library and the deployment files, whose profiles for that processor this one left
+    unread (the user cache is this machine's)."""
+    from ..kernels import register_library
+    from ..machine.descriptor_files import read_cpu_descriptor
+    from ..profiles.importer import ENVIRONMENT_VARIABLE, import_deployment_profiles, profile_paths
+    from ..tuning.registry import KernelTuningRegistry
+
+    registry = KernelTuningRegistry()
+    register_library(registry)
+    spec = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    if spec:
+        report = import_deployment_profiles(profile_paths(spec), registry=registry,
+                                            processor=read_cpu_descriptor(descriptor))
+        for line in report.problems:
+            warn("profiles explain", line)
+    return registry
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._support.documents import read_bounded
 from ..errors import UnsupportedModelError
 from ..tuning.schema import KernelTuningKey
 
@@ -66,11 +67,19 @@ class Corpus:
                 "skipped": [s.to_dict() for s in self.skipped]}
 
 
+def _bytes(path: Path, what: str) -> bytes:
+    """A case file's bytes; a FIFO, a device or a file too large raises ``ValueError``."""
+    contents = read_bounded(path, what)
+    if contents.data is None:
+        raise ValueError("; ".join(map(str, contents.problems)) or f"{path}: no such file")
+    return contents.data
+
+
 def _tensor(path: Path) -> np.ndarray:
     import onnx  # here: the command line reads the search's defaults without loading onnx
     from onnx import numpy_helper
 
-    return numpy_helper.to_array(onnx.load_tensor(os.fspath(path)))
+    return numpy_helper.to_array(onnx.load_tensor_from_string(_bytes(path, "tensor")))
 
 
 def _numbered(folder: Path, pattern: str) -> list[Path]:
@@ -95,7 +104,7 @@ def read_case_folder(folder: str | os.PathLike[str]) -> CorpusCase:
         data_sets.append((inputs, outputs))
     if not data_sets:
         raise ValueError("no test_data_set_* folder")
-    return CorpusCase(folder.name, (folder / "model.onnx").read_bytes(), tuple(data_sets),
+    return CorpusCase(folder.name, _bytes(folder / "model.onnx", "model"), tuple(data_sets),
                        os.fspath(folder))
 
 

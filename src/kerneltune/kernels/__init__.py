@@ -28,7 +28,7 @@ from .gemm import Gemm, MatMul
 from .outputs import output_pool_bytes, set_output_pool_limit
 from .power import PowKernel
 from .probes import SHARED_CACHE, machine_probe, shared_cache_probe
-from .variants import load_module, selected_variant
+from .variants import load_module, possible_variants, selected_variant
 
 __all__ = [
     "LIBRARY",
@@ -116,6 +116,7 @@ def register_library(registry: KernelTuningRegistry, implementation: str | None 
         for element_type in kernel.element_types
     ]
     registry.register_schemas(items)
+    registry.register_implementations(LIBRARY, possible_variants())
     _register_calibrations(library(implementation).values(), registry)
     return len(items)
 

@@ -32,6 +32,7 @@ __all__ = [
     "ISA_ENVIRONMENT_VARIABLE",
     "installed_variants",
     "load_module",
+    "possible_variants",
     "requested_variant",
     "required_features",
     "select_variant",
@@ -72,6 +73,12 @@ def _installed_kernels() -> tuple[str, ...]:
 
 def _is_known(variant: str) -> bool:
     return variant == BASELINE or variant in archspec.cpu.TARGETS
+
+
+def possible_variants() -> frozenset[str]:
+    """Every name a variant of this library can have, built here or not: baseline and the
+    archspec targets."""
+    return frozenset({BASELINE, *archspec.cpu.TARGETS})
 
 
 def _unknown(variant: str, valid: Iterable[str]) -> KernelTuningError:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from .._support.documents import read_bounded
 from ..errors import CpuDescriptorError, Problem
 from .descriptor import CpuDescriptor, _descriptor_error
 
@@ -34,9 +35,13 @@ def read_cpu_descriptor(path: str | os.PathLike[str]) -> CpuDescriptor:
     is an error, since a descriptor file may come from anywhere.
     """
     source = os.fspath(path)
+    contents = read_bounded(Path(path), "processor descriptor")
+    if contents.data is None:
+        raise _descriptor_error(source, [Problem("", p.message) for p in contents.problems]
+                                or [Problem("", "no such file; expected a processor descriptor")])
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = contents.data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise CpuDescriptorError(f"{source}: cannot read the processor descriptor: {exc}") from None
     try:
         data = yaml.safe_load(text)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 import archspec.cpu
@@ -293,3 +293,44 @@ def _models(value, problems) -> tuple[int, ...]:
     if duplicates:
         problems.append(Problem("models", f"duplicate models {duplicates}"))
     return tuple(sorted(set(items)))
+
+
+def overlapping_pairs(selectors: Sequence[CpuSelector]) -> list[tuple[int, int]]:
+    """Every pair ``(i, j)``, ``i < j``, of ``selectors`` that can match one processor and
+    thread count (:meth:`CpuSelector.can_overlap`), in ascending order.
+
+    A selector naming a family and models is compared only with those naming the same
+    family and one of its models (or none of either), and within those only with the
+    ones whose thread ranges meet (a sweep over the ranges' starts): a fleet of
+    exact-processor selectors costs n log n comparisons, not the n² of every pair.
+    Selectors naming no family or no model are compared with every other.
+    """
+    ranges = [(s.minimum_threads or 1, s.maximum_threads or 2**31) for s in selectors]
+    by_model: dict[tuple[int, int], list[int]] = {}
+    wide = []
+    for index, selector in enumerate(selectors):
+        if selector.models and selector.family is not None:
+            for model in selector.models:
+                by_model.setdefault((selector.family, model), []).append(index)
+        else:
+            wide.append(index)
+    candidates: set[tuple[int, int]] = set()
+    for group in by_model.values():
+        candidates.update(_meeting(group, ranges))
+    for first in wide:
+        low, high = ranges[first]
+        candidates.update((min(first, other), max(first, other))
+                          for other, (low2, high2) in enumerate(ranges)
+                          if other != first and low <= high2 and low2 <= high)
+    return sorted(pair for pair in candidates if selectors[pair[0]].can_overlap(selectors[pair[1]]))
+
+
+def _meeting(indices: Iterable[int], ranges: Sequence[tuple[int, int]]
+             ) -> Iterator[tuple[int, int]]:
+    """The pairs of ``indices`` whose thread ranges meet, by a sweep over the ranges' starts."""
+    active: list[int] = []
+    for index in sorted(indices, key=lambda i: ranges[i][0]):
+        low = ranges[index][0]
+        active = [other for other in active if ranges[other][1] >= low]
+        yield from ((other, index) if other < index else (index, other) for other in active)
+        active.append(index)

@@ -8,7 +8,8 @@ the kernel library and every layer below them.
 
 from __future__ import annotations
 
-from .baking import BakeReport, bake
+from .baking import BakeReport, FileCheck, ValidationReport, bake, validate_deployment_files
 from .calibrate import MachineCalibration, ThreadSummary, calibrate_machine
 
-__all__ = ["BakeReport", "MachineCalibration", "ThreadSummary", "bake", "calibrate_machine"]
+__all__ = ["BakeReport", "FileCheck", "MachineCalibration", "ThreadSummary", "ValidationReport",
+           "bake", "calibrate_machine", "validate_deployment_files"]

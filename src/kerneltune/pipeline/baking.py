@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..machine.selector_files import NamedSelector, read_selector
-from ..machine.selectors import CpuSelector
+from ..machine.selectors import CpuSelector, overlapping_pairs
 from ..profiles.deployment import read_profiles, write_deployment_file
 from ..profiles.importer import check_entries
 from ..profiles.model import DeploymentProfile
@@ -60,6 +60,79 @@ class BakeReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class FileCheck:
+    """One file as the bake checks it: its profiles, how many entries, what is wrong in it.
+
+    ``status`` is ``ok``, ``rejected`` (an entry the kernel library refuses) or
+    what reading said (``malformed``, ``not_found``, ``unreadable``, ...).
+    """
+
+    path: str
+    status: str
+    profiles: tuple[str, ...] = ()
+    entries: int = 0
+    problems: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "status": self.status, "profiles": list(self.profiles),
+                "entries": self.entries, "problems": list(self.problems)}
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Files checked as the bake checks its profiles: per file, and what is wrong between
+    them (two profiles that could both apply, two of one name)."""
+
+    files: tuple[FileCheck, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(file.status == "ok" for file in self.files)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ok": self.ok, "files": [file.to_dict() for file in self.files],
+                "problems": list(self.problems)}
+
+
+def validate_deployment_files(
+    paths: Iterable[str | os.PathLike[str]],
+    registry: KernelTuningRegistry | None = None,
+) -> ValidationReport:
+    """Check profile files and deployment files as the bake checks its profiles, together.
+
+    Every entry of every profile (and of every variant: an entry of a variant this
+    process did not load is checked against its sibling's schema), every section of a
+    deployment file against its digest, two profiles that could both apply, two of one
+    name. Nothing is published.
+    """
+    return _checked(paths, registry if registry is not None else default_registry)[1]
+
+
+def _checked(paths: Iterable[str | os.PathLike[str]], registry: KernelTuningRegistry
+             ) -> tuple[list[DeploymentProfile], ValidationReport]:
+    """The profiles of ``paths`` and what is wrong with them."""
+    schemas = _Schemas(registry.snapshot(), registry)
+    found: list[DeploymentProfile] = []
+    files = []
+    for path in map(Path, paths):
+        read = read_profiles(path)
+        problems = [str(p) for p in read.problems] or ([] if read.status == "ok" else
+                                                       [f"{path}: {read.status}"])
+        for profile in read.profiles:
+            problems += check_entries(profile, schemas.classify, schemas.schema).problems
+        status = read.status if read.status != "ok" else "rejected" if problems else "ok"
+        files.append(FileCheck(str(path), status, tuple(p.name for p in read.profiles),
+                               sum(len(p.entries) for p in read.profiles), tuple(problems)))
+        found += read.profiles
+    between = _ambiguities(found) + _same_names(found)
+    if not files:
+        between.append("no profile to check")
+    problems = tuple(p for file in files for p in file.problems) + tuple(between)
+    return found, ValidationReport(tuple(files), problems)
+
+
 def bake(
     profiles: Iterable[str | os.PathLike[str]],
     output: str | os.PathLike[str],
@@ -74,21 +147,9 @@ def bake(
     """
     registry = registry if registry is not None else default_registry
     paths = [Path(path) for path in profiles]
-    problems: list[str] = []
-    found: list[DeploymentProfile] = []
-    for path in paths:
-        status, read, read_problems, _ = read_profiles(path)
-        problems += [str(p) for p in read_problems] or ([] if status == "ok" else
-                                                        [f"{path}: {status}"])
-        found += read
-    if not paths:
-        problems.append("no profile to bake")
-    snapshot = registry.snapshot()
-    schemas = _Schemas(snapshot)
-    for profile in found:
-        problems += check_entries(profile, schemas.classify, schemas.schema).problems
-    problems += _ambiguities(found) + _same_names(found)
-    coverage, gaps = _coverage(found, snapshot)
+    found, checked = _checked(paths, registry)
+    problems = list(checked.problems)
+    coverage, gaps = _coverage(found, registry.snapshot())
     # A whole machine without a profile first: it is the gap a person must not miss.
     gaps = _missing_selectors(found, [_named(s) for s in expected_selectors]) + gaps
     if require_complete:
@@ -108,8 +169,9 @@ def _named(selector: str | NamedSelector) -> NamedSelector:
 class _Schemas:
     """The registered schemas, with an entry of another ISA variant checked by its sibling's."""
 
-    def __init__(self, snapshot: TuningSnapshot):
+    def __init__(self, snapshot: TuningSnapshot, registry: KernelTuningRegistry):
         self.snapshot = snapshot
+        self.registry = registry
         self.keys = set(snapshot.keys())
         self.siblings = {_variantless(key): key for key in self.keys}
         self.abis: dict[tuple, list[int]] = {}
@@ -117,6 +179,10 @@ class _Schemas:
             self.abis.setdefault(_variantless(key)[:-1], []).append(key.tuning_abi)
 
     def classify(self, key: KernelTuningKey) -> tuple[str, str | None]:
+        possible = self.registry.implementations(key.library)
+        if possible is not None and key.implementation not in possible:
+            return "bad", (f"unknown implementation {key.implementation} of {key.library} (not "
+                           f"one it can build)")
         if key in self.keys or _variantless(key) in self.siblings:
             return "ok", None
         abis = self.abis.get(_variantless(key)[:-1])
@@ -135,13 +201,16 @@ def _variantless(key: KernelTuningKey) -> tuple:
 
 def _ambiguities(profiles: Sequence[DeploymentProfile]) -> list[str]:
     """Pairs of profiles that could both give one processor, key and thread count a value."""
+    groups: dict[tuple[int, int], list[DeploymentProfile]] = {}
+    for profile in profiles:
+        groups.setdefault((profile.selector.tier, profile.priority), []).append(profile)
     problems = []
-    for i, first in enumerate(profiles):
-        for second in profiles[i + 1:]:
-            a, b = first.selector, second.selector
-            if (first.priority != second.priority or a.tier != b.tier
-                    or not a.can_overlap(b) or not _shared_threads(first, second)):
+    for group in groups.values():
+        for i, j in overlapping_pairs([profile.selector for profile in group]):
+            first, second = group[i], group[j]
+            if not _shared_threads(first, second):
                 continue
+            a, b = first.selector, second.selector
             problems.append(
                 f"{first.place} ({first.name}) and {second.place} ({second.name}): selectors "
                 f"that can match the same processor (for example {_example(a, b)}) at the "

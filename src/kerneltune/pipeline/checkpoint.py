@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from .._support.documents import read_bounded
 from .._support.version import __version__
 
 FORMAT = "kerneltune-calibration-checkpoint"
@@ -93,10 +94,13 @@ def _read(path: Path, identity: Mapping[str, object]
           ) -> tuple[dict[int, dict[str, dict]], str | None, int]:
     """The finished reports of a journal that is this calibration's, or why it is not,
     and the length in bytes of its complete lines."""
+    contents = read_bounded(path, "calibration checkpoint")
+    if contents.data is None:
+        return {}, f"{'; '.join(map(str, contents.problems))}; ignored", 0
+    data = contents.data
     try:
-        data = path.read_bytes()
         lines = data.decode("utf-8").split("\n")
-    except (OSError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
         return {}, f"{path}: unreadable ({error}); ignored", 0
     # the last piece has no newline after it: empty, or the write a crash cut short
     complete = lines[:-1]

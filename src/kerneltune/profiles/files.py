@@ -17,23 +17,33 @@ from typing import Any
 
 from .._support.checks import is_count
 from .._support.documents import kind, read_document
-from .._support.files import write_atomically
+from .._support.files import (
+    LOCK_TIMEOUT,
+    file_lock,
+    remove_stray_temporaries,
+    write_atomically,
+)
 from ..errors import Problem, ProfileError, TuningValidationError
 from ..machine.selectors import CpuSelector
 from ..tuning.schema import KernelTuningKey, value_problems
 from .model import PROFILE_FORMAT, DeploymentProfile, ProfileEntry, profile_text
 
-_ENTRY_FIELDS = frozenset({"key", "threads", "values"})
+_ENTRY_FIELDS = ("key", "threads", "values")
 
 
 # --- writing and reading --------------------------------------------------------------------
 
 
 def write_deployment_profile(profile: DeploymentProfile, path: str | os.PathLike[str]) -> Path:
-    """Write ``profile`` whole or not at all (temporary sibling, fsync, replace)."""
+    """Write ``profile`` whole or not at all (temporary sibling, fsync, replace).
+
+    Under the file's lock, so the temporaries of a writer killed earlier are removed.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(target, profile_text(profile))
+    with file_lock(target, LOCK_TIMEOUT):
+        remove_stray_temporaries(target)
+        write_atomically(target, profile_text(profile))
     return target
 
 
@@ -93,20 +103,20 @@ def profile_from_document(data: Mapping[str, Any], path: str,
 
 def _entry(index: int, raw: object, path: str, problems: list[Problem],
            within: str | None) -> ProfileEntry | None:
-    """One entry, or None with its every problem added."""
-    where = _entry_label(within, index)
+    """One entry, or None with its every problem added (where it is, said only then)."""
     if not isinstance(raw, dict):
         problems.append(Problem("", f"expected a mapping with the fields key, threads, values, "
-                                    f"got {kind(raw)}", entry=where, file=path))
+                                    f"got {kind(raw)}", entry=_entry_label(within, index),
+                                file=path))
         return None
     found = [Problem(str(name), "unknown field; expected key, threads, values")
              for name in raw if name not in _ENTRY_FIELDS]
-    found += [Problem(name, "missing") for name in sorted(_ENTRY_FIELDS) if name not in raw]
+    if len(raw) != len(_ENTRY_FIELDS) or found:
+        found += [Problem(name, "missing") for name in _ENTRY_FIELDS if name not in raw]
     key = None
     if "key" in raw:
         try:
             key = _key(raw["key"])
-            where = _entry_label(within, index, key)
         except TuningValidationError as error:
             found += error.problems
     threads = raw.get("threads")
@@ -118,6 +128,7 @@ def _entry(index: int, raw: object, path: str, problems: list[Problem],
     values = raw.get("values", {})
     found += value_problems(values)
     if found:
+        where = _entry_label(within, index, key)
         problems += [p.located(entry=where, file=path) for p in found]
         return None
     return ProfileEntry(key, (threads[0], threads[1]), types.MappingProxyType(dict(values)))

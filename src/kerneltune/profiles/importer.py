@@ -7,7 +7,11 @@ A file with any problem registers nothing and its report lists every problem;
 the files that pass are published together, in one registry generation.
 Entries for an ISA variant or a kernel library this process did not register
 are not problems: a deployment file serves many machines, and each takes
-what applies to it.
+what applies to it. Given the processor to import for (``import kerneltune``
+gives its own), a profile whose selector cannot match it, or whose entries are
+all for variants or libraries this process did not register, is left unread:
+a deployment file's index says so without parsing the profile, so start-up
+costs what matches the host, not what the fleet holds.
 
 Imported entries resolve in the tier of their selector (exact processor,
 processor group, instruction set), below the calibration cache's
@@ -17,6 +21,8 @@ exact-execution values and session overrides.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -24,11 +30,12 @@ from pathlib import Path
 
 from ..errors import AmbiguousProfileError, Problem, ProfileError, TuningValidationError
 from ..machine.blas import blas_difference
+from ..machine.descriptor import CpuDescriptor
 from ..machine.selectors import CpuSelector
 from ..tuning.registry import KernelTuningRegistry, TuningSnapshot, default_registry
 from ..tuning.resolution import KernelTuningProfile
 from ..tuning.schema import KernelTuningKey, KernelTuningSchema
-from .deployment import read_profiles
+from .deployment import IndexRow, read_profiles
 from .model import DeploymentProfile, ProfileEntry
 
 #: files or folders (``os.pathsep``-separated) that ``import kerneltune`` imports
@@ -43,8 +50,11 @@ class ProfileFileReport:
 
     ``status`` is ``imported``, ``rejected`` (an entry the registry refuses),
     ``malformed`` (not a profile, or an entry that cannot be read),
-    ``not_found``, ``unreadable`` or ``unsupported_version``. ``not_applicable``
-    counts entries for variants or libraries this process did not register;
+    ``not_found``, ``unreadable``, ``too_large`` or ``unsupported_version``.
+    ``not_applicable`` counts entries for variants or libraries this process
+    did not register; ``unread`` names the profiles left unread (another
+    processor's, or only other variants' and libraries'), whose entries
+    ``not_applicable`` counts where the file's index gives their number;
     ``stale`` names entries of another tuning ABI; ``warnings`` say what may
     make a value wrong here without making it invalid (a BLAS library other
     than the calibrating one's).
@@ -59,12 +69,14 @@ class ProfileFileReport:
     stale: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    unread: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {"path": self.path, "status": self.status, "name": self.name,
                 "digest": self.digest, "imported": self.imported,
-                "not_applicable": self.not_applicable, "stale": list(self.stale),
-                "problems": list(self.problems), "warnings": list(self.warnings)}
+                "not_applicable": self.not_applicable, "unread": list(self.unread),
+                "stale": list(self.stale), "problems": list(self.problems),
+                "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -99,19 +111,23 @@ def import_deployment_profiles(
     paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     registry: KernelTuningRegistry | None = None,
     strict: bool = False,
+    processor: CpuDescriptor | None = None,
 ) -> ProfileImportReport:
     """Check every entry of every file, then publish the files that passed, together.
 
     Never raises for what a file holds (unless ``strict``): a file with a
     problem registers nothing and its report says why. With ``strict=True``
-    any problem raises :class:`ProfileError` and nothing is registered.
+    any problem raises :class:`ProfileError` and nothing is registered. Given
+    a ``processor``, the profiles that cannot apply to it are left unread (and
+    unchecked); without one, every profile of every file is read and checked.
     """
     registry = registry if registry is not None else default_registry
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     snapshot = registry.snapshot()
-    known = _Registered(snapshot)
-    checked = [_check_file(Path(path), known, snapshot) for path in paths]
+    known = _Registered(snapshot, registry)
+    wanted = None if processor is None else functools.partial(known.wanted, processor)
+    checked = [_check_file(Path(path), known, snapshot, wanted) for path in paths]
     if strict:
         problems = [problem for report, _ in checked if report.status != IMPORTED
                     for problem in report.problems or (f"{report.path}: {report.status}",)]
@@ -128,13 +144,29 @@ def import_deployment_profiles(
 class _Registered:
     """What the registry knows, indexed for telling a bad entry from one for another machine."""
 
-    def __init__(self, snapshot: TuningSnapshot):
+    def __init__(self, snapshot: TuningSnapshot, registry: KernelTuningRegistry):
         self.keys = frozenset(snapshot.keys())
         self.libraries = {key.library for key in self.keys}
         self.kernels = {(key.library, key.kernel) for key in self.keys}
         self.element_types = {(key.library, key.kernel, key.element_type) for key in self.keys}
         self.implementations = {(k.library, k.kernel, k.implementation) for k in self.keys}
+        self.loaded = {(key.library, key.implementation) for key in self.keys}
+        self.possible = {library: registry.implementations(library)
+                         for library in self.libraries}
         self.abis = snapshot.tuning_abis()
+
+    def wanted(self, processor: CpuDescriptor, row: IndexRow) -> bool:
+        """Whether a profile can apply to ``processor`` here, from its index row alone."""
+        try:
+            selector = _selector(json.dumps(row.selector, sort_keys=True))
+        except (TuningValidationError, TypeError, ValueError):
+            return True  # read it, and let its checks name the problem
+        if not selector.matches_processor(processor):
+            return False
+        if not row.implementations:  # a profile file's header says nothing of its entries
+            return True
+        return any((library, implementation) in self.loaded for library in row.libraries
+                   for implementation in row.implementations)
 
     def classify(self, key: KernelTuningKey) -> tuple[str, str | None]:
         """``("ok", None)``, ``("skip", why)``, ``("stale", why)`` or ``("bad", why)``."""
@@ -151,35 +183,51 @@ class _Registered:
         if (key.library, key.kernel, key.element_type) not in self.element_types:
             return "bad", f"{key.kernel} takes no element type {key.element_type_name}"
         if (key.library, key.kernel, key.implementation) not in self.implementations:
+            possible = self.possible.get(key.library)
+            if possible is not None and key.implementation not in possible:
+                return "bad", (f"unknown implementation {key.implementation} of {key.library} "
+                               f"(not one it can build)")
             return "skip", f"implementation {key.implementation} is not loaded here"
         return "bad", f"no tuning schema is registered for {key}"
 
 
-def _check_file(path: Path, known: _Registered, snapshot: TuningSnapshot
+@functools.lru_cache(maxsize=4096)
+def _selector(text: str) -> CpuSelector:
+    """An index row's selector (as JSON), built once per spelling: files repeat selectors."""
+    return CpuSelector.from_dict(json.loads(text))
+
+
+def _check_file(path: Path, known: _Registered, snapshot: TuningSnapshot,
+                wanted: Callable[[IndexRow], bool] | None
                 ) -> tuple[ProfileFileReport, list[KernelTuningProfile]]:
     """A file's report before publication, and the profiles it would register."""
-    status, found, read_problems, digest = read_profiles(path)
-    if status != "ok":
-        return ProfileFileReport(str(path), status, problems=tuple(map(str, read_problems))), []
-    problems, stale, profiles, skipped = [], [], [], 0
+    read = read_profiles(path, wanted)
+    if read.status != "ok":
+        return ProfileFileReport(str(path), read.status,
+                                 problems=tuple(map(str, read.problems))), []
+    found, digest = read.profiles, read.digest
+    unread = tuple(row.name for row in read.unread)
+    problems, stale, profiles = [], [], []
+    skipped = sum(row.entries for row in read.unread)
     for profile in found:
         checked = check_entries(profile, known.classify, snapshot.schema)
         problems += checked.problems
         stale += checked.stale
         skipped += checked.skipped
-        profiles += checked.profiles
+        profiles += _registered_profiles(profile, checked.passing)
     report = ProfileFileReport(
-        str(path), "rejected" if problems else IMPORTED, ", ".join(p.name for p in found),
+        str(path), "rejected" if problems else IMPORTED,
+        ", ".join([p.name for p in found] + list(unread)) or None,
         digest, 0 if problems else len(profiles), skipped, tuple(stale), tuple(problems),
-        () if problems else tuple(w for p in found for w in _blas_warnings(p)))
+        () if problems else tuple(w for p in found for w in _blas_warnings(p)), unread)
     return report, ([] if problems else profiles)
 
 
 @dataclass(frozen=True)
 class CheckedEntries:
-    """A profile's entries against the schemas: the profiles to register and the rest."""
+    """A profile's entries against the schemas: those that pass (with their index), the rest."""
 
-    profiles: list[KernelTuningProfile]
+    passing: list[tuple[int, ProfileEntry]]
     problems: list[str]
     stale: list[str]
     skipped: int
@@ -190,14 +238,14 @@ def check_entries(profile: DeploymentProfile,
                   schema: Callable[[KernelTuningKey], KernelTuningSchema]) -> CheckedEntries:
     """Every entry classified (``classify``) and validated whole by its ``schema(key)``."""
     checked = CheckedEntries([], [], [], 0)
-    selectors: dict[tuple[int, int], CpuSelector] = {}
+    skipped = 0
     for index, entry in enumerate(profile.entries):
-        where = ", ".join(filter(None, (profile.within, f"entry {index} ({entry.key})")))
         verdict, why = classify(entry.key)
         if verdict == "skip":
-            checked = dataclasses.replace(checked, skipped=checked.skipped + 1)
+            skipped += 1
             continue
         if verdict != "ok":
+            where = _entry_place(profile, index, entry)
             field = "key.tuning_abi" if verdict == "stale" else "key"
             checked.problems.append(str(Problem(field, why, entry=where, file=profile.path)))
             if verdict == "stale":
@@ -206,25 +254,36 @@ def check_entries(profile: DeploymentProfile,
         try:
             schema(entry.key).configure(entry.values)
         except TuningValidationError as error:
+            where = _entry_place(profile, index, entry)
             checked.problems.extend(str(p.located(entry=where, file=profile.path))
                                     for p in error.problems)
             continue
-        checked.profiles.append(_registered_profile(profile, index, entry, selectors))
-    return checked
+        checked.passing.append((index, entry))
+    return dataclasses.replace(checked, skipped=skipped)
 
 
-def _registered_profile(profile: DeploymentProfile, index: int, entry: ProfileEntry,
-                        selectors: dict[tuple[int, int], CpuSelector]) -> KernelTuningProfile:
-    selector = selectors.get(entry.threads)
-    if selector is None:
-        low, high = entry.threads
-        selector = selectors[entry.threads] = dataclasses.replace(
-            profile.selector, minimum_threads=low, maximum_threads=high)
-    provenance = {"profile": profile.name, "file": profile.path, "entry": index,
-                  "machines": profile.provenance}
-    return KernelTuningProfile(entry.key, entry.values, selector=selector,
-                               priority=profile.priority, name=profile.name,
-                               origin=f"{profile.place}, entry {index}", provenance=provenance)
+def _entry_place(profile: DeploymentProfile, index: int, entry: ProfileEntry) -> str:
+    """Where an entry is, for a message (built only for one: a key's text costs)."""
+    return ", ".join(filter(None, (profile.within, f"entry {index} ({entry.key})")))
+
+
+def _registered_profiles(profile: DeploymentProfile, entries: Iterable[tuple[int, ProfileEntry]]
+                         ) -> list[KernelTuningProfile]:
+    """Entries as the registry holds them: the profile's selector bounded to each entry's
+    threads (one selector per range), the profile's provenance shared by its entries."""
+    selectors: dict[tuple[int, int], CpuSelector] = {}
+    provenance = {"profile": profile.name, "file": profile.path, "machines": profile.provenance}
+    registered = []
+    for index, entry in entries:
+        selector = selectors.get(entry.threads)
+        if selector is None:
+            low, high = entry.threads
+            selector = selectors[entry.threads] = dataclasses.replace(
+                profile.selector, minimum_threads=low, maximum_threads=high)
+        registered.append(KernelTuningProfile(
+            entry.key, entry.values, selector=selector, priority=profile.priority,
+            name=profile.name, origin=f"{profile.place}, entry {index}", provenance=provenance))
+    return registered
 
 
 def _publish(checked: Sequence[tuple[ProfileFileReport, list[KernelTuningProfile]]],

@@ -224,7 +224,8 @@ def verify_deployment_profiles(
     shipped = KernelTuningRegistry()
     keys = snapshot.keys()
     shipped.register_schemas((key, snapshot.schema(key).config_type) for key in keys)
-    imported = import_deployment_profiles(_files(paths), registry=shipped)
+    imported = import_deployment_profiles(_files(paths), registry=shipped,
+                                          processor=execution.processor)
     from_files = shipped.snapshot()
     problems = [f"{file.path}: {file.status}: {problem}" for file in imported.files
                 if file.status != IMPORTED for problem in file.problems or ("",)]

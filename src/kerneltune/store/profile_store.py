@@ -28,7 +28,13 @@ from pathlib import Path
 import filelock
 
 from .._support.documents import kind
-from .._support.files import file_lock, remove_stray_temporaries, user_file_path, write_atomically
+from .._support.files import (
+    LOCK_TIMEOUT,
+    file_lock,
+    remove_stray_temporaries,
+    user_file_path,
+    write_atomically,
+)
 from ..errors import Problem, TuningValidationError
 from .file import read_profiles, serialise
 from .keys import (
@@ -52,8 +58,6 @@ from .records import (
 ENVIRONMENT_VARIABLE = "KERNELTUNE_CALIBRATION_PROFILES"
 #: beside ``kernel_tuning.yaml``, the kernel tuning cache, in the same directory
 FILE_NAME = "calibration_profiles.json"
-#: seconds a mutation waits for another process's lock before giving up
-LOCK_TIMEOUT = 10.0
 
 _READABLE = ("ok", "not_found")
 

@@ -26,7 +26,7 @@ from ..errors import (
     TuningValidationError,
     UnknownKernelError,
 )
-from ..machine.selectors import CpuSelector, Tier
+from ..machine.selectors import CpuSelector, Tier, overlapping_pairs
 from .resolution import (
     AccessCounts,
     KernelTuningProfile,
@@ -334,6 +334,7 @@ class KernelTuningRegistry:
         self._callables_lock = threading.Lock()
         self._calibration_functions: dict[KernelTuningKey, Callable[..., Any]] = {}
         self._machine_probes: dict[tuple[str, str], Callable[..., Any]] = {}
+        self._implementations: dict[str, frozenset[str]] = {}
 
     def snapshot(self) -> TuningSnapshot:
         self._counters.snapshot()
@@ -445,13 +446,14 @@ class KernelTuningRegistry:
         for entry in entries:
             key = entry.profile.key
             if key not in touched:
-                touched[key] = (dict(keys[key].calibrated), list(keys[key].entries))
-            calibrated, selected = touched[key]
+                touched[key] = (dict(keys[key].calibrated), [])
+            calibrated, added = touched[key]
             if entry.profile.execution is not None:
                 calibrated[entry.profile.execution.identity] = entry
             else:
-                _add_selector_entry(selected, entry, ambiguous)
-        for key, (calibrated, selected) in touched.items():
+                added.append(entry)
+        for key, (calibrated, added) in touched.items():
+            selected = _merged(list(keys[key].entries), added, ambiguous)
             keys[key] = _KeyState.build(keys[key].schema, calibrated, selected)
         return keys, problems, ambiguous
 
@@ -469,6 +471,20 @@ class KernelTuningRegistry:
     def calibration_function(self, key: KernelTuningKey) -> Callable[..., Any] | None:
         with self._callables_lock:
             return self._calibration_functions.get(key)
+
+    def register_implementations(self, library: str, names: Iterable[str]) -> None:
+        """Declare every implementation ``library`` can have, loaded here or not.
+
+        A profile entry naming another is refused as unknown rather than left to
+        another machine; a library that declares none has every name accepted.
+        """
+        with self._callables_lock:
+            self._implementations[library] = frozenset(names)
+
+    def implementations(self, library: str) -> frozenset[str] | None:
+        """The implementations ``library`` declared, or None when it declared none."""
+        with self._callables_lock:
+            return self._implementations.get(library)
 
     def register_machine_probe(self, library: str, aspect: str,
                                probe: Callable[..., Any]) -> None:
@@ -488,26 +504,41 @@ def _where(index: int, profile: KernelTuningProfile) -> str:
     return f"profile {index} ({profile.label}, {profile.key})"
 
 
-def _add_selector_entry(entries: list[_Entry], entry: _Entry, ambiguous: list[str]) -> None:
-    """Add a selector profile unless an identical one is there; note every ambiguity."""
-    p = entry.profile
-    conflicts = []
-    for other in entries:
-        q = other.profile
-        # an identical profile always overlaps: digests are compared only for those that do
-        if q.tier == p.tier and q.priority == p.priority and q.selector.can_overlap(p.selector):
-            if q.digest == p.digest:
-                return
+#: ambiguities described per key; the others are counted
+SHOWN_AMBIGUITIES = 10
+
+
+def _merged(published: list[_Entry], added: list[_Entry], ambiguous: list[str]) -> list[_Entry]:
+    """One key's selector profiles with ``added`` among them: a profile identical to one
+    before it kept once, every ambiguity (equal tier and priority, selectors that can
+    overlap) described in ``ambiguous``. Only pairs :func:`overlapping_pairs` finds are
+    compared, so a key with thousands of thread ranges costs n log n."""
+    entries = published + added
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, entry in enumerate(entries):
+        groups.setdefault(entry.order, []).append(index)
+    duplicates, conflicts = set(), []
+    for members in groups.values():
+        if members[-1] < len(published):
+            continue  # nothing added here: what is published was checked when it was
+        pairs = overlapping_pairs([entries[index].profile.selector for index in members])
+        for first, second in ((members[a], members[b]) for a, b in pairs):
+            if second < len(published):
+                continue
+            p, q = entries[second].profile, entries[first].profile
+            if p.digest == q.digest:
+                duplicates.add(second)
+                continue
             conflicts.append(
                 f"{p.key}: profile {p.label} ({p.origin or 'api'}; {p.selector}) and "
                 f"profile {q.label} ({q.origin or 'api'}; {q.selector}) have the same tier "
                 f"({p.tier.label}) and priority ({p.priority}) and their selectors can "
-                f"match the same processor; give one a different priority or narrow a selector"
-            )
-    if conflicts:
-        ambiguous.extend(conflicts)
-    else:
-        entries.append(entry)
+                f"match the same processor; give one a different priority or narrow a selector")
+    ambiguous += conflicts[:SHOWN_AMBIGUITIES]
+    if len(conflicts) > SHOWN_AMBIGUITIES:
+        ambiguous.append(f"... and {len(conflicts) - SHOWN_AMBIGUITIES} more ambiguities of "
+                         f"{entries[0].profile.key}")
+    return [entry for index, entry in enumerate(entries) if index not in duplicates]
 
 
 default_registry = KernelTuningRegistry()

@@ -9,6 +9,7 @@ compiled-in defaults are always a valid, complete configuration.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -69,6 +70,8 @@ _NUMPY_NAMES = {
 }
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: configs a schema keeps by their values: the entries of a fleet's deployment file per key
+MEMO_SIZE = 4096
 
 
 def element_type_number(element_type: object) -> int:
@@ -376,6 +379,9 @@ class KernelTuningSchema:
     config_type: type
     parameters: Mapping[str, TuningParameter]
     defaults: Any
+    #: configs of values applied to the defaults, by the values: a deployment file's entry is
+    #: configured when it is checked and again when it is registered
+    _configured: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def from_config(cls, key: KernelTuningKey, config_type: type) -> KernelTuningSchema:
@@ -423,7 +429,21 @@ class KernelTuningSchema:
         complete: bool = False,
     ) -> Any:
         """A new config: ``base`` (the defaults unless given) with ``values`` applied."""
-        if not isinstance(values, Mapping | None):
+        if base is None and not complete and isinstance(values, dict | types.MappingProxyType):
+            try:
+                memo = tuple(values.items())
+                return self._configured[memo]
+            except (KeyError, TypeError):  # not configured yet, or a value no dict can hold
+                pass
+        config = self._configure(values, base, complete)
+        if base is None and not complete and len(self._configured) < MEMO_SIZE:
+            with contextlib.suppress(TypeError, AttributeError):
+                self._configured[tuple(values.items())] = config
+        return config
+
+    def _configure(self, values: Mapping[str, object] | None, base: object,
+                   complete: bool) -> Any:
+        if not isinstance(values, dict | types.MappingProxyType | Mapping | None):
             raise TuningValidationError([Problem("values", f"expected a mapping of parameter "
                                                            f"names, got {_kind(values)}")])
         values = values or {}
