@@ -34,7 +34,7 @@ from kerneltune.machine.descriptor_files import write_cpu_descriptor
 from kerneltune.machine.detect import get_cpu_descriptor
 from kerneltune.machine.selector_files import NamedSelector, read_selector, write_selector
 from kerneltune.machine.selectors import CpuSelector, Tier
-from kerneltune.pipeline import bake, calibrate_machine
+from kerneltune.pipeline import bake, calibrate_machine, validate_deployment_files
 from kerneltune.profiles.files import read_deployment_profile, write_deployment_profile
 from kerneltune.profiles.importer import import_deployment_profiles
 from kerneltune.profiles.model import DeploymentProfile, ProfileEntry
@@ -564,7 +564,6 @@ FOREIGN = {
                        "from another calibration (different arguments); ignored"),
     "another key set": (None, {"kernels": ["Step0", "Step1", "Step2", "Step3", "Step4"]},
                         "from another calibration (different arguments); ignored"),
-    "a damaged middle line": (_damage_line(3), {}, "line 3 is damaged; the checkpoint is ignored"),
     "an older kerneltune": (_edit_header(_older_kerneltune), {},
                             "from another calibration (different kerneltune); ignored"),
     "another processor": (_edit_header(_other_processor), {},
@@ -590,6 +589,80 @@ def test_a_foreign_or_damaged_checkpoint_is_ignored_whole_with_a_reason(tmp_path
     assert {key for _, key in machine.calls} == selected and len(machine.calls) == len(selected)
     assert {str(entry.key) for entry in read_deployment_profile(output).entries} == selected
     assert not _journal(output).exists()
+
+
+def _edit_record(edit):
+    """Line 3 of the journal (its second record) changed by ``edit(record)``."""
+    def damage(journal: Path) -> None:
+        lines = journal.read_text().split("\n")
+        record = json.loads(lines[2])
+        edit(record)
+        lines[2] = json.dumps(record)
+        journal.write_text("\n".join(lines))
+    return damage
+
+
+def _without(field):
+    return _edit_record(lambda record: record["report"].pop(field))
+
+
+def _relabelled(label):
+    return _edit_record(lambda record: record.update(key=label))
+
+
+def _refused_values(record):
+    record["report"]["values"] = {GRAIN: -5}
+
+
+def _other_threads(record):
+    record["threads"] = 7
+
+
+BAD_RECORDS = {
+    "a damaged line": (_damage_line(3), "not a record (damaged)"),
+    "a report without its key": (_without("key"), "not a calibration report"),
+    "a report without its values": (_without("values"), "not a calibration report"),
+    "a key this calibration does not measure": (
+        _relabelled("test_library/Step99/baseline/FLOAT (cpu, abi 1)"),
+        "Step99/baseline/FLOAT (cpu, abi 1) on 1 threads is not a key this calibration"),
+    "another key's report": (_relabelled("test_library/Step0/baseline/FLOAT (cpu, abi 1)"),
+                             "the report is of another key"),
+    "values the schema refuses": (_edit_record(_refused_values), "the report's values"),
+    "a thread count this calibration does not measure": (_edit_record(_other_threads),
+                                                          "on 7 threads is not a key"),
+}
+
+
+@pytest.mark.parametrize(("damage", "why"), BAD_RECORDS.values(), ids=BAD_RECORDS)
+def test_a_bad_record_is_reported_and_measured_again_and_the_others_resumed(tmp_path, damage,
+                                                                          why):
+    machine, output = ToyMachine(), tmp_path / "host.yaml"
+    machine.run(output, stop_after=4)
+    finished = _journaled(output)
+    damage(_journal(output))
+    result = machine.run(output)
+    (note,) = result.notes
+    assert note.startswith(f"{_journal(output)}: line 3: ") and why in note
+    assert note.endswith("; measured again")
+    assert [summary.resumed for summary in result.summaries] == [3]
+    measured = [key for _, key in machine.calls]
+    assert finished[1] in measured and not {finished[0], *finished[2:]} & set(measured)
+    assert len(measured) == len(machine.keys) - 3
+    assert validate_deployment_files([output], registry=machine.registry).ok
+    assert {str(entry.key) for entry in read_deployment_profile(output).entries} == {
+        str(key) for key in machine.keys}
+
+
+def test_a_journal_with_a_bad_record_is_rewritten_before_the_next_is_appended(tmp_path):
+    machine, output = ToyMachine(), tmp_path / "host.yaml"
+    machine.run(output, stop_after=4)
+    _damage_line(3)(_journal(output))
+    machine.run(output, stop_after=2)  # three resumed, the bad one and one more measured
+    lines = _journal(output).read_text().split("\n")
+    assert all(json.loads(line) for line in lines[:-1]) and lines[-1] == ""
+    assert len(_journaled(output)) == 5
+    result = machine.run(output)
+    assert result.notes == () and [s.resumed for s in result.summaries] == [5]
 
 
 def test_a_record_cut_short_by_a_crash_loses_only_that_key(tmp_path):

@@ -22,7 +22,7 @@ from typing import IO
 from .._support.files import write_atomically
 from ..calibration import CalibrationOptions, calibrate_kernel_thresholds, thread_counts
 from ..calibration.report import CalibrationReport
-from ..errors import ProfileError
+from ..errors import KernelTuningError, ProfileError
 from ..machine.descriptor import CpuDescriptor
 from ..machine.detect import get_cpu_descriptor
 from ..machine.selector_files import NamedSelector, processor_selector, read_selector
@@ -32,7 +32,8 @@ from ..profiles.files import write_deployment_profile
 from ..profiles.model import DeploymentProfile
 from ..tuning.keyfilter import KeyFilter
 from ..tuning.registry import KernelTuningRegistry, default_registry
-from .checkpoint import Checkpoint, identity_of
+from ..tuning.schema import KernelTuningKey
+from .checkpoint import Checkpoint, RecordCheck, identity_of
 
 #: where profiles go unless ``output`` says otherwise
 PROFILES_DIRECTORY = Path("profiles")
@@ -114,8 +115,9 @@ def calibrate_machine(
     keys = list(filter(selection.matches, registry.snapshot().keys()))
     arguments = {"selector": named.selector.to_dict(), "name": name, "threads": matrix,
                  "options": options.to_dict(), "keys": sorted(map(str, keys))}
-    checkpoint, note = Checkpoint.open(profile_path.with_suffix(".checkpoint.jsonl"),
-                                       identity_of(arguments, processor.to_dict()), restart)
+    checkpoint, notes = Checkpoint.open(profile_path.with_suffix(".checkpoint.jsonl"),
+                                        identity_of(arguments, processor.to_dict()), restart,
+                                        check=_resumable(keys, matrix, registry))
     reporter = _Progress(progress if progress is not None else sys.stderr, len(keys))
     batches, summaries = [], []
     try:
@@ -133,7 +135,36 @@ def calibrate_machine(
                      + "\n")
     checkpoint.close(remove=True)
     return MachineCalibration(profile, profile_path, reports_path, tuple(summaries),
-                              (note,) if note else ())
+                              notes)
+
+
+def _resumable(keys: Sequence[KernelTuningKey], matrix: Sequence[int],
+               registry: KernelTuningRegistry) -> RecordCheck:
+    """What a checkpoint record must be to be resumed: a report this calibration would have
+    written, of one of its keys and thread counts, with values the key's schema accepts."""
+    by_label = {str(key): key for key in keys}
+    snapshot = registry.snapshot()
+
+    def check(threads: int, label: str, report: object) -> str | None:
+        key = by_label.get(label)
+        if threads not in matrix or key is None:
+            return f"{label} on {threads} threads is not a key this calibration measures"
+        decisions = report.get("decisions") if isinstance(report, dict) else None
+        if (not isinstance(report, dict) or not isinstance(report.get("key"), dict)
+                or not isinstance(report.get("values"), dict)
+                or not isinstance(decisions, list)
+                or not all(isinstance(d, dict) and {"parameter", "changed"} <= d.keys()
+                           for d in decisions)):
+            return "not a calibration report (its key, values and decisions)"
+        try:
+            if KernelTuningKey.from_dict(report.get("key")) != key:
+                return f"the report is of another key than {label}"
+            snapshot.schema(key).configure(report["values"])
+        except (KernelTuningError, TypeError, ValueError) as error:
+            return f"the report's values: {error}"
+        return None
+
+    return check
 
 
 def _calibrate_count(count: int, keys: Sequence, options: CalibrationOptions,

@@ -4,25 +4,31 @@ A farm runner may be preempted (SIGTERM, SIGKILL) at any point. The checkpoint
 is a journal: a header line naming what is being calibrated (the arguments,
 the processor, the kerneltune version), then one line per finished key, each
 appended and fsynced before the next key starts. A line cut by a crash is the
-only thing lost; a journal of other arguments, another processor or another
-kerneltune, or one damaged anywhere but its last line, is reported and ignored
-whole, never half-used.
+only thing lost. A journal of other arguments, another processor or another
+kerneltune is reported and ignored whole; a record that is not what this
+calibration would have written (damaged, of a key or thread count it does not
+calibrate, a report of another shape or with values the schema refuses) is
+reported, dropped from the journal and measured again, never resumed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from .._support.documents import read_bounded
+from .._support.files import write_atomically
 from .._support.version import __version__
 
 FORMAT = "kerneltune-calibration-checkpoint"
 SCHEMA_VERSION = 1
+
+#: why a record (threads, key label, report) cannot be resumed, or None when it can
+RecordCheck = Callable[[int, str, object], "str | None"]
 
 
 @dataclass
@@ -35,24 +41,28 @@ class Checkpoint:
     _stream: IO[str] | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, path: Path, identity: Mapping[str, object], restart: bool = False
-             ) -> tuple[Checkpoint, str | None]:
+    def open(cls, path: Path, identity: Mapping[str, object], restart: bool = False,
+             check: RecordCheck | None = None) -> tuple[Checkpoint, tuple[str, ...]]:
         """Resume the journal at ``path`` if it is this calibration's, else start one.
 
-        Returns the checkpoint and, when an existing journal was set aside, why.
+        ``check`` judges each record; one it refuses is dropped. Returns the
+        checkpoint and what was set aside, and why.
         """
-        note = None
+        notes: list[str] = []
         reports: dict[int, dict[str, dict]] = {}
+        complete, dropped = 0, False
         if restart and path.exists():
-            note = f"{path}: discarded (--restart)"
+            notes.append(f"{path}: discarded (--restart)")
         elif path.exists():
-            reports, note, complete = _read(path, identity)
-            if reports:
-                # a record cut by a crash is dropped before the next one is appended
-                os.truncate(path, complete)
+            reports, notes, complete, dropped = _read(path, identity, check)
         checkpoint = cls(path, dict(identity), reports)
+        if dropped and reports:
+            checkpoint._rewrite()
+        elif reports:
+            # a record cut by a crash is dropped before the next one is appended
+            os.truncate(path, complete)
         checkpoint._start(fresh=not reports)
-        return checkpoint, note
+        return checkpoint, tuple(notes)
 
     @property
     def resumed(self) -> int:
@@ -74,34 +84,47 @@ class Checkpoint:
         if remove:
             self.path.unlink(missing_ok=True)
 
+    def _header(self) -> dict[str, object]:
+        return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "identity": self.identity}
+
+    def _rewrite(self) -> None:
+        """The journal again with the records kept alone, replacing the one read."""
+        lines = [self._header()] + [{"threads": threads, "key": key, "report": report}
+                                    for threads, keys in self.reports.items()
+                                    for key, report in keys.items()]
+        write_atomically(self.path, "".join(_line(record) for record in lines))
+
     def _start(self, fresh: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if fresh:
             self._stream = self.path.open("w", encoding="utf-8")
-            self._append({"format": FORMAT, "schema_version": SCHEMA_VERSION,
-                          "identity": self.identity})
+            self._append(self._header())
         else:
             self._stream = self.path.open("a", encoding="utf-8")
 
     def _append(self, record: Mapping[str, object]) -> None:
         assert self._stream is not None
-        self._stream.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        self._stream.write(_line(record))
         self._stream.flush()
         os.fsync(self._stream.fileno())
 
 
-def _read(path: Path, identity: Mapping[str, object]
-          ) -> tuple[dict[int, dict[str, dict]], str | None, int]:
-    """The finished reports of a journal that is this calibration's, or why it is not,
-    and the length in bytes of its complete lines."""
+def _line(record: Mapping[str, object]) -> str:
+    return json.dumps(record, sort_keys=True, default=str) + "\n"
+
+
+def _read(path: Path, identity: Mapping[str, object], check: RecordCheck | None
+          ) -> tuple[dict[int, dict[str, dict]], list[str], int, bool]:
+    """The finished reports of a journal that is this calibration's, what was set aside and
+    why, the length in bytes of its complete lines, and whether records were dropped."""
     contents = read_bounded(path, "calibration checkpoint")
     if contents.data is None:
-        return {}, f"{'; '.join(map(str, contents.problems))}; ignored", 0
+        return {}, [f"{'; '.join(map(str, contents.problems))}; ignored"], 0, False
     data = contents.data
     try:
         lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError as error:
-        return {}, f"{path}: unreadable ({error}); ignored", 0
+        return {}, [f"{path}: unreadable ({error}); ignored"], 0, False
     # the last piece has no newline after it: empty, or the write a crash cut short
     complete = lines[:-1]
     length = data.rfind(b"\n") + 1
@@ -110,25 +133,41 @@ def _read(path: Path, identity: Mapping[str, object]
     except ValueError:
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        return {}, f"{path}: not a calibration checkpoint; ignored", 0
+        return {}, [f"{path}: not a calibration checkpoint; ignored"], 0, False
     if header.get("schema_version") != SCHEMA_VERSION:
-        return {}, f"{path}: checkpoint version {header.get('schema_version')!r}; ignored", 0
+        return {}, [f"{path}: checkpoint version {header.get('schema_version')!r}; ignored"], \
+            0, False
     theirs = json.loads(json.dumps(header.get("identity"), sort_keys=True))
     ours = json.loads(json.dumps(identity, sort_keys=True, default=str))
     if theirs != ours:
         differing = sorted(name for name in {*ours, *(theirs or {})}
                            if (theirs or {}).get(name) != ours.get(name))
-        return {}, (f"{path}: from another calibration (different {', '.join(differing)}); "
-                    f"ignored"), 0
+        return {}, [f"{path}: from another calibration (different {', '.join(differing)}); "
+                    f"ignored"], 0, False
     reports: dict[int, dict[str, dict]] = {}
+    notes = []
     for number, line in enumerate(complete[1:], start=2):
-        try:
-            record = json.loads(line)
-            reports.setdefault(int(record["threads"]), {})[str(record["key"])] = dict(
-                record["report"])
-        except (ValueError, KeyError, TypeError):
-            return {}, f"{path}: line {number} is damaged; the checkpoint is ignored", 0
-    return reports, None, length
+        why = _record_problem(line, check)
+        if why is not None:
+            notes.append(f"{path}: line {number}: {why}; measured again")
+            continue
+        record = json.loads(line)
+        reports.setdefault(record["threads"], {})[record["key"]] = record["report"]
+    return reports, notes, length, bool(notes)
+
+
+def _record_problem(line: str, check: RecordCheck | None) -> str | None:
+    """Why a journal line cannot be resumed, or None."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return "not a record (damaged)"
+    if not isinstance(record, dict) or set(record) != {"threads", "key", "report"}:
+        return "not a record: expected the fields threads, key and report"
+    threads, key, report = record["threads"], record["key"], record["report"]
+    if type(threads) is not int or not isinstance(key, str) or not isinstance(report, dict):
+        return "not a record: expected an integer thread count, a key and a report"
+    return check(threads, key, report) if check is not None else None
 
 
 def identity_of(arguments: Mapping[str, object], processor: Mapping[str, object]
