@@ -246,16 +246,27 @@ def test_cache_set_inspect_load_remove(cache):
     assert again.returncode == 0 and "not_found" in again.stdout
 
 
-def test_cache_commands_fail_on_a_file_they_cannot_read(cache):
+def test_cache_load_loads_the_file_its_path_names(tmp_path):
+    other = tmp_path / "other.yaml"
+    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--dtype", "FLOAT",
+                          "parallel.minimum_elements=4096", "--path", other)
+    assert done.returncode == 0, done.stderr
+    loaded = _json(run_kerneltune("cache", "load", "--path", other, "--json"))
+    assert (loaded["status"], loaded["path"], len(loaded["loaded"])) == ("loaded", str(other), 1)
+
+
+def test_cache_commands_fail_on_a_file_they_cannot_read_naming_it_on_stderr(cache):
     cache.write_text("entries: [1, 2\n", encoding="utf-8")
     before = cache.read_bytes()
     for action in ("inspect", "load"):
         done = run_kerneltune("cache", action, cache=cache)
         assert done.returncode == 1, (action, done.stdout, done.stderr)
-        assert str(cache) in done.stdout
+        assert f"{cache}: malformed" in done.stdout
+        assert f"kerneltune cache {action}: {cache}: not plain YAML" in done.stderr
     done = run_kerneltune("cache", "set", "--kernel", "Abs", "--dtype", "FLOAT",
                           "parallel.minimum_elements=4096", cache=cache)
     assert done.returncode == 1 and cache.read_bytes() == before  # nothing lost
+    assert f"kerneltune cache set: {cache}" in done.stderr and "not plain YAML" not in done.stdout
 
 
 # --- profiles ---------------------------------------------------------------------------------

@@ -247,7 +247,24 @@ def test_a_damaged_record_costs_a_verification_and_nothing_else(shipped):
     calibration.calls = 0
     again = _verify(shipped)
     assert _outcomes(again)[FAST_KEY] == KEPT and again.measured == 1 and not again.problems
+    assert again.record_status == "malformed"
+    (warning,) = [w for w in again.warnings if str(record) in w]
+    assert "not plain YAML" in warning and warning.endswith("measured again, and it is replaced")
     assert json.loads(record.read_text())["verified"][0]["keys"] == [FAST_KEY.to_dict()]
+    third = _verify(shipped)
+    assert third.record_status == "ok" and third.measured == 0
+    assert not [w for w in third.warnings if str(record) in w]
+
+
+def test_a_fifo_at_the_record_path_is_reported_and_replaced_never_read(shipped):
+    deployment, cache, calibration, _ = shipped
+    record = cache.with_name("kernel_tuning.verified.yaml")
+    record.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(record)
+    report = _verify(shipped)
+    assert report.record_status == "unreadable" and report.measured == 2  # every key
+    assert any("a FIFO, not a regular file" in w for w in report.warnings)
+    assert record.is_file() and json.loads(record.read_text())["verified"]
 
 
 def test_a_cached_value_for_this_execution_wins_and_is_not_measured(shipped):

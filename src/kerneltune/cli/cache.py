@@ -23,6 +23,7 @@ from .common import (
     parse_value,
     print_json,
     table,
+    warn,
 )
 
 #: statuses of a cache that can be read (a missing or disabled cache is not a failure)
@@ -42,18 +43,20 @@ def _entries(entries: Iterable[CacheEntry]) -> str:
 
 def _print(args: argparse.Namespace, report, summary: str = "",
            entries: Sequence[CacheEntry] = (), rejected: Sequence[str] = ()) -> None:
-    """A cache report: JSON, or its status line, entries, rejected entries and problems."""
+    """A cache report: JSON, or its status line and entries; the entries it left out and
+    its problems go to stderr."""
     if args.json:
         print_json(report.to_dict())
-        return
-    print(f"{_where(report.path)}: {report.status}{summary}")
-    if entries:
-        print(_entries(entries))
+    else:
+        print(f"{_where(report.path)}: {report.status}{summary}")
+        if entries:
+            print(_entries(entries))
+    command = f"cache {args.action}"
     for label in rejected:
         for entry in getattr(report, label):
-            print(f"  {label} entry {entry.index}: {entry.reason}")
+            warn(command, f"{label} entry {entry.index}: {entry.reason}")
     for problem in report.problems:
-        print(f"  {problem}")
+        warn(command, problem)
 
 
 def _path(args: argparse.Namespace) -> int:
@@ -74,7 +77,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> int:
-    report = load_kernel_tuning_cache(args.path)
+    report = load_kernel_tuning_cache(path=args.path)
     _print(args, report, f", {len(report.loaded)} entries published for this processor, "
                          f"{len(report.incompatible)} for others, {len(report.missing)} keys "
                          f"without an entry for this execution",

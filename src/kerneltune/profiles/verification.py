@@ -32,7 +32,7 @@ import filelock
 from threadpoolctl import threadpool_limits
 
 from .._support.checks import is_count
-from .._support.documents import DocumentFormat, read_document
+from .._support.documents import Document, DocumentFormat, read_document
 from .._support.files import file_lock, write_atomically
 from ..cache.entries import VERIFICATION
 from ..cache.kernel_tuning_cache import (
@@ -117,7 +117,9 @@ class VerificationReport:
     """What a verification found per key, what it wrote, and every problem met.
 
     ``cache`` is the update that wrote the demotions (None when there was
-    none to write); ``record`` is the file holding the verified keys.
+    none to write); ``record`` is the file holding the verified keys, and
+    ``record_status`` what reading it found (``ok``, ``not_found``, or why it
+    could not be used: its keys are then measured again, and it is replaced).
     """
 
     execution: CpuExecutionDescriptor
@@ -128,6 +130,7 @@ class VerificationReport:
     record: str | None = None
     problems: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    record_status: str | None = None
 
     def _with(self, outcome: str) -> tuple[KeyVerification, ...]:
         return tuple(row for row in self.keys if row.outcome == outcome)
@@ -163,8 +166,8 @@ class VerificationReport:
                 "keys": [row.to_dict() for row in self.keys], "seconds": self.seconds,
                 "measured": self.measured,
                 "cache": None if self.cache is None else self.cache.to_dict(),
-                "record": self.record, "problems": list(self.problems),
-                "warnings": list(self.warnings)}
+                "record": self.record, "record_status": self.record_status,
+                "problems": list(self.problems), "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -236,7 +239,7 @@ def verify_deployment_profiles(
         inspection.entries, KeyFilter(), execution, from_files, inspection.path,
         all_thread_counts=False).usable}
     record = _record_path(target)
-    verified = _read_record(record, execution)
+    verified, record_status, record_warnings = _read_record(record, execution)
     rows, queue = [], []
     for candidate in _candidates(from_files, execution, imported.files):
         row = _settled(candidate, cached.get(candidate.key), verified, force)
@@ -257,7 +260,8 @@ def verify_deployment_profiles(
     return VerificationReport(execution, imported.files, tuple(sorted(rows, key=_order)),
                               time.perf_counter() - start, update,
                               None if record is None else str(record), tuple(problems),
-                              (warning,) if warning else ())
+                              (*record_warnings, *([warning] if warning else ())),
+                              record_status)
 
 
 def _files(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None
@@ -448,12 +452,13 @@ def _record_path(cache: Path | None) -> Path | None:
     return None if cache is None else cache.with_name(f"{cache.stem}.verified{cache.suffix}")
 
 
-def _read_groups(record: Path) -> list[dict]:
-    """The record's groups as read; anything unreadable counts as no record."""
+def _read_groups(record: Path) -> tuple[list[dict], Document]:
+    """The record's groups as read (anything unreadable counts as no record), and what
+    reading it found."""
     document = read_document(record, RECORD_FORMAT)
     if document.status != "ok":
-        return []
-    return [group for group in document.data["verified"] if isinstance(group, dict)]
+        return [], document
+    return [group for group in document.data["verified"] if isinstance(group, dict)], document
 
 
 def _group_of(group: Mapping, execution: CpuExecutionDescriptor
@@ -469,12 +474,16 @@ def _group_of(group: Mapping, execution: CpuExecutionDescriptor
 
 
 def _read_record(record: Path | None, execution: CpuExecutionDescriptor
-                 ) -> dict[str, frozenset[KernelTuningKey]]:
-    """The keys verified on this execution, by file digest."""
+                 ) -> tuple[dict[str, frozenset[KernelTuningKey]], str | None, tuple[str, ...]]:
+    """The keys verified on this execution, by file digest; the record's status; a warning
+    when it could not be used, before the next write replaces it."""
     if record is None:
-        return {}
-    found = (_group_of(group, execution) for group in _read_groups(record))
-    return dict(group for group in found if group is not None)
+        return {}, None, ()
+    groups, document = _read_groups(record)
+    warnings = tuple(f"{problem}; the keys it held are measured again, and it is replaced"
+                     for problem in document.problems)
+    found = (_group_of(group, execution) for group in groups)
+    return dict(group for group in found if group is not None), document.status, warnings
 
 
 def _write_record(record: Path | None, execution: CpuExecutionDescriptor,
@@ -493,7 +502,7 @@ def _write_record(record: Path | None, execution: CpuExecutionDescriptor,
         record.parent.mkdir(parents=True, exist_ok=True)  # the lock file goes there too
         with file_lock(record, LOCK_TIMEOUT):
             groups = []
-            for group in _read_groups(record):
+            for group in _read_groups(record)[0]:
                 found = _group_of(group, execution)
                 if found is not None and found[0] in kept:
                     kept[found[0]] |= found[1]
