@@ -404,6 +404,37 @@ def test_a_bake_is_deterministic_read_only_and_imports_as_its_profiles_do(tmp_pa
     assert len(_registered(from_bake)) == 20
 
 
+def test_a_baked_file_is_read_only_before_it_appears_under_its_name(tmp_path, monkeypatch):
+    profiles = [_written(tmp_path / "zen4-farm.yaml", ZEN4)]
+    modes = []
+    replace = os.replace
+
+    def watched(source, target):
+        modes.append(stat.S_IMODE(os.stat(source).st_mode))
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", watched)
+    assert _bake(profiles, tmp_path / "out" / "deployment.yaml").written
+    assert modes == [0o444]
+
+
+@pytest.mark.parametrize("writer", ["profile", "bake"])
+def test_the_next_writer_removes_a_killed_writer_s_temporaries(tmp_path, writer):
+    target = tmp_path / "out" / "target.yaml"
+    target.parent.mkdir()
+    leftovers = [target.with_name(f"target.yaml.{n:016x}.tmp") for n in (1, 2)]
+    for leftover in leftovers:
+        leftover.write_text("half a file")
+    other = target.with_name("other.yaml.0000000000000003.tmp")
+    other.write_text("another file's")
+    if writer == "profile":
+        _written(target, ZEN4)
+    else:
+        assert _bake([_written(tmp_path / "zen4-farm.yaml", ZEN4)], target).written
+    assert not any(leftover.exists() for leftover in leftovers) and other.exists()
+    assert target.is_file()
+
+
 # --- a calibration preempted and resumed -----------------------------------------------------
 
 STEPS = 10  # toy keys of a calibration process: Step0, Step1, ...

@@ -443,3 +443,33 @@ def test_a_folder_in_the_variable_imports_its_yaml_files_in_order(tmp_path):
         (tmp_path / name).write_text("")
     assert [p.name for p in profile_paths(f"{tmp_path}{os.pathsep}{tmp_path / 'x.yaml'}")] == [
         "a.yaml", "b.yaml", "x.yaml"]
+
+
+# --- implementations the library cannot have ------------------------------------------------
+
+
+def test_an_entry_for_an_isa_variant_that_does_not_exist_is_refused_by_import_and_bake(tmp_path):
+    import dataclasses
+
+    from kerneltune.kernels import register_library
+    from kerneltune.machine import processor_selector
+    from kerneltune.pipeline import bake
+
+    registry = KernelTuningRegistry()
+    register_library(registry)
+    keys = registry.snapshot().keys()
+    abs_float = next(key for key in keys
+                     if key.kernel == "Abs" and key.element_type_name == "FLOAT")
+    selector = processor_selector(get_cpu_descriptor()).selector
+    entries = [ProfileEntry(dataclasses.replace(abs_float, implementation=variant), (1, 1),
+                            {"parallel.minimum_elements": 8192})
+               for variant in ("baseline", "x86_64_v9")]
+    path = write_deployment_profile(DeploymentProfile("farm", selector, tuple(entries)),
+                                    tmp_path / "farm.yaml")
+    (file,) = import_deployment_profiles(path, registry=registry).files
+    assert file.status == "rejected" and file.imported == 0
+    assert any("entry 1" in p and "unknown implementation x86_64_v9 of kerneltune_cpu" in p
+               for p in file.problems)
+    baked = bake([path], tmp_path / "deployment.yaml", registry=registry)
+    assert not baked.written
+    assert any("unknown implementation x86_64_v9" in p for p in baked.problems)

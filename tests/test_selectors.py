@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import execution, processor
 from kerneltune.errors import TuningValidationError
-from kerneltune.machine.selectors import CpuSelector, Tier
+from kerneltune.machine.selectors import CpuSelector, Tier, overlapping_pairs
 
 
 def test_spellings_are_canonicalised():
@@ -162,3 +164,33 @@ def test_disjoint_selectors_cannot_overlap(a, b):
 def test_possibly_shared_processors_overlap(a, b):
     assert CpuSelector(**a).can_overlap(CpuSelector(**b))
     assert CpuSelector(**b).can_overlap(CpuSelector(**a))
+
+
+# --- pairs that can overlap, found without comparing every pair ------------------------------
+
+_FIELDS = st.fixed_dictionaries({}, optional={
+    "vendor": st.sampled_from(["amd", "intel"]),
+    "family": st.sampled_from([6, 25, 26]),
+    "models": st.lists(st.sampled_from([1, 17, 85, 143]), min_size=1, max_size=2, unique=True),
+    "required_features": st.sampled_from([["avx2"], ["avx512f"]]),
+    "excluded_features": st.sampled_from([["avx512f"]]),
+})
+
+
+@st.composite
+def _selectors(draw) -> CpuSelector:
+    fields = draw(_FIELDS)
+    low = draw(st.integers(1, 8))
+    high = draw(st.integers(low, 9))
+    try:
+        return CpuSelector(**fields, minimum_threads=low, maximum_threads=high)
+    except TuningValidationError:  # contradictory fields: a plain selector instead
+        return CpuSelector(minimum_threads=low, maximum_threads=high)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_selectors(), max_size=12))
+def test_overlapping_pairs_are_exactly_the_pairs_that_can_overlap(selectors):
+    every_pair = [(i, j) for i in range(len(selectors)) for j in range(i + 1, len(selectors))
+                  if selectors[i].can_overlap(selectors[j])]
+    assert overlapping_pairs(selectors) == every_pair
