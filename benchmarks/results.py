@@ -138,8 +138,9 @@ def plain(value: Any) -> Any:
 class Recorder:
     """One run's figures, collected as the benchmark prints them."""
 
-    def __init__(self, script: str, arguments: argparse.Namespace):
-        self.benchmark = Path(script).stem
+    def __init__(self, script: str, arguments: argparse.Namespace, mode: str | None = None):
+        # a mode of a script is a benchmark of its own, with a results file of its own
+        self.benchmark = Path(script).stem + (f"-{mode}" if mode else "")
         options = vars(arguments)
         self.json: Path | None = options.get("json")
         self.save: bool = options.get("save", False)

@@ -13,8 +13,12 @@ value that is not used is never a silent mystery.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
+import types
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .cache.kernel_tuning_cache import CacheLoadReport, load_kernel_tuning_cache
@@ -40,6 +44,7 @@ class StartupReport:
     ``cache`` is the load report of the default cache and ``profiles`` the
     import report of ``KERNELTUNE_DEPLOYMENT_PROFILES`` (None when it is not
     set, or when loading failed outright; the reason is then in ``problems``).
+    ``seconds`` is what each step took: ``library``, ``profiles``, ``cache``.
     """
 
     implementation: str | None
@@ -47,6 +52,7 @@ class StartupReport:
     problems: tuple[str, ...]
     cache: CacheLoadReport | None = None
     profiles: ProfileImportReport | None = None
+    seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 def _library(registry: KernelTuningRegistry) -> tuple[str | None, int, list[str]]:
@@ -90,11 +96,17 @@ def _profiles(registry: KernelTuningRegistry) -> tuple[ProfileImportReport | Non
 
 
 def initialise(registry: KernelTuningRegistry) -> StartupReport:
+    seconds = {}
+    start = time.perf_counter()
     implementation, count, problems = _library(registry)
+    seconds["library"], start = time.perf_counter() - start, time.perf_counter()
     profiles, profile_problems = _profiles(registry)
+    seconds["profiles"], start = time.perf_counter() - start, time.perf_counter()
     cache, cache_problems = _cache(registry)
+    seconds["cache"] = time.perf_counter() - start
     return StartupReport(implementation, count,
-                         tuple(problems + profile_problems + cache_problems), cache, profiles)
+                         tuple(problems + profile_problems + cache_problems), cache, profiles,
+                         types.MappingProxyType(seconds))
 
 
 def announce(report: StartupReport) -> None:

@@ -65,8 +65,9 @@ INDEX_FIELDS: Mapping[str, type | tuple[type, ...]] = {
     "libraries": list, "entries": int, "offset": int, "length": int, "sha256": str}
 #: what separates two sections in the body
 _SEPARATOR = b",\n"
-#: a header line of kerneltune's layout: ``"name": value,``, or ``"name": [`` opening a list
-_FIELD_LINE = re.compile(rb' *("[a-z_]+"): (.*?)(,?)\n')
+#: the start of a header line of kerneltune's layout: ``"name": `` (then a value and a comma,
+#: or ``[`` opening a list)
+_FIELD_NAME = re.compile(rb' *("[a-z_]+"): ')
 #: what follows the last section: the end of the list, then the coverage table
 _TAIL = re.compile(rb'\n? \],\n "coverage": (.*)\n\}\n', re.DOTALL)
 
@@ -215,10 +216,12 @@ def _header(stream: BinaryIO, limit: int) -> tuple[dict[str, Any], str, int] | N
     while True:
         line = stream.readline(limit + 1)
         position += len(line)
-        match = _FIELD_LINE.fullmatch(line)
-        if match is None or len(line) > limit:
+        match = _FIELD_NAME.match(line)
+        if match is None or len(line) > limit or not line.endswith(b"\n"):
             return None
-        name, value, comma = json.loads(match[1]), match[2], match[3]
+        name, value = json.loads(match[1]), line[match.end():-1]
+        comma = value.endswith(b",")
+        value = value[:-1] if comma else value
         if value == b"[" and not comma:
             return fields, name, position
         try:

@@ -156,7 +156,18 @@ class _Registered:
         self.abis = snapshot.tuning_abis()
 
     def wanted(self, processor: CpuDescriptor, row: IndexRow) -> bool:
-        """Whether a profile can apply to ``processor`` here, from its index row alone."""
+        """Whether a profile can apply to ``processor`` here, from its index row alone.
+
+        The fields a fleet's selectors differ in are compared as written first (the bake
+        writes them canonical): most rows are another processor's, told so without
+        building their selector.
+        """
+        fields = row.selector
+        if any(name in fields and fields[name] != getattr(processor, name)
+               for name in ("architecture", "vendor", "family")):
+            return False
+        if fields.get("models") and processor.model not in fields["models"]:
+            return False
         try:
             selector = _selector(json.dumps(row.selector, sort_keys=True))
         except (TuningValidationError, TypeError, ValueError):
