@@ -106,6 +106,9 @@ VIEWS = {
                                        "p50_over_alone"))),
     "bench_wait_policy": (View("policies", ("setting", "neighbour", "model", "p50_us",
                                             "p90_us", "p99_us", "p50_ratio")),),
+    "bench_profiles-fleet": (View("fleet", ("types", "entries", "file_mib", "bake_s",
+                                            "validate_s", "import_ms", "import_none_ms",
+                                            "import_overhead_ms", "resolve_ns")),),
     "bench_store": (
         View("lookup", ("profiles", "lookup_ns", "dict_ns", "over_dict", "rejected_us")),
         View("store", ("profiles", "store_ms", "write_ms", "over_write", "load_ms", "file_kib"))),
@@ -218,8 +221,11 @@ def provenance(run: Mapping[str, Any]) -> str:
             f"environment: {environment or 'none set'}; arguments: {arguments or 'none'}.")
 
 
-def section(run: Mapping[str, Any]) -> list[str]:
-    lines = [f"### {machine_name(run)}", "", provenance(run), ""]
+def section(run: Mapping[str, Any], script: str) -> list[str]:
+    """A run's figures; a mode of the script (``bench_profiles-fleet``) says so in its title."""
+    mode = run["benchmark"][len(script) + 1:]
+    title = f"{mode} mode, {machine_name(run)}" if mode else machine_name(run)
+    lines = [f"### {title}", "", provenance(run), ""]
     if run["targets"]:
         lines += [*markdown_table(("target", "limit", "met", "worst", "missed"),
                                   target_groups(run["targets"])), ""]
@@ -271,8 +277,9 @@ def document(runs: list[dict[str, Any]]) -> str:
         *headline(runs),
     ]
     for script in scripts:
-        sections = [line for run in runs if run["benchmark"] == script.stem
-                    for line in section(run)]
+        sections = [line for run in runs
+                    if run["benchmark"].partition("-")[0] == script.stem
+                    for line in section(run, script.stem)]
         lines += ["", f"## {script.stem}", "", usage(script)[0], ""]
         lines += sections or ["Not run yet on any machine.", ""]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).rstrip("\n") + "\n"
