@@ -152,3 +152,103 @@ def test_a_fifo_given_to_a_command_is_a_failure_naming_it(tmp_path, command):
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert str(fifo) in done.stderr and "FIFO" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# --- what a damaged or foreign deployment file holds -------------------------------------------
+
+
+def _baked(tmp_path: Path, good: Path) -> Path:
+    from kerneltune.pipeline import bake
+
+    output = tmp_path / "baked" / "deployment.yaml"
+    assert bake([good], output).written
+    return output
+
+
+def _edited(path: Path, edit) -> Path:
+    """A writable copy of ``path`` with its index line changed by ``edit(rows)``."""
+    lines = path.read_bytes().split(b"\n")
+    index = next(i for i, line in enumerate(lines) if line.startswith(b' "index": '))
+    rows = json.loads(lines[index][len(b' "index": '):-1])
+    edit(rows)
+    lines[index] = b' "index": ' + json.dumps(rows, sort_keys=True).encode() + b","
+    copy = path.with_name("edited.yaml")
+    copy.write_bytes(b"\n".join(lines))
+    return copy
+
+
+def _set(field, value):
+    def edit(rows):
+        rows[0][field] = value
+    return edit
+
+
+def _selector_models(rows):
+    rows[0]["selector"]["models"] = rows[0]["selector"]["models"][0]
+
+
+@pytest.mark.parametrize(("edit", "why"), [
+    (_selector_models, "the index describes another profile"),
+    (_set("selector", [1]), "index.selector"),
+    (_set("implementations", [[1]]), "index.implementations"),
+    (_set("implementations", ["x86_64_v9"]), "the index describes another profile"),
+    (_set("entries", 5), "the index describes another profile"),
+    (_set("offset", 3), "the section is not what the index says"),
+])
+def test_an_index_that_lies_is_a_problem_of_its_file_never_an_exception(tmp_path, good, edit,
+                                                                         why):
+    from kerneltune.pipeline import validate_deployment_files
+
+    edited = _edited(_baked(tmp_path, good), edit)
+    report = validate_deployment_files([edited])
+    assert not report.ok and any(why in problem for problem in report.problems), report
+    files = start(edited, good)
+    assert files[0][1] == "malformed" or files[0][2] == 0
+    _the_good_one_imported(files, good)
+
+
+def test_an_index_nested_past_the_parser_is_malformed(tmp_path, good):
+    baked = _baked(tmp_path, good)
+    text = baked.read_bytes().replace(b' "index": [', b' "index": ' + b"[" * 100_000 + b"[", 1)
+    deep = tmp_path / "deep.yaml"
+    deep.write_bytes(text)
+    files = start(deep, good)
+    assert files[0][1] == "malformed"
+    _the_good_one_imported(files, good)
+
+
+def test_a_header_over_the_limit_is_refused_before_the_rest_is_read(tmp_path, good):
+    header = tmp_path / "long-header.yaml"
+    with header.open("wb") as stream:
+        stream.write(b'{\n "format": "kerneltune-deployment-profile",\n')
+        for number in range(2000):
+            stream.write(b' "field%d": "%s",\n' % (number, b"x" * 1000))
+    files = start(header, good, KERNELTUNE_MAX_FILE_BYTES="1M")
+    assert files[0][1] == "too_large"
+    _the_good_one_imported(files, good)
+
+
+def test_a_profile_in_another_spelling_of_this_processor_imports(tmp_path, good):
+    text = good.read_text(encoding="utf-8")
+    host = get_cpu_descriptor()
+    spelled = {"amd": "AuthenticAMD", "intel": "GenuineIntel"}.get(host.vendor, host.vendor)
+    other = tmp_path / "spelled.yaml"
+    other.write_text(text.replace(f'"vendor": "{host.vendor}"', f'"vendor": "{spelled}"')
+                     .replace(f'"models": [{host.model}]', f'"models": {host.model}')
+                     .replace('"name": "good"', '"name": "spelled"'), encoding="utf-8")
+    files = start(other)
+    assert files == [[str(other), "imported", 1, ""]]
+
+
+def test_a_version_1_deployment_file_is_read_whole(tmp_path, good):
+    document = json.loads(good.read_text(encoding="utf-8"))
+    first = tmp_path / "version-1.yaml"
+    first.write_text(json.dumps({"format": "kerneltune-deployment-file", "schema_version": 1,
+                                 "coverage": {}, "profiles": [document]}), encoding="utf-8")
+    read = read_profiles(first)
+    assert read.status == "ok" and [p.name for p in read.profiles] == ["good"]
+    assert start(first) == [[str(first), "imported", 1, ""]]
+
+
+def test_an_unreadable_size_limit_leaves_the_default(good):
+    assert start(good, KERNELTUNE_MAX_FILE_BYTES="²")[0][1] == "imported"

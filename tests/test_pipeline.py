@@ -649,6 +649,18 @@ def _other_threads(record):
     record["threads"] = 7
 
 
+def _decision_of_no_value(record):
+    record["report"]["decisions"] = [{"parameter": "no.such_parameter", "changed": True}]
+
+
+def _environment_of_another_shape(record):
+    record["report"]["environment"] = ["x"]
+
+
+def _measured_on_other_threads(record):
+    record["report"]["execution"]["effective_threads"] = 4
+
+
 BAD_RECORDS = {
     "a damaged line": (_damage_line(3), "not a record (damaged)"),
     "a report without its key": (_without("key"), "not a calibration report"),
@@ -661,6 +673,12 @@ BAD_RECORDS = {
     "values the schema refuses": (_edit_record(_refused_values), "the report's values"),
     "a thread count this calibration does not measure": (_edit_record(_other_threads),
                                                           "on 7 threads is not a key"),
+    "a decision of no value": (_edit_record(_decision_of_no_value),
+                               "a decision of the report names no parameter of its values"),
+    "an environment of another shape": (_edit_record(_environment_of_another_shape),
+                                        "not a calibration report"),
+    "a report measured on other threads": (_edit_record(_measured_on_other_threads),
+                                           "measured on 4 threads, not 1"),
 }
 
 

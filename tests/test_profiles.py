@@ -473,3 +473,9 @@ def test_an_entry_for_an_isa_variant_that_does_not_exist_is_refused_by_import_an
     baked = bake([path], tmp_path / "deployment.yaml", registry=registry)
     assert not baked.written
     assert any("unknown implementation x86_64_v9" in p for p in baked.problems)
+    # only for that variant: still read (and refused) on the host it is bound to
+    alone = write_deployment_profile(DeploymentProfile("farm", selector, tuple(entries[1:])),
+                                     tmp_path / "alone.yaml")
+    (file,) = import_deployment_profiles(alone, registry=registry,
+                                         processor=get_cpu_descriptor()).files
+    assert file.status == "rejected" and not file.unread

@@ -172,3 +172,13 @@ def test_config_must_be_a_frozen_dataclass_of_tunables():
     for config in (Mutable, Untagged, Listy, int):
         with pytest.raises(TypeError):
             KernelTuningSchema.from_config(toy_key(), config)
+
+
+@pytest.mark.parametrize("equal", [True, 1.0])
+def test_a_value_equal_to_one_configured_before_is_still_checked_by_its_type(equal):
+    schema = KernelTuningSchema.from_config(toy_key(), ToyConfig)
+    assert schema.configure({"parallel.minimum_elements": 1}).minimum_elements == 1
+    with pytest.raises(TuningValidationError, match="expected an integer"):
+        schema.configure({"parallel.minimum_elements": equal})
+    first = schema.configure({"parallel.minimum_elements": 4096})
+    assert schema.configure({"parallel.minimum_elements": 4096}) is first  # frozen: shared

@@ -172,6 +172,7 @@ _FIELDS = st.fixed_dictionaries({}, optional={
     "vendor": st.sampled_from(["amd", "intel"]),
     "family": st.sampled_from([6, 25, 26]),
     "models": st.lists(st.sampled_from([1, 17, 85, 143]), min_size=1, max_size=2, unique=True),
+    "microarchitecture": st.sampled_from(["zen3", "zen4", "icelake"]),
     "required_features": st.sampled_from([["avx2"], ["avx512f"]]),
     "excluded_features": st.sampled_from([["avx512f"]]),
 })
@@ -188,7 +189,7 @@ def _selectors(draw) -> CpuSelector:
         return CpuSelector(minimum_threads=low, maximum_threads=high)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(_selectors(), max_size=12))
 def test_overlapping_pairs_are_exactly_the_pairs_that_can_overlap(selectors):
     every_pair = [(i, j) for i in range(len(selectors)) for j in range(i + 1, len(selectors))

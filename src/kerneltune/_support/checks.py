@@ -12,7 +12,7 @@ import numbers
 
 def is_int(value: object) -> bool:
     """An integer (a Python int or a numpy integer), not a bool."""
-    # a plain int first: the ABC's check costs ten times as much, for every value a file holds
+    # a plain int first: the ABC's check is slow, and runs for every value a file holds
     return type(value) is int or (isinstance(value, numbers.Integral)
                                   and not isinstance(value, bool))
 

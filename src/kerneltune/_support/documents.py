@@ -72,6 +72,15 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return mapping
 
 
+def strict_json(text: str | bytes) -> object:
+    """A JSON value, refusing what :func:`parse_text` refuses of JSON (a duplicate key, a
+    nesting deeper than the parser goes): ``ValueError`` names it."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=float)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def parse_text(text: str) -> tuple[object, str | None]:
     """Plain data from a file's text, or why it is not plain YAML.
 
@@ -169,7 +178,7 @@ def maximum_bytes() -> int:
     """
     text = os.environ.get(SIZE_VARIABLE, "").strip().lower().removesuffix("b")
     number, unit = (text[:-1], text[-1]) if text[-1:].isalpha() else (text, "")
-    if not number.isdigit() or unit not in _UNITS:
+    if not (number.isascii() and number.isdecimal()) or unit not in _UNITS:
         return DEFAULT_MAXIMUM_BYTES
     return int(number) * _UNITS[unit]
 
@@ -198,7 +207,7 @@ def open_regular(target: Path, what: str = "file") -> BinaryIO | Contents:
     except FileNotFoundError:
         return Contents("not_found", path)
     except (OSError, ValueError) as error:
-        return _unreadable(path, what, getattr(error, "strerror", None) or str(error))
+        return unreadable(path, what, getattr(error, "strerror", None) or str(error))
     if not stat.S_ISREG(info.st_mode):
         return _special(path, what, info.st_mode)
     try:
@@ -206,7 +215,7 @@ def open_regular(target: Path, what: str = "file") -> BinaryIO | Contents:
     except FileNotFoundError:
         return Contents("not_found", path)
     except OSError as error:
-        return _unreadable(path, what, error.strerror or str(error))
+        return unreadable(path, what, error.strerror or str(error))
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):  # replaced since the stat above
         os.close(fd)
@@ -231,15 +240,16 @@ def read_bounded(target: Path, what: str = "file") -> Contents:
                 return too_large(path, what, size, limit)
             data = stream.read(limit + 1)
         except OSError as error:
-            return _unreadable(path, what, error.strerror or str(error))
+            return unreadable(path, what, error.strerror or str(error))
         except MemoryError:
-            return _unreadable(path, what, "not enough memory to read it")
+            return unreadable(path, what, "not enough memory to read it")
     if len(data) > limit:  # it grew since
         return too_large(path, what, len(data), limit)
     return Contents("ok", path, data)
 
 
-def _unreadable(path: str, what: str, why: str) -> Contents:
+def unreadable(path: str, what: str, why: str) -> Contents:
+    """The outcome of a read of ``what`` at ``path`` that failed, and why."""
     return Contents("unreadable", path, problems=(
         Problem("", f"cannot read the {what}: {why}", file=path),))
 
@@ -252,6 +262,7 @@ def _special(path: str, what: str, mode: int) -> Contents:
 
 
 def too_large(path: str, what: str, size: int, limit: int) -> Contents:
+    """The outcome of a file of ``size`` bytes refused for being over ``limit``."""
     return Contents("too_large", path, problems=(Problem(
         "", f"{size:,} bytes, more than the {limit:,} a {what} may have ({SIZE_VARIABLE} "
             f"sets the limit)", file=path),))
@@ -282,8 +293,11 @@ def parse_document(data: bytes, path: str, form: DocumentFormat,
         document, reason = None, "not enough memory to parse it"
     if reason is not None:
         return Document("malformed", path, problems=(Problem("", reason, file=path),))
-    if isinstance(document, dict):  # the format named, when it is one of the others
-        form = next((other for other in others if other.name == document.get("format")), form)
+    if isinstance(document, dict):  # the format named (of its version, when one is known)
+        named = [other for other in (form, *others) if other.name == document.get("format")]
+        form = next((other for other in named
+                     if other.schema_version == document.get("schema_version")),
+                    named[0] if named else form)
     status, problems = check_envelope(document, path, form)
     return Document(status, path, document if status == "ok" else None, tuple(problems))
 

@@ -44,8 +44,9 @@ def temporary_sibling(target: Path) -> Path:
     return target.with_name(f"{target.name}.{secrets.token_hex(8)}.tmp")
 
 
-def write_atomically(target: Path, text: str, mode: int | None = None) -> None:
-    """Replace ``target`` by ``text`` atomically and durably; raise ``OSError`` if impossible.
+def write_atomically(target: Path, text: str | bytes, mode: int | None = None) -> None:
+    """Replace ``target`` by ``text`` (UTF-8 if a string) atomically and durably; raise
+    ``OSError`` if impossible.
 
     The temporary is opened with mode 0o666 so the process umask applies as to
     any new file (a ``mkstemp`` file would stay 0600); ``mode`` (0o444 for a
@@ -58,7 +59,7 @@ def write_atomically(target: Path, text: str, mode: int | None = None) -> None:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
                      0o666)
         with os.fdopen(fd, "wb") as stream:
-            stream.write(text.encode("utf-8"))
+            stream.write(text.encode("utf-8") if isinstance(text, str) else text)
             stream.flush()
             if mode is not None:
                 os.chmod(temporary, mode)

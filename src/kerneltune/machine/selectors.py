@@ -299,30 +299,44 @@ def overlapping_pairs(selectors: Sequence[CpuSelector]) -> list[tuple[int, int]]
     """Every pair ``(i, j)``, ``i < j``, of ``selectors`` that can match one processor and
     thread count (:meth:`CpuSelector.can_overlap`), in ascending order.
 
-    A selector naming a family and models is compared only with those naming the same
-    family and one of its models (or none of either), and within those only with the
-    ones whose thread ranges meet (a sweep over the ranges' starts): a fleet of
-    exact-processor selectors costs n log n comparisons, not the n² of every pair.
-    Selectors naming no family or no model are compared with every other.
+    Selectors are compared within buckets only, each by a sweep over its thread ranges'
+    starts, so a fleet of profiles costs n log n comparisons rather than the n² of every
+    pair: a selector naming a family and models is compared with those naming the same
+    family and one of its models, one naming a microarchitecture (and no model) with
+    those naming the same one; those naming neither, and the pairs across those two
+    kinds, are compared with every other.
     """
     ranges = [(s.minimum_threads or 1, s.maximum_threads or 2**31) for s in selectors]
-    by_model: dict[tuple[int, int], list[int]] = {}
-    wide = []
+    buckets: dict[tuple, list[int]] = {}
+    broad, by_models, by_microarchitecture = [], [], []
     for index, selector in enumerate(selectors):
         if selector.models and selector.family is not None:
             for model in selector.models:
-                by_model.setdefault((selector.family, model), []).append(index)
+                buckets.setdefault((selector.family, model), []).append(index)
+            by_models.append(index)
+        elif selector.microarchitecture is not None:
+            buckets.setdefault((selector.microarchitecture,), []).append(index)
+            by_microarchitecture.append(index)
         else:
-            wide.append(index)
+            broad.append(index)
     candidates: set[tuple[int, int]] = set()
-    for group in by_model.values():
+    for group in buckets.values():
         candidates.update(_meeting(group, ranges))
-    for first in wide:
-        low, high = ranges[first]
-        candidates.update((min(first, other), max(first, other))
-                          for other, (low2, high2) in enumerate(ranges)
-                          if other != first and low <= high2 and low2 <= high)
+    across = by_models if len(by_models) < len(by_microarchitecture) else by_microarchitecture
+    others = by_microarchitecture if across is by_models else by_models
+    for first, rest in ((first, range(len(selectors))) for first in broad):
+        candidates.update(_met(first, rest, ranges))
+    for first in across:
+        candidates.update(_met(first, others, ranges))
     return sorted(pair for pair in candidates if selectors[pair[0]].can_overlap(selectors[pair[1]]))
+
+
+def _met(first: int, others: Iterable[int], ranges: Sequence[tuple[int, int]]
+         ) -> Iterator[tuple[int, int]]:
+    """The pairs of ``first`` with each of ``others`` whose thread ranges meet its own."""
+    low, high = ranges[first]
+    return ((min(first, other), max(first, other)) for other in others
+            if other != first and low <= ranges[other][1] and ranges[other][0] <= high)
 
 
 def _meeting(indices: Iterable[int], ranges: Sequence[tuple[int, int]]

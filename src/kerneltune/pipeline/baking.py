@@ -107,13 +107,14 @@ def validate_deployment_files(
     deployment file against its digest, two profiles that could both apply, two of one
     name. Nothing is published.
     """
-    return _checked(paths, registry if registry is not None else default_registry)[1]
+    registry = registry if registry is not None else default_registry
+    return _checked(paths, registry.snapshot(), registry)[1]
 
 
-def _checked(paths: Iterable[str | os.PathLike[str]], registry: KernelTuningRegistry
-             ) -> tuple[list[DeploymentProfile], ValidationReport]:
-    """The profiles of ``paths`` and what is wrong with them."""
-    schemas = _Schemas(registry.snapshot(), registry)
+def _checked(paths: Iterable[str | os.PathLike[str]], snapshot: TuningSnapshot,
+             registry: KernelTuningRegistry) -> tuple[list[DeploymentProfile], ValidationReport]:
+    """The profiles of ``paths`` and what is wrong with them, against ``snapshot``."""
+    schemas = _Schemas(snapshot, registry)
     found: list[DeploymentProfile] = []
     files = []
     for path in map(Path, paths):
@@ -128,7 +129,7 @@ def _checked(paths: Iterable[str | os.PathLike[str]], registry: KernelTuningRegi
         found += read.profiles
     between = _ambiguities(found) + _same_names(found)
     if not files:
-        between.append("no profile to check")
+        between.append("no profile given")
     problems = tuple(p for file in files for p in file.problems) + tuple(between)
     return found, ValidationReport(tuple(files), problems)
 
@@ -147,9 +148,10 @@ def bake(
     """
     registry = registry if registry is not None else default_registry
     paths = [Path(path) for path in profiles]
-    found, checked = _checked(paths, registry)
+    snapshot = registry.snapshot()
+    found, checked = _checked(paths, snapshot, registry)
     problems = list(checked.problems)
-    coverage, gaps = _coverage(found, registry.snapshot())
+    coverage, gaps = _coverage(found, snapshot)
     # A whole machine without a profile first: it is the gap a person must not miss.
     gaps = _missing_selectors(found, [_named(s) for s in expected_selectors]) + gaps
     if require_complete:

@@ -145,23 +145,29 @@ def _resumable(keys: Sequence[KernelTuningKey], matrix: Sequence[int],
     by_label = {str(key): key for key in keys}
     snapshot = registry.snapshot()
 
-    def check(threads: int, label: str, report: object) -> str | None:
+    def check(threads: int, label: str, report: dict) -> str | None:
         key = by_label.get(label)
         if threads not in matrix or key is None:
             return f"{label} on {threads} threads is not a key this calibration measures"
-        decisions = report.get("decisions") if isinstance(report, dict) else None
-        if (not isinstance(report, dict) or not isinstance(report.get("key"), dict)
-                or not isinstance(report.get("values"), dict)
-                or not isinstance(decisions, list)
-                or not all(isinstance(d, dict) and {"parameter", "changed"} <= d.keys()
-                           for d in decisions)):
+        shape = {"key": dict, "values": dict, "decisions": list, "environment": dict,
+                 "options": dict, "execution": dict}
+        if any(not isinstance(report.get(name, {}), kind) for name, kind in shape.items()) or \
+                not {"key", "values", "decisions"} <= report.keys():
             return "not a calibration report (its key, values and decisions)"
         try:
-            if KernelTuningKey.from_dict(report.get("key")) != key:
+            if KernelTuningKey.from_dict(report["key"]) != key:
                 return f"the report is of another key than {label}"
-            snapshot.schema(key).configure(report["values"])
+            schema = snapshot.schema(key)
+            schema.configure(report["values"])
         except (KernelTuningError, TypeError, ValueError) as error:
             return f"the report's values: {error}"
+        if not all(isinstance(d, dict) and isinstance(d.get("parameter"), str)
+                   and d["parameter"] in report["values"] and d["parameter"] in schema.parameters
+                   and isinstance(d.get("changed"), bool) for d in report["decisions"]):
+            return "a decision of the report names no parameter of its values"
+        measured = report.get("execution", {}).get("effective_threads", threads)
+        if measured != threads:
+            return f"the report was measured on {measured!r} threads, not {threads}"
         return None
 
     return check

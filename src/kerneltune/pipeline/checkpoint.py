@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from .._support.documents import read_bounded
+from .._support.documents import read_bounded, strict_json
 from .._support.files import write_atomically
 from .._support.version import __version__
 
@@ -28,7 +28,7 @@ FORMAT = "kerneltune-calibration-checkpoint"
 SCHEMA_VERSION = 1
 
 #: why a record (threads, key label, report) cannot be resumed, or None when it can
-RecordCheck = Callable[[int, str, object], "str | None"]
+RecordCheck = Callable[[int, str, dict], "str | None"]
 
 
 @dataclass
@@ -147,27 +147,26 @@ def _read(path: Path, identity: Mapping[str, object], check: RecordCheck | None
     reports: dict[int, dict[str, dict]] = {}
     notes = []
     for number, line in enumerate(complete[1:], start=2):
-        why = _record_problem(line, check)
+        record, why = _record(line, check)
         if why is not None:
             notes.append(f"{path}: line {number}: {why}; measured again")
             continue
-        record = json.loads(line)
         reports.setdefault(record["threads"], {})[record["key"]] = record["report"]
     return reports, notes, length, bool(notes)
 
 
-def _record_problem(line: str, check: RecordCheck | None) -> str | None:
-    """Why a journal line cannot be resumed, or None."""
+def _record(line: str, check: RecordCheck | None) -> tuple[dict, str | None]:
+    """A journal line's record, and why it cannot be resumed (None when it can)."""
     try:
-        record = json.loads(line)
+        record = strict_json(line)
     except ValueError:
-        return "not a record (damaged)"
+        return {}, "not a record (damaged)"
     if not isinstance(record, dict) or set(record) != {"threads", "key", "report"}:
-        return "not a record: expected the fields threads, key and report"
+        return {}, "not a record: expected the fields threads, key and report"
     threads, key, report = record["threads"], record["key"], record["report"]
     if type(threads) is not int or not isinstance(key, str) or not isinstance(report, dict):
-        return "not a record: expected an integer thread count, a key and a report"
-    return check(threads, key, report) if check is not None else None
+        return {}, "not a record: expected an integer thread count, a key and a report"
+    return record, check(threads, key, report) if check is not None else None
 
 
 def identity_of(arguments: Mapping[str, object], processor: Mapping[str, object]

@@ -37,7 +37,9 @@ from .._support.documents import (
     maximum_bytes,
     open_regular,
     parse_document,
-    too_large,
+    read_bounded,
+    strict_json,
+    unreadable,
 )
 from .._support.files import (
     LOCK_TIMEOUT,
@@ -65,6 +67,8 @@ INDEX_FIELDS: Mapping[str, type | tuple[type, ...]] = {
     "libraries": list, "entries": int, "offset": int, "length": int, "sha256": str}
 #: what separates two sections in the body
 _SEPARATOR = b",\n"
+#: what the files read here are, for messages
+WHAT = "deployment profile"
 #: the start of a header line of kerneltune's layout: ``"name": `` (then a value and a comma,
 #: or ``[`` opening a list)
 _FIELD_NAME = re.compile(rb' *("[a-z_]+"): ')
@@ -104,8 +108,8 @@ class ReadProfiles:
 
 
 def deployment_text(profiles: Iterable[DeploymentProfile], coverage: Mapping[str, object]
-                    ) -> tuple[str, str]:
-    """The file's text and its digest: the header with the index, the sections, the coverage."""
+                    ) -> tuple[bytes, str]:
+    """The file's bytes and its digest: the header with the index, the sections, the coverage."""
     ordered = sorted(profiles, key=lambda p: (p.name, p.priority))
     sections = [profile_text(profile, indent="  ").rstrip("\n").encode() for profile in ordered]
     index, offset = [], 0
@@ -123,7 +127,7 @@ def deployment_text(profiles: Iterable[DeploymentProfile], coverage: Mapping[str
               f" \"index\": {json.dumps(index, sort_keys=True)},\n \"profiles\": [\n").encode()
     body = _SEPARATOR.join(sections) + (b"\n" if sections else b"")
     tail = f" ],\n \"coverage\": {json.dumps(coverage, sort_keys=True)}\n}}\n".encode()
-    return (header + body + tail).decode(), hashlib.sha256(header).hexdigest()
+    return header + body + tail, hashlib.sha256(header).hexdigest()
 
 
 def write_deployment_file(profiles: Iterable[DeploymentProfile], coverage: Mapping[str, object],
@@ -150,42 +154,41 @@ def read_profiles(path: str | os.PathLike[str],
     unread. Without it, everything is read and checked.
     """
     target = Path(path)
-    stream = open_regular(target, "deployment profile")
+    stream = open_regular(target, WHAT)
     if isinstance(stream, Contents):
-        problems = stream.problems or (Problem("", "no such file", file=str(target)),)
-        return ReadProfiles(stream.status, problems=problems)
+        return _failed(stream)
     with stream:
         try:
-            return _read(stream, str(target), wanted)
+            scanned = _header(stream)
+            if scanned is not None:
+                fields, opened, start = scanned
+                if (opened == "profiles" and fields.get("format") == DEPLOYMENT_FORMAT.name
+                        and fields.get("schema_version") == DEPLOYMENT_FORMAT.schema_version):
+                    return _read_indexed(stream, str(target), fields, start, wanted)
+                if opened == "entries" and wanted is not None and fields.get("format") == \
+                        PROFILE_FORMAT.name:
+                    row = _profile_row(fields)
+                    if row is not None and not wanted(row):
+                        return ReadProfiles("ok", unread=(row,))
         except OSError as error:
-            return ReadProfiles("unreadable", problems=(Problem(
-                "", f"cannot read the deployment profile: {error.strerror or error}",
-                file=str(target)),))
+            return _failed(unreadable(str(target), WHAT, error.strerror or str(error)))
         except MemoryError:
-            return ReadProfiles("unreadable", problems=(Problem(
-                "", "not enough memory to read the deployment profile", file=str(target)),))
+            return _failed(unreadable(str(target), WHAT, "not enough memory to read it"))
+    return _read_whole(target)
 
 
-def _read(stream: BinaryIO, path: str, wanted: Callable[[IndexRow], bool] | None
-          ) -> ReadProfiles:
-    limit = maximum_bytes()
-    scanned = _header(stream, limit)
-    if scanned is not None:
-        fields, opened, start = scanned
-        if (opened == "profiles" and fields.get("format") == DEPLOYMENT_FORMAT.name
-                and fields.get("schema_version") == DEPLOYMENT_FORMAT.schema_version):
-            return _read_indexed(stream, path, fields, start, wanted)
-        if opened == "entries" and wanted is not None and fields.get("format") == \
-                PROFILE_FORMAT.name:
-            row = _profile_row(fields)
-            if row is not None and not wanted(row):
-                return ReadProfiles("ok", unread=(row,))
-    stream.seek(0)
-    size = os.fstat(stream.fileno()).st_size
-    if size > limit:
-        contents = too_large(path, "deployment profile", size, limit)
-        return ReadProfiles(contents.status, problems=contents.problems)
-    data = stream.read(limit + 1)
+def _failed(contents: Contents) -> ReadProfiles:
+    return ReadProfiles(contents.status, problems=contents.problems or (
+        Problem("", "no such file", file=contents.path),))
+
+
+def _read_whole(target: Path) -> ReadProfiles:
+    """A file in no layout :func:`_header` knows, a version 1 deployment file or a profile
+    file read whole: parsed and checked at once."""
+    contents = read_bounded(target, WHAT)
+    if contents.data is None:
+        return _failed(contents)
+    path, data = contents.path, contents.data
     document = parse_document(data, path, PROFILE_FORMAT, DEPLOYMENT_FORMAT, DEPLOYMENT_FORMAT_1)
     if document.status != "ok":
         return ReadProfiles(document.status, problems=document.problems)
@@ -205,31 +208,33 @@ def _read(stream: BinaryIO, path: str, wanted: Callable[[IndexRow], bool] | None
         return ReadProfiles("malformed", problems=error.problems)
 
 
-def _header(stream: BinaryIO, limit: int) -> tuple[dict[str, Any], str, int] | None:
+def _header(stream: BinaryIO) -> tuple[dict[str, Any], str, int] | None:
     """The fields of a file in kerneltune's one-field-a-line layout, up to the list that
     follows them (its name), and the offset where that list's items begin; None for a
-    file in any other layout."""
+    file in any other layout, or whose header alone is over :func:`maximum_bytes`."""
+    limit = maximum_bytes()
     if stream.readline(8) != b"{\n":
         return None
     fields: dict[str, Any] = {}
     position = 2
-    while True:
-        line = stream.readline(limit + 1)
+    while position <= limit:
+        line = stream.readline(limit + 1 - position)
         position += len(line)
         match = _FIELD_NAME.match(line)
-        if match is None or len(line) > limit or not line.endswith(b"\n"):
+        if match is None or not line.endswith(b"\n"):
             return None
         name, value = json.loads(match[1]), line[match.end():-1]
         comma = value.endswith(b",")
         value = value[:-1] if comma else value
+        if name in fields or not comma and value != b"[":
+            return None
         if value == b"[" and not comma:
             return fields, name, position
         try:
-            fields[name] = json.loads(value)
+            fields[name] = strict_json(value)
         except ValueError:
             return None
-        if not comma:
-            return None
+    return None
 
 
 def _profile_row(fields: Mapping[str, Any]) -> IndexRow | None:
@@ -274,8 +279,7 @@ def _read_indexed(stream: BinaryIO, path: str, fields: Mapping[str, Any], start:
         except ProfileError as error:
             problems += error.problems
             continue
-        if (profile.name, profile.priority, profile.selector.to_dict()) != (
-                row.name, row.priority, dict(row.selector)):
+        if _row_of(profile, row.offset, row.length, row.sha256) != row:
             problems.append(Problem("index", "the index describes another profile than its "
                                              "section holds", entry=within, file=path))
             continue
@@ -283,6 +287,14 @@ def _read_indexed(stream: BinaryIO, path: str, fields: Mapping[str, Any], start:
     if problems:
         return ReadProfiles("malformed", problems=tuple(problems), digest=digest)
     return ReadProfiles("ok", tuple(profiles), digest=digest, unread=tuple(unread))
+
+
+def _row_of(profile: DeploymentProfile, offset: int, length: int, sha256: str) -> IndexRow:
+    """The index row of ``profile``, its section placed as given."""
+    return IndexRow(profile.name, profile.priority, profile.selector.to_dict(),
+                    tuple(sorted({entry.key.implementation for entry in profile.entries})),
+                    tuple(sorted({entry.key.library for entry in profile.entries})),
+                    len(profile.entries), offset, length, sha256)
 
 
 def _index(fields: Mapping[str, Any], path: str) -> tuple[list[IndexRow], list[Problem]]:
@@ -300,7 +312,8 @@ def _index(fields: Mapping[str, Any], path: str) -> tuple[list[IndexRow], list[P
             continue
         wrong = [name for name, expected in INDEX_FIELDS.items()
                  if not isinstance(raw[name], expected) or isinstance(raw[name], bool)
-                 or (expected is int and raw[name] < 0 and name != "priority")]
+                 or (expected is int and raw[name] < 0 and name != "priority")
+                 or (expected is list and not all(isinstance(item, str) for item in raw[name]))]
         if wrong:
             problems += [Problem(f"index.{name}", f"expected {INDEX_FIELDS[name].__name__}",
                                  entry=where, file=path) for name in wrong]

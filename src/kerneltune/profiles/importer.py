@@ -24,13 +24,15 @@ import dataclasses
 import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AmbiguousProfileError, Problem, ProfileError, TuningValidationError
 from ..machine.blas import blas_difference
 from ..machine.descriptor import CpuDescriptor
+from ..machine.names import canonical_architecture, canonical_vendor
 from ..machine.selectors import CpuSelector
 from ..tuning.registry import KernelTuningRegistry, TuningSnapshot, default_registry
 from ..tuning.resolution import KernelTuningProfile
@@ -158,23 +160,25 @@ class _Registered:
     def wanted(self, processor: CpuDescriptor, row: IndexRow) -> bool:
         """Whether a profile can apply to ``processor`` here, from its index row alone.
 
-        The fields a fleet's selectors differ in are compared as written first (the bake
-        writes them canonical): most rows are another processor's, told so without
-        building their selector.
+        The fields a fleet's selectors differ in are compared first (canonical, as the
+        bake writes them): most rows are another processor's, told so without building
+        their selector. A row naming an implementation its library cannot have is read,
+        so that its entries are refused rather than left unread; a row this cannot judge
+        is read, and its checks name the problem.
         """
-        fields = row.selector
-        if any(name in fields and fields[name] != getattr(processor, name)
-               for name in ("architecture", "vendor", "family")):
-            return False
-        if fields.get("models") and processor.model not in fields["models"]:
-            return False
         try:
+            if not _may_match(row.selector, processor):
+                return False
             selector = _selector(json.dumps(row.selector, sort_keys=True))
         except (TuningValidationError, TypeError, ValueError):
-            return True  # read it, and let its checks name the problem
+            return True
         if not selector.matches_processor(processor):
             return False
         if not row.implementations:  # a profile file's header says nothing of its entries
+            return True
+        possible = [self.possible.get(library) for library in row.libraries]
+        if any(known is not None and implementation not in known for known in possible
+               for implementation in row.implementations):
             return True
         return any((library, implementation) in self.loaded for library in row.libraries
                    for implementation in row.implementations)
@@ -200,6 +204,25 @@ class _Registered:
                                f"(not one it can build)")
             return "skip", f"implementation {key.implementation} is not loaded here"
         return "bad", f"no tuning schema is registered for {key}"
+
+
+#: how a selector's field and a processor's compare, spelled as either may be
+_CANONICAL = {"architecture": canonical_architecture, "vendor": canonical_vendor}
+
+
+def _may_match(fields: Mapping[str, object], processor: CpuDescriptor) -> bool:
+    """False when the architecture, vendor, family or models a selector names (in any
+    spelling the selector accepts) are not ``processor``'s; True when it may match."""
+    for name, canonical in _CANONICAL.items():
+        value = fields.get(name)
+        if value is not None and canonical(str(value)) != getattr(processor, name):
+            return False
+    family, models = fields.get("family"), fields.get("models")
+    if family is not None and family != processor.family:
+        return False
+    if isinstance(models, int) and not isinstance(models, bool):
+        models = [models]
+    return not models or processor.model in models
 
 
 @functools.lru_cache(maxsize=4096)
@@ -248,8 +271,7 @@ def check_entries(profile: DeploymentProfile,
                   classify: Callable[[KernelTuningKey], tuple[str, str | None]],
                   schema: Callable[[KernelTuningKey], KernelTuningSchema]) -> CheckedEntries:
     """Every entry classified (``classify``) and validated whole by its ``schema(key)``."""
-    checked = CheckedEntries([], [], [], 0)
-    skipped = 0
+    passing, problems, stale, skipped = [], [], [], 0
     for index, entry in enumerate(profile.entries):
         verdict, why = classify(entry.key)
         if verdict == "skip":
@@ -258,19 +280,19 @@ def check_entries(profile: DeploymentProfile,
         if verdict != "ok":
             where = _entry_place(profile, index, entry)
             field = "key.tuning_abi" if verdict == "stale" else "key"
-            checked.problems.append(str(Problem(field, why, entry=where, file=profile.path)))
+            problems.append(str(Problem(field, why, entry=where, file=profile.path)))
             if verdict == "stale":
-                checked.stale.append(where)
+                stale.append(where)
             continue
         try:
             schema(entry.key).configure(entry.values)
         except TuningValidationError as error:
             where = _entry_place(profile, index, entry)
-            checked.problems.extend(str(p.located(entry=where, file=profile.path))
-                                    for p in error.problems)
+            problems.extend(str(p.located(entry=where, file=profile.path))
+                            for p in error.problems)
             continue
-        checked.passing.append((index, entry))
-    return dataclasses.replace(checked, skipped=skipped)
+        passing.append((index, entry))
+    return CheckedEntries(passing, problems, stale, skipped)
 
 
 def _entry_place(profile: DeploymentProfile, index: int, entry: ProfileEntry) -> str:
@@ -283,7 +305,8 @@ def _registered_profiles(profile: DeploymentProfile, entries: Iterable[tuple[int
     """Entries as the registry holds them: the profile's selector bounded to each entry's
     threads (one selector per range), the profile's provenance shared by its entries."""
     selectors: dict[tuple[int, int], CpuSelector] = {}
-    provenance = {"profile": profile.name, "file": profile.path, "machines": profile.provenance}
+    provenance = types.MappingProxyType({"profile": profile.name, "file": profile.path,
+                                         "machines": profile.provenance})
     registered = []
     for index, entry in entries:
         selector = selectors.get(entry.threads)

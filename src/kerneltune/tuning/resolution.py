@@ -69,6 +69,7 @@ class KernelTuningProfile:
             problems.append(Problem("priority", f"expected an integer, got {self.priority!r}"))
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             problems.append(Problem("name", f"expected a non-empty string, got {self.name!r}"))
+        # the concrete types first: the Mapping ABC's check is slow, and runs for every entry
         if not isinstance(self.values, dict | types.MappingProxyType | Mapping):
             problems.append(Problem("values", f"expected a mapping, got {self.values!r}"))
         if problems:

@@ -371,8 +371,8 @@ class KernelTuningSchema:
     """The complete set of named, typed values of one exact key, with their defaults.
 
     Derived from a kernel's frozen config dataclass by :meth:`from_config`.
-    ``defaults`` is the compiled portable configuration; applying values always
-    returns a new config and never changes it.
+    ``defaults`` is the compiled portable configuration; applying values returns
+    another frozen config and never changes it.
     """
 
     key: KernelTuningKey
@@ -428,21 +428,28 @@ class KernelTuningSchema:
         self, values: Mapping[str, object] | None = None, *, base: object = None,
         complete: bool = False,
     ) -> Any:
-        """A new config: ``base`` (the defaults unless given) with ``values`` applied."""
+        """A config: ``base`` (the defaults unless given) with ``values`` applied.
+
+        Configs are frozen, so the one of values applied to the defaults before is given
+        again: its values are keyed with their types, since ``True``, ``1`` and ``1.0``
+        are equal keys of a dict and only one of them is an integer.
+        """
+        memo = None
         if base is None and not complete and isinstance(values, dict | types.MappingProxyType):
+            memo = tuple((name, type(value), value) for name, value in values.items())
             try:
-                memo = tuple(values.items())
                 return self._configured[memo]
             except (KeyError, TypeError):  # not configured yet, or a value no dict can hold
                 pass
         config = self._configure(values, base, complete)
-        if base is None and not complete and len(self._configured) < MEMO_SIZE:
-            with contextlib.suppress(TypeError, AttributeError):
-                self._configured[tuple(values.items())] = config
+        if memo is not None and len(self._configured) < MEMO_SIZE:
+            with contextlib.suppress(TypeError):
+                self._configured[memo] = config
         return config
 
     def _configure(self, values: Mapping[str, object] | None, base: object,
                    complete: bool) -> Any:
+        # the concrete types first: the Mapping ABC's check is slow, and runs for every entry
         if not isinstance(values, dict | types.MappingProxyType | Mapping | None):
             raise TuningValidationError([Problem("values", f"expected a mapping of parameter "
                                                            f"names, got {_kind(values)}")])
