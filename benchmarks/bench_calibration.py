@@ -48,7 +48,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from results import Recorder, add_arguments
+from results import Recorder, add_arguments, quiet_openblas
 
 from kerneltune import KernelTuningKey, current_execution
 from kerneltune._support.aligned import aligned
@@ -263,9 +263,7 @@ def main() -> int:
                         help="keep both calibrations' reports in this directory")
     add_arguments(parser)
     args = parser.parse_args()
-    if "OPENBLAS_THREAD_TIMEOUT" not in os.environ:
-        os.execve(sys.executable, [sys.executable, *sys.argv],
-                  {**os.environ, "OPENBLAS_THREAD_TIMEOUT": "4"})
+    quiet_openblas()
     recorder = Recorder(__file__, args)
     ok = True
 

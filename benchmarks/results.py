@@ -61,6 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write them to benchmarks/results/<benchmark>-<machine>.json")
 
 
+def quiet_openblas() -> None:
+    """Start this script again with ``OPENBLAS_THREAD_TIMEOUT=4`` unless the environment sets
+    it, as ``nox -s calibrate`` runs: OpenBLAS reads it once, when numpy loads."""
+    if "OPENBLAS_THREAD_TIMEOUT" not in os.environ:
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, "OPENBLAS_THREAD_TIMEOUT": "4"})
+
+
 def machine_slug(processor: dict[str, Any]) -> str:
     """The processor's stable name in file names (see the module's docstring)."""
     def part(value: Any) -> str:

@@ -23,7 +23,6 @@ from kerneltune.calibration.search import (
     decide_shared_crossover,
     geometric_grid,
     search_threads,
-    verify_decisions,
 )
 from kerneltune.machine.detect import current_execution
 
@@ -518,22 +517,6 @@ def test_different_outputs_are_a_calibration_error():
                       ("parallel", lambda x: x + 1), problem.value_of, problem.baseline_size)
     with pytest.raises(CalibrationError, match="differs"):
         decide_crossover(context, wrong)
-
-
-@pytest.mark.parametrize(("previous", "stands"), [(0.5, False), (1.0, True), (2.0, True)])
-def test_decided_values_are_verified_against_the_previous_ones(previous, stands):
-    context = _context()
-    context.decide("parallel.minimum_elements", 4096, "measured")
-    context.decide("parallel.maximum_threads", 8, "measured")
-    _synthetic(context, lambda name, n: previous if name == "previous" else 1.0)
-    case = _crossover_problem(context, SIZES, 65536).case
-    verified = verify_decisions(context, ["parallel.minimum_elements"], [(case, 8192)],
-                                lambda config: np.copy)
-    assert verified is stands
-    assert context.values["parallel.minimum_elements"] == (4096 if stands else 32768)
-    assert context.values["parallel.maximum_threads"] == 8  # not among the verified
-    if not stands:
-        assert "reverted" in context.decisions[-1].reason
 
 
 @pytest.mark.parametrize(("timing", "expected"), [

@@ -1,10 +1,11 @@
 """``kerneltune report`` as a user runs it, on reports of real calibrations.
 
-Reports made here by the fixtures hold whatever this machine decides while the
-other tests load it (Add may even run faster on one thread, and its grains go
-unmeasured); the recorded one, a quick calibration of Add FLOAT on two threads
-of the 2-vCPU EPYC machine, holds measured crossovers and the marks its searches
-recorded to check.
+The reports are recorded, never made here (a calibration beside the other tests
+withholds what it cannot measure cleanly): quick calibrations of Add FLOAT on two
+threads of the 2-vCPU EPYC machine. ``add-float-2-threads.json`` holds measured
+crossovers and the marks its searches recorded; ``add-float-search.json`` the same
+searches with the interference each key saw; ``add-float-comparison.json`` an
+explicit comparison of two grains.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ import pytest
 
 from conftest import run_kerneltune
 
-RECORDED = Path(__file__).parent / "data" / "reports" / "add-float-2-threads.json"
-
-#: one cheap key, calibrated on two threads at quick effort (about a second)
-ADD = ("--kernel", "Add", "--element-type", "FLOAT", "--threads", "2", "--effort", "quick")
+REPORTS = Path(__file__).parent / "data" / "reports"
+RECORDED = REPORTS / "add-float-2-threads.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: makes ``import matplotlib`` fail in a child whose PYTHONPATH holds it, as where the
 #: plot extra is not installed
@@ -36,24 +35,16 @@ sys.meta_path.insert(0, _Absent())
 '''
 
 
-def _calibrated(directory, *arguments: str):
-    path = directory / "report.json"
-    done = run_kerneltune("calibrate", *ADD, *arguments, "--report", path)
-    assert done.returncode == 0, done.stderr
-    return path
+@pytest.fixture
+def report():
+    """A recorded report: Add FLOAT's crossover searches on two threads, with interference."""
+    return REPORTS / "add-float-search.json"
 
 
-@pytest.fixture(scope="session")
-def report(tmp_path_factory):
-    """A real report: Add FLOAT's crossover searches on two threads."""
-    return _calibrated(tmp_path_factory.mktemp("search"))
-
-
-@pytest.fixture(scope="session")
-def comparison(tmp_path_factory):
-    """A real report of an explicit comparison of values."""
-    return _calibrated(tmp_path_factory.mktemp("comparison"), "--parameter",
-                       "parallel.minimum_elements", "--values", "4096", "65536")
+@pytest.fixture
+def comparison():
+    """A recorded report of an explicit comparison of values."""
+    return REPORTS / "add-float-comparison.json"
 
 
 def test_the_table_shows_each_decision_with_its_values_points_and_reason(report):
@@ -62,8 +53,10 @@ def test_the_table_shows_each_decision_with_its_values_points_and_reason(report)
     lines = done.stdout.splitlines()
     assert lines[0].startswith("kerneltune_cpu/Add/")
     assert "/FLOAT (cpu, abi" in lines[0] and "2 threads: calibrated in" in lines[0]
-    assert lines[1].split() == ["parameter", "baseline", "->", "value", "points", "reason"]
-    rows = {line.split()[0]: line for line in lines[3:] if line and not line[0].isspace()}
+    assert lines[1].startswith("interference: 13 measurements kept; over the key: other ")
+    assert lines[2].startswith("  ")  # the interference, wrapped to the terminal
+    assert lines[3].split() == ["parameter", "baseline", "->", "value", "points", "reason"]
+    rows = {line.split()[0]: line for line in lines[5:] if line and not line[0].isspace()}
     assert {"parallel.minimum_elements", "parallel.maximum_threads",
             "parallel.broadcast_minimum_elements"} <= set(rows)
     grain = rows["parallel.minimum_elements"].split()
@@ -96,6 +89,40 @@ def test_json_holds_every_decision_with_its_series(report):
         assert selected and all(m["size"] > 0 for m in selected)
         assert set(grain["units"].values()) <= {"elements per call",
                                                 "elements per call (N/256 x 1 by 1 x 256)"}
+
+
+def test_a_published_change_shows_its_confirmation_and_a_withheld_key_its_reason(tmp_path,
+                                                                                  report):
+    document = json.loads(report.read_text(encoding="utf-8"))
+    batch = document[0]
+    (key,) = batch["calibrated"]
+    grain = next(d for d in key["decisions"] if d["parameter"] == "parallel.minimum_elements")
+    grain["value"], grain["changed"] = 16384, True
+    grain["confirmation"] = {"ratio": 1.31, "low": 1.18, "high": 1.42, "points": 3,
+                             "rounds": 8, "margin": 0.05, "confidence": 0.99, "confirmed": True}
+    withheld = json.loads(json.dumps(key))
+    withheld["interference"]["discarded"] = [0.48, 0.51]
+    batch["withheld"] = [{"key": withheld["key"], "reason": "withheld: not measured cleanly",
+                          "report": withheld}]
+    path = tmp_path / "changed.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    done = run_kerneltune("report", path, COLUMNS="200")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert ("confirmed: 1.310x the values in use (99% interval 1.180 to 1.420) over 3 points, "
+            "8 rounds: confirmed (margin 5%)") in text
+    assert "2 threads: withheld: not measured cleanly" in text
+    assert "2 discarded (other processes took 48% to 51% of their threads' time)" in text
+    entries = json.loads(run_kerneltune("report", path, "--json").stdout)["keys"]
+    assert [entry["status"] for entry in entries] == ["calibrated", "withheld"]
+    assert entries[1]["interference"]["discarded"] == [0.48, 0.51]
+    changed = next(d for d in entries[0]["decisions"] if d["changed"])
+    assert changed["confirmation"]["confirmed"] is True
+    broken = json.loads(path.read_text(encoding="utf-8"))
+    broken[0]["calibrated"][0]["interference"]["kept"] = "many"
+    path.write_text(json.dumps(broken), encoding="utf-8")
+    done = run_kerneltune("report", path)
+    assert done.returncode == 1 and "interference: 'kept' is str" in done.stderr
 
 
 def test_the_recorded_crossover_marks_the_kept_grain_where_the_value_in_use_switches():

@@ -21,9 +21,12 @@ from kerneltune.corpus.analysis import (
     CaseLatency,
     analyze_kernel_tuning_latencies,
 )
-from kerneltune.corpus.cases import collect_corpus_cases
+from kerneltune.corpus.cases import Corpus, collect_corpus_cases
 from kerneltune.corpus.search import (
     MAX_SETS,
+    CaseResult,
+    CorpusSearchReport,
+    _confirmation,
     parameter_sets,
     search_corpus_parameters,
 )
@@ -286,6 +289,13 @@ def test_each_set_runs_in_its_own_worker_with_its_own_values(machine_cache, temp
     assert active["parallel.broadcast_minimum_elements"] != 12345
     assert report.analysis.baseline_complete and report.selected in (0, 1)
     assert report.selected_values == report.sets[report.selected]
+    assert all(len(result.samples) == 3 for result in report.results)
+    if report.fastest == 1:  # set 1 and set 0 ran again, in that order, to confirm it
+        assert [(r.set_index, r.case) for r in report.confirming] == [
+            (1, "test_add"), (1, "test_add_bcast"), (0, "test_add"), (0, "test_add_bcast")]
+        assert report.selected == (1 if report.confirmation.confirmed else 0)
+    else:
+        assert report.confirmation is None and report.confirming == ()
     assert report.failures == ()
     assert [(p.cases_done, p.cases_total, p.sets_done, p.sets_total) for p in seen] == [
         (1, 4, 0, 2), (2, 4, 1, 2), (3, 4, 1, 2), (4, 4, 2, 2)]
@@ -331,3 +341,42 @@ def test_a_corpus_without_the_kernel_is_an_error(add_float):
     with pytest.raises(ValueError, match="no case matching '\\^test_abs\\$' runs Add FLOAT"):
         search_corpus_parameters("^test_abs$", {MINIMUM: [1]}, "Add", "FLOAT")
 
+
+
+def _report_of(latencies: dict[int, list[list[float]]], key) -> CorpusSearchReport:
+    """A search report over cases a, b from per-set, per-case samples, confirmed as the
+    search confirms (the confirming runs' samples left out)."""
+    results = [CaseResult(index, "ab"[number], "ok", float(np.median(samples)), None, None,
+                          tuple(samples))
+               for index, cases in latencies.items() for number, samples in enumerate(cases)]
+    analysis = analyze_kernel_tuning_latencies(
+        CaseLatency(r.set_index, r.case, r.latency_seconds) for r in results)
+    confirmation = (None if analysis.selected in (None, 0)
+                    else _confirmation(results, analysis.selected, 0.05))
+    return CorpusSearchReport(key, (MINIMUM,), ({MINIMUM: 1}, {MINIMUM: 2}),
+                              Corpus("^test", key, (), ()), tuple(results), analysis, 20, 3,
+                              60.0, confirmation)
+
+
+def test_a_set_faster_by_noise_alone_is_not_advised(add_float):
+    """Both sets drawn from one distribution: whichever median is lower, no set beats the
+    values in use."""
+    key, _ = add_float
+    generator = np.random.default_rng(11)
+    advised = 0
+    for _ in range(50):
+        draws = generator.lognormal(0.0, 0.2, (2, 2, 20))
+        report = _report_of({0: list(draws[0]), 1: list(draws[1])}, key)
+        advised += report.selected == 1
+        if report.fastest == 1:
+            assert not report.confirmation.confirmed
+            assert report.to_dict()["selected"] == 0 and report.to_dict()["fastest"] == 1
+    assert advised == 0
+
+
+def test_a_set_that_really_wins_is_advised(add_float):
+    key, _ = add_float
+    generator = np.random.default_rng(12)
+    draws = generator.lognormal(0.0, 0.05, (2, 2, 20))
+    report = _report_of({0: list(draws[0] * 1.3), 1: list(draws[1])}, key)
+    assert report.fastest == report.selected == 1 and report.confirmation.confirmed

@@ -132,6 +132,8 @@ def workspace(folder: Path, document: str) -> dict[str, str]:
         KERNELTUNE_CACHE=str(folder / "cache" / "kernel_tuning.yaml"),
         KERNELTUNE_CALIBRATION_PROFILES=str(folder / "cache" / "calibration_profiles.json"),
         MPLBACKEND="Agg",
+        # the suite's interference limit (conftest.py) holds for the examples' calibrations
+        KERNELTUNE_MAXIMUM_INTERFERENCE=os.environ.get("KERNELTUNE_MAXIMUM_INTERFERENCE", ""),
         # `python` and `kerneltune` are this interpreter's, as in an activated environment
         PATH=os.pathsep.join([str(Path(sys.executable).parent), environment.get("PATH", "")]))
     environment.update(VARIABLES.get(document, {}))

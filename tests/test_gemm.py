@@ -461,7 +461,11 @@ def test_plan_reports_the_form():
     assert prepare(transA=1, transB=1).plan(a, b).form == "TT"
     assert prepare(transB=1).plan(a.T, b).form == "NT"
     half = prepare({}, "FLOAT16").plan(a.T.astype(np.float16), b.T.astype(np.float16))
-    assert half.form == "float16 NN" and half.elements == 35
+    assert half.form == "float16 NN, converted on 1/1/1 threads" and half.elements == 35
+    # the conversions' threads are part of the plan: a calibration compares plans
+    wide = prepare({"conversion.parallel_minimum_elements": 1}, "FLOAT16", threads=2)
+    assert wide.plan(a.T.astype(np.float16), b.T.astype(np.float16)).form.endswith(
+        "converted on 2/2/2 threads")
 
 
 # -- MatMul ---------------------------------------------------------------------------------

@@ -144,7 +144,9 @@ def test_a_tiny_time_budget_stops_early_and_publishes_nothing(registry):
 def test_gemm_calibration_decides_tiles_algorithms_and_grain(registry):
     report = _calibrate(registry, 1, kernels=["Gemm"], element_types=["DOUBLE"])
     (calibrated,) = report.calibrated
-    decided = {d.parameter: d for d in calibrated.decisions}
+    decided = {}  # each parameter's search (a change turned down adds a decision after it)
+    for decision in calibrated.decisions:
+        decided.setdefault(decision.parameter, decision)
     assert set(decided) == set(registry.snapshot().schema(calibrated.key).parameters)
     assert decided["algorithm.tile_m"].candidates  # the shape families were measured
     assert decided["algorithm.blas_minimum_fmas"].candidates
@@ -176,7 +178,9 @@ def test_gemm_searches_sizes_of_whole_column_blocks(registry):
     report = _calibrate(registry, 1, kernels=["MatMul"], element_types=["FLOAT"],
                         options={"effort": "thorough", "memory_budget": 500_000})
     (calibrated,) = report.calibrated
-    searched = {d.parameter: [c.point for c in d.candidates] for d in calibrated.decisions}
+    searched = {}  # every decision's points: a change turned down is a decision of its own
+    for decision in calibrated.decisions:
+        searched.setdefault(decision.parameter, []).extend(c.point for c in decision.candidates)
     for parameter in ("algorithm.blas_minimum_fmas", "algorithm.vector_blas_minimum_fmas"):
         assert any(size > NR for size in searched[parameter]), parameter
         assert all(size % NR == 0 for size in searched[parameter] if size >= NR), parameter

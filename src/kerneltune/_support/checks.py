@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import typing
+from collections.abc import Mapping
+from typing import Any
 
 
 def is_int(value: object) -> bool:
@@ -32,3 +35,27 @@ def is_non_negative_number(value: object) -> bool:
     """A finite real number of at least 0, not a bool."""
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
             and math.isfinite(value) and bool(value >= 0))
+
+
+def fields_of(data: object, kinds: Mapping[str, Any]) -> dict[str, Any]:
+    """``data``'s fields named in ``kinds``, each of its kind (``float`` takes an int, never
+    a bool; ``X | None`` takes None), floats as floats; a ValueError names the first that
+    is missing or of another kind."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"expected an object, got {type(data).__name__}")
+    fields = {}
+    for name, kind in kinds.items():
+        if name not in data:
+            raise ValueError(f"no {name!r}")
+        value, allowed = data[name], typing.get_args(kind) or (kind,)
+        if value is None and type(None) in allowed:
+            fields[name] = None
+        elif float in allowed and isinstance(value, numbers.Real) and not isinstance(value,
+                                                                                      bool):
+            fields[name] = float(value)
+        elif any(k not in (float, type(None)) and isinstance(value, k)
+                 and not (isinstance(value, bool) and k is not bool) for k in allowed):
+            fields[name] = value
+        else:
+            raise ValueError(f"{name!r} is {type(value).__name__}")
+    return fields

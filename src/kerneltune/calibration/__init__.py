@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from .batch import (
     CalibrationFunction,
-    Workload,
     calibrate_kernel_thresholds,
     calibrate_registered_kernels,
     calibration_function,
@@ -30,7 +29,15 @@ from .batch import (
     register_kernel_calibration_function,
     spinning_blas_warning,
 )
+from .confirmation import Confirmation, compare_values, confirm, points_between
 from .context import CalibrationContext, Tolerance
+from .interference import (
+    MAXIMUM_SHARE,
+    Interference,
+    InterferenceSource,
+    KeyInterference,
+    ProcessInterference,
+)
 from .measure import Measurement
 from .options import EFFORTS, CalibrationOptions, Effort, thread_counts
 from .parameters import (
@@ -51,6 +58,7 @@ from .search import (
     ComparisonResult,
     Crossover,
     Setting,
+    Workload,
     compare_settings,
     decide_crossover,
     decide_shared_crossover,
@@ -58,13 +66,13 @@ from .search import (
     record_crossover,
     search_crossover,
     search_threads,
-    verify_decisions,
 )
 from .steadiness import PARALLEL, ProbeTrace, Steadiness, register_machine_probe
 from .tensors import randn_tensor
 
 __all__ = [
     "EFFORTS",
+    "MAXIMUM_SHARE",
     "PARALLEL",
     "CalibrationBatchReport",
     "CalibrationContext",
@@ -75,17 +83,22 @@ __all__ = [
     "Case",
     "Comparison",
     "ComparisonResult",
+    "Confirmation",
     "Crossover",
     "Decision",
     "Effort",
+    "Interference",
+    "InterferenceSource",
     "KernelTuningApplication",
     "KernelTuningParameterReport",
     "KernelTuningParameters",
     "KernelTuningProposal",
+    "KeyInterference",
     "KeyOutcome",
     "Measurement",
     "PlottingUnavailableError",
     "ProbeTrace",
+    "ProcessInterference",
     "Setting",
     "Steadiness",
     "Tolerance",
@@ -95,6 +108,8 @@ __all__ = [
     "calibrate_registered_kernels",
     "calibration_function",
     "compare_settings",
+    "compare_values",
+    "confirm",
     "decide_crossover",
     "decide_shared_crossover",
     "geometric_grid",
@@ -102,6 +117,7 @@ __all__ = [
     "is_calibratable",
     "kernel_tuning_parameters",
     "plot_report",
+    "points_between",
     "propose_kernel_tuning_updates",
     "randn_tensor",
     "record_crossover",
@@ -112,5 +128,4 @@ __all__ = [
     "set_kernel_tuning_parameters",
     "spinning_blas_warning",
     "thread_counts",
-    "verify_decisions",
 ]

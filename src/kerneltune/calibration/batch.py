@@ -16,8 +16,7 @@ import dataclasses
 import os
 import time
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -35,23 +34,21 @@ from ..tuning.registry import (
     default_registry,
 )
 from ..tuning.schema import KernelTuningKey
-from .context import CalibrationContext, Tolerance
-from .measure import Deadline
+from .confirmation import confirm_decisions
+from .context import CalibrationContext
+from .interference import (
+    MAXIMUM_SHARE,
+    InterferenceSource,
+    KeyInterference,
+    ProcessInterference,
+)
+from .measure import BudgetExhausted, Deadline
 from .options import CalibrationOptions
 from .report import CalibrationBatchReport, CalibrationReport, KeyOutcome
-from .search import Case, Comparison, Run, Setting, compare_settings
-from .steadiness import SteadinessMonitor
+from .search import Comparison, Setting, compare_settings
+from .steadiness import PARALLEL, PARALLEL_FLOOR, SteadinessMonitor
 
 CalibrationFunction = Callable[[CalibrationContext], Mapping[str, Any] | None]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What an explicit comparison times: cases, and a run for a typed config."""
-
-    cases: Sequence[tuple[Case, int]]
-    make_run: Callable[[Any], Run]
-    tolerance: Tolerance | None = None
 
 
 def register_kernel_calibration_function(
@@ -181,29 +178,46 @@ def _compare(context: CalibrationContext, fn: CalibrationFunction) -> None:
 
 def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSnapshot,
                execution: CpuExecutionDescriptor, options: CalibrationOptions,
-               total: Deadline | None, inputs: dict,
-               environment: Mapping[str, object]) -> CalibrationReport:
+               total: Deadline | None, inputs: dict, environment: Mapping[str, object],
+               interference: InterferenceSource | None) -> CalibrationReport:
+    """One key: its function's searches, then each change confirmed against the values in
+    use (see :func:`.confirmation.confirm_decisions`), with what other processes took."""
     start = time.perf_counter()
     deadline = Deadline(start + options.seconds_per_key, "per-key")
     if total is not None and total.at < deadline.at:
         deadline = total
     baseline = snapshot.resolve(key, execution).values
     context = CalibrationContext(key, snapshot.schema(key), execution, options, baseline,
-                                 deadline, inputs)
+                                 deadline, inputs, interference)
+    before = None if interference is None else interference.reading(steal=True)
     if options.parameter is not None:
         _compare(context, fn)
     else:
-        returned = fn(context)
-        decided = {d.parameter for d in context.decisions}
-        for name, value in (returned or {}).items():
-            if name not in decided:
-                context.decide(name, value, "returned by the calibration function")
+        try:
+            returned = fn(context)
+            decided = {d.parameter for d in context.decisions}
+            for name, value in (returned or {}).items():
+                if name not in decided:
+                    context.decide(name, value, "returned by the calibration function")
+            if context.stopped_early is None:
+                confirm_decisions(context, fn.workload(context)
+                                  if callable(getattr(fn, "workload", None)) else None)
+        except BudgetExhausted as exhausted:  # a search that did not stop by itself
+            context.stop(str(exhausted))
+    lost = None
+    if before is not None:
+        shares = [seen.share or 0.0 for seen in context.kept]
+        lost = KeyInterference(len(context.kept),
+                               tuple(seen.share or 0.0 for seen in context.discarded),
+                               max(shares, default=None),
+                               interference.since(before, context.threads))
     return CalibrationReport(
         key=key, execution=execution, options=types.MappingProxyType(options.to_dict()),
         baseline=context.baseline, values=context.values, decisions=tuple(context.decisions),
         seconds=time.perf_counter() - start, versions=_versions(key),
         stopped_early=context.stopped_early, comparison=tuple(context.comparison),
-        environment=environment, contradictions=tuple(context.contradictions))
+        environment=environment, contradictions=tuple(context.contradictions),
+        interference=lost)
 
 
 def _skip_reason(key: KernelTuningKey, fn: CalibrationFunction | None, snapshot: TuningSnapshot,
@@ -231,11 +245,11 @@ def _measure_keys(
     remeasure_factor: float,
     total: Deadline | None,
     on_report: Callable[[CalibrationReport], None] | None = None,
-) -> tuple[dict[KernelTuningKey, CalibrationReport], list[KeyOutcome], list[KernelTuningKey],
-           list[KernelTuningKey]]:
+) -> tuple[dict[KernelTuningKey, CalibrationReport], list[KeyOutcome], list[KeyOutcome],
+           list[KernelTuningKey], list[KernelTuningKey]]:
     """Each key once; then, while probes say the machine was slow for some (or their own
-    measurements contradict each other), those again, and once more each key that
-    decided to run calls on fewer threads.
+    measurements contradict each other, or other processes took their CPUs), those
+    again, and once more each key that decided to run calls on fewer threads.
 
     Measuring again waits for the probe to see the machine in its reference
     state before each key, and stops when every key is settled or after
@@ -247,12 +261,17 @@ def _measure_keys(
     only those decisions (docs/calibration.md, Measuring again): such a key
     is measured again, and among equally steady measurements one
     without such a decision stands, as a neighbour only ever slows the machine
-    down. Returns the reports of keys calibrated, the keys a budget stopped,
-    the keys measured again and those never settled. A second measurement cut
-    short by a budget leaves the first one standing.
+    down. A key that could not be measured cleanly (its budget ran out
+    discarding measurements under interference, its CPUs were stolen, or its
+    parallel probe fell below the floor) is withheld unless measuring it again
+    succeeds. Returns the reports of keys calibrated, the keys a budget
+    stopped, the keys withheld, the keys measured again and those never
+    settled. A second measurement cut short by a budget leaves the first one
+    standing.
     """
     reports: dict[KernelTuningKey, CalibrationReport] = {}
     stopped: list[KeyOutcome] = []
+    withheld: dict[KernelTuningKey, KeyOutcome] = {}
     # keys of one element type run together and share their inputs, dropped at the next type
     inputs: dict[tuple, object] = {}
     last: tuple[str, dict[str, float]] | None = None  # the library probed last, its rates
@@ -267,6 +286,44 @@ def _measure_keys(
         probes = {aspect: tuple(rates[aspect] for rates in (before, last[1]) if aspect in rates)
                   for aspect in sorted({*before, *last[1]})}
         return dataclasses.replace(report, machine_probe=types.MappingProxyType(probes))
+
+    def interfered(report: CalibrationReport) -> str | None:
+        """Why a report cannot be published: measured under interference."""
+        lost, limit = report.interference, limit_of(report)
+        if report.stopped_early and lost is not None and lost.discarded:
+            return (f"withheld: not measured cleanly before the {report.stopped_early}; "
+                    f"{lost.describe()}")
+        if lost is not None and lost.stolen(limit):
+            return f"withheld: its CPUs were stolen; {lost.describe()}"
+        if monitor.starved(report.key.library, report.machine_probe):
+            rates = report.machine_probe.get(PARALLEL, ())
+            return (f"withheld: the machine could not run {report.execution.effective_threads} "
+                    f"threads (parallel probe {min(rates):.3g}, below {PARALLEL_FLOOR})")
+        return None
+
+    def limit_of(report: CalibrationReport) -> float:
+        limit = report.options.get("maximum_interference")
+        return limit if isinstance(limit, float | int) else MAXIMUM_SHARE
+
+    def record(key: KernelTuningKey, report: CalibrationReport) -> None:
+        """A report that stands: withheld while it was measured under interference."""
+        reason = interfered(report)
+        if reason is not None:
+            withheld[key] = KeyOutcome(key, reason, report)
+            return
+        withheld.pop(key, None)
+        reports[key] = report
+        if on_report is not None:
+            on_report(report)
+
+    def stands(key: KernelTuningKey, report: CalibrationReport) -> bool:
+        """Whether a key's new measurement replaces its standing one: a withheld key's
+        when it was not cut short by a plain budget, another key's when it is clean and
+        at least as steady."""
+        if key in withheld:
+            return not report.stopped_early or interfered(report) is not None
+        return (not report.stopped_early and interfered(report) is None
+                and state(report) >= state(reports[key]))
 
     def state(report: CalibrationReport) -> tuple[bool, bool, bool, float]:
         """How steady and fast the machine was while a key was measured: whether its
@@ -283,8 +340,9 @@ def _measure_keys(
                 or not monitor.settled(key.library, report.machine_probe)]
 
     def doubtful() -> list[KernelTuningKey]:
-        """The unsettled keys, then those measured once that decided fewer threads."""
-        keys = unsettled()
+        """The withheld keys, the unsettled ones, then those measured once that decided
+        fewer threads."""
+        keys = [*withheld, *unsettled()]
         return keys + [key for key, report in reports.items()
                        if key not in keys and key not in remeasured and _fewer_threads(report)]
 
@@ -294,12 +352,10 @@ def _measure_keys(
             stopped.append(KeyOutcome(key, "total time budget exhausted before this key"))
             continue
         report = measure(key)
-        if report.stopped_early:
+        if report.stopped_early and interfered(report) is None:
             stopped.append(KeyOutcome(key, f"not published: {report.stopped_early}", report))
         else:
-            reports[key] = report
-            if on_report is not None:
-                on_report(report)
+            record(key, report)
     until = time.perf_counter() + remeasure_factor * (time.perf_counter() - start)
     if total is not None:
         until = min(until, total.at)
@@ -313,14 +369,12 @@ def _measure_keys(
             if not settled or time.perf_counter() >= until:
                 break  # the slow spell outlasted the time allowed
             report = measure(key)
-            if not report.stopped_early and state(report) >= state(reports[key]):
-                reports[key] = report
-                if on_report is not None:
-                    on_report(report)
+            if stands(key, report):
+                record(key, report)
             if key not in remeasured:
                 remeasured.append(key)
         pending = doubtful()
-    return reports, stopped, remeasured, unsettled()
+    return reports, stopped, list(withheld.values()), remeasured, unsettled()
 
 
 def _fewer_threads(report: CalibrationReport) -> set[int]:
@@ -365,16 +419,20 @@ def calibrate_kernel_thresholds(
     registry: KernelTuningRegistry = default_registry,
     only_missing: bool = False,
     on_report: Callable[[CalibrationReport], None] | None = None,
+    interference: InterferenceSource | None = None,
 ) -> CalibrationBatchReport:
     """Calibrate exactly ``keys`` (each must have a registered schema) and publish once.
 
     The calibration functions and machine probes are those registered in ``registry``.
     ``on_report(report)`` is called whenever a key's standing report is made or
     replaced by a steadier one: what a checkpoint keeps of a run that may be killed.
+    ``interference`` is where what other processes take is read (default: this
+    process's counters, :class:`~.interference.ProcessInterference`).
 
     A key that the machine probes never saw measured in the reference state
     (``steadiness[...].unsettled``) publishes its steadiest measurement
-    without its decisions for fewer threads (see :class:`~.report.Decision`).
+    without its decisions for fewer threads (see :class:`~.report.Decision`);
+    a key that could not be measured cleanly is withheld (``withheld``).
     """
     keys = list(dict.fromkeys(keys))
     snapshot = registry.snapshot()
@@ -400,10 +458,13 @@ def calibrate_kernel_thresholds(
                 (unsupported if verdict[0] == "unsupported" else skipped).append(
                     KeyOutcome(key, verdict[1]))
         monitor = SteadinessMonitor((k.library for k in queue), execution.effective_threads,
-                                    registry=registry)
-        reports, stopped, remeasured, unsettled = _measure_keys(
+                                    registry=registry,
+                                    floor=PARALLEL_FLOOR if options.maximum_interference < 1
+                                    else 0.0)
+        source = interference if interference is not None else ProcessInterference()
+        reports, stopped, withheld, remeasured, unsettled = _measure_keys(
             queue, lambda key, inputs: _calibrate(key, queue[key], snapshot, execution, options,
-                                                  total, inputs, environment),
+                                                  total, inputs, environment, source),
             monitor, options.level.remeasure_factor, total, on_report)
         steadiness = monitor.finish(remeasured, unsettled)
     skipped += stopped
@@ -418,7 +479,7 @@ def calibrate_kernel_thresholds(
         generation = registry.generation
     return CalibrationBatchReport(calibrated, tuple(skipped), tuple(unsupported),
                                   tuple(profiles), execution, generation,
-                                  time.perf_counter() - start, steadiness)
+                                  time.perf_counter() - start, steadiness, tuple(withheld))
 
 
 def calibrate_registered_kernels(
@@ -432,6 +493,7 @@ def calibrate_registered_kernels(
     *,
     registry: KernelTuningRegistry = default_registry,
     on_report: Callable[[CalibrationReport], None] | None = None,
+    interference: InterferenceSource | None = None,
 ) -> CalibrationBatchReport:
     """Calibrate every registered key the selection matches (all of them when it is empty).
 
@@ -442,4 +504,5 @@ def calibrate_registered_kernels(
     selection = KeyFilter.of(library, kernels, implementations, element_types, device)
     keys = filter(selection.matches, registry.snapshot().keys())
     return calibrate_kernel_thresholds(keys, options, registry=registry,
-                                       only_missing=only_missing, on_report=on_report)
+                                       only_missing=only_missing, on_report=on_report,
+                                       interference=interference)

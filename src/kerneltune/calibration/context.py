@@ -5,11 +5,15 @@ A callback runs the real kernel through the context: it makes inputs with
 :meth:`measure` after :meth:`check` compared their outputs, and records one
 :class:`~.report.Decision` per parameter. Later searches see earlier decisions
 in :attr:`values`, so a kernel can settle its algorithm before its threads.
+A measurement taken while the process waited for its CPUs is discarded and
+taken again once they are free (:mod:`.interference`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +23,7 @@ import numpy as np
 
 from ..errors import CalibrationError
 from ..tuning.schema import KernelTuningKey, KernelTuningSchema, TuningValue
+from .interference import Interference, InterferenceSource
 from .measure import Deadline, Measurement, measure
 from .options import CalibrationOptions
 from .report import Candidate, Decision, Mark
@@ -26,6 +31,7 @@ from .tensors import randn_tensor
 
 if TYPE_CHECKING:
     from ..machine.descriptor import CpuExecutionDescriptor
+    from .confirmation import Confirmation
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,11 @@ class Tolerance:
 
     rtol: float
     atol: float
+
+
+#: seconds the first pause after a measurement under interference lasts; each next one is
+#: twice as long, up to :data:`LONGEST_PAUSE`: a neighbour's burst passes, a busy one stays
+FIRST_PAUSE, LONGEST_PAUSE = 0.05, 1.0
 
 
 class CalibrationContext:
@@ -46,6 +57,7 @@ class CalibrationContext:
         baseline: Mapping[str, TuningValue],
         deadline: Deadline,
         inputs: dict[tuple, np.ndarray] | None = None,
+        interference: InterferenceSource | None = None,
     ):
         self.key, self.schema, self.execution = key, schema, execution
         self.options = options
@@ -59,6 +71,10 @@ class CalibrationContext:
         self._values = dict(baseline)
         self._base_config = schema.configure(baseline)
         self._inputs = {} if inputs is None else inputs
+        self.interference = interference
+        #: the measurements kept, and those discarded for interference, with what each lost
+        self.kept: list[Interference] = []
+        self.discarded: list[Interference] = []
 
     @property
     def values(self) -> Mapping[str, TuningValue]:
@@ -87,12 +103,29 @@ class CalibrationContext:
     def fits(self, nbytes: int) -> bool:
         return nbytes <= self.options.memory_budget
 
-    def measure(self, runs: Mapping[str, Callable[[], object]]) -> dict[str, Measurement]:
-        """Interleaved measurements of each run (see :func:`.measure.measure`)."""
-        level = self.options.level
-        results = measure(list(runs.values()), self.options.samples,
-                          level.minimum_sample_seconds, self.deadline)
-        return dict(zip(runs, results, strict=True))
+    def measure(self, runs: Mapping[str, Callable[[], object]],
+                samples: int | None = None) -> dict[str, Measurement]:
+        """Interleaved measurements of each run (see :func:`.measure.measure`), ``samples``
+        each (the effort's unless given).
+
+        One taken while the threads waited for CPUs beyond the limit is discarded and
+        taken again after a pause, each pause twice the last: until the key's budget
+        runs out (:class:`~.measure.BudgetExhausted`), which withholds the key.
+        """
+        level, pause = self.options.level, FIRST_PAUSE
+        while True:
+            before = None if self.interference is None else self.interference.reading()
+            results = measure(list(runs.values()), samples or self.options.samples,
+                              level.minimum_sample_seconds, self.deadline)
+            if before is None:
+                return dict(zip(runs, results, strict=True))
+            seen = self.interference.since(before, self.threads)
+            if seen.clean(self.options.maximum_interference):
+                self.kept.append(seen)
+                return dict(zip(runs, results, strict=True))
+            self.discarded.append(seen)
+            time.sleep(max(0.0, min(pause, self.deadline.remaining)))
+            pause = min(2 * pause, LONGEST_PAUSE)
 
     def check(self, case: str, point: object, outputs: Mapping[str, np.ndarray],
               tolerance: Tolerance | None = None) -> None:
@@ -120,13 +153,16 @@ class CalibrationContext:
 
     def decide(self, parameter: str, value: TuningValue, reason: str,
                candidates: Sequence[Candidate] = (), measured: TuningValue | None = None,
-               fewer_threads: bool = False, marks: Sequence[Mark] = ()) -> Decision:
+               fewer_threads: bool = False, marks: Sequence[Mark] = (),
+               confirmation: Confirmation | None = None) -> Decision:
         """Record the value chosen for ``parameter`` (validated with the values so far);
         ``fewer_threads``: it runs some calls on fewer threads than the value in use;
-        ``marks``: where a crossover's thresholds lie (see :class:`~.report.Mark`)."""
+        ``marks``: where a crossover's thresholds lie (see :class:`~.report.Mark`);
+        ``confirmation``: the comparison it stands on."""
         self.configure({parameter: value})
         decision = Decision(parameter, value, self.baseline[parameter], reason,
-                            tuple(candidates), measured, fewer_threads, tuple(marks))
+                            tuple(candidates), measured, fewer_threads, tuple(marks),
+                            confirmation)
         self.decisions.append(decision)
         self._values[parameter] = value
         return decision
@@ -136,6 +172,12 @@ class CalibrationContext:
         """Record that ``parameter`` keeps the value in use."""
         return self.decide(parameter, self._values[parameter], reason, candidates, measured,
                            marks=marks)
+
+    def confirmed(self, parameter: str, confirmation: Confirmation) -> None:
+        """Attach the comparison that confirmed ``parameter``'s decision in effect."""
+        index = max(i for i, d in enumerate(self.decisions) if d.parameter == parameter)
+        self.decisions[index] = dataclasses.replace(self.decisions[index],
+                                                    confirmation=confirmation)
 
     def stop(self, budget: str) -> None:
         self.stopped_early = self.stopped_early or f"{budget} time budget exhausted"

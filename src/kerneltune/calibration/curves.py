@@ -24,6 +24,8 @@ from pathlib import Path
 from .._support.documents import read_bounded
 from ..errors import KernelTuningError, TuningValidationError
 from ..tuning.schema import KernelTuningKey, TuningValue
+from .confirmation import Confirmation
+from .interference import KeyInterference
 from .report import MARK_ROLES, MEASURED, PREVIOUS, SELECTED, Mark
 
 #: what a decision's candidates measured (see :mod:`.search`)
@@ -111,6 +113,8 @@ class DecisionCurves:
     selected_label: str | None = None
     marks: tuple[AxisMark, ...] = ()
     units: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: the comparison with the value in use a change needed (see .confirmation)
+    confirmation: Confirmation | None = None
 
     @property
     def changed(self) -> bool:
@@ -133,6 +137,8 @@ class DecisionCurves:
                 "changed": self.changed, "measured": self.measured, "reason": self.reason,
                 "kind": self.kind, "candidates": self.candidates, "reference": self.reference,
                 "selected_label": self.selected_label, "units": dict(self.units),
+                "confirmation": (None if self.confirmation is None
+                                 else self.confirmation.to_dict()),
                 "marks": [mark.to_dict() for mark in self.marks],
                 "series": [series.to_dict() for series in self.series]}
 
@@ -148,6 +154,8 @@ class KeyCurves:
     seconds: float | None
     stopped_early: str | None
     decisions: tuple[DecisionCurves, ...]
+    #: what other processes took while it was measured (see .interference)
+    interference: KeyInterference | None = None
 
     @property
     def threads_text(self) -> str:
@@ -157,6 +165,8 @@ class KeyCurves:
         return {"key": self.key.to_dict(), "name": str(self.key), "threads": self.threads,
                 "status": self.status, "reason": self.reason, "seconds": self.seconds,
                 "stopped_early": self.stopped_early,
+                "interference": (None if self.interference is None
+                                 else self.interference.to_dict()),
                 "decisions": [decision.to_dict() for decision in self.decisions]}
 
 
@@ -302,7 +312,18 @@ def _decision(data: object, settings: Mapping[str, Mapping], values: Mapping[str
         selected = f"{min(int(value), largest)} threads" if isinstance(value, int) else None
     return DecisionCurves(parameter, value, baseline, data.get("measured"), reason, kind,
                           len(candidates), series, reference, selected, marks,
-                          _units(data, where))
+                          _units(data, where),
+                          _optional(Confirmation, data, "confirmation", where))
+
+
+def _optional(kind: type, data: Mapping, name: str, where: str):
+    """``data[name]`` read by ``kind.from_dict``: None when absent (an older report)."""
+    if data.get(name) is None:
+        return None
+    try:
+        return kind.from_dict(data[name])
+    except ValueError as error:
+        raise ValueError(f"{where}, {name}: {error}") from None
 
 
 def _key(data: object, threads: int, status: str, reason: str | None, where: str) -> KeyCurves:
@@ -325,7 +346,8 @@ def _key(data: object, threads: int, status: str, reason: str | None, where: str
     seconds = report.get("seconds")
     return KeyCurves(key, threads, status, reason,
                      float(seconds) if isinstance(seconds, int | float) else None,
-                     report.get("stopped_early"), decisions)
+                     report.get("stopped_early"), decisions,
+                     _optional(KeyInterference, report, "interference", at))
 
 
 def _batch(data: object, where: str) -> list[KeyCurves]:
@@ -336,7 +358,9 @@ def _batch(data: object, where: str) -> list[KeyCurves]:
     threads = int(_get(execution, "effective_threads", int, f"{where}, execution"))
     keys = [_key(report, threads, "calibrated", None, f"{where}, calibrated[{index}]")
             for index, report in enumerate(_get(data, "calibrated", list, where))]
-    for status in ("skipped", "unsupported"):
+    for status in ("withheld", "skipped", "unsupported"):
+        if status == "withheld" and status not in data:
+            continue  # a report older than withholding
         for index, outcome in enumerate(_get(data, status, list, where)):
             at = f"{where}, {status}[{index}]"
             keys.append(_key(outcome, threads, status, _get(outcome, "reason", str, at), at))

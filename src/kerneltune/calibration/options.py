@@ -7,6 +7,8 @@ explicitly in :class:`CalibrationOptions` overrides its level's value.
 
 from __future__ import annotations
 
+import math
+import os
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from .._support.checks import is_int, is_positive_number
 from ..errors import Problem, TuningValidationError
 from ..tuning.schema import TuningValue
+from .interference import MAXIMUM_SHARE
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,10 @@ class CalibrationOptions:
     - ``parameter`` and ``values``: instead of searching, time the kernel's
       workload with each value of one parameter (the active value first) and
       select the fastest.
+    - ``maximum_interference``: a measurement where other processes took more
+      than this share of the threads' time is discarded and taken again
+      (default: ``KERNELTUNE_MAXIMUM_INTERFERENCE``, else
+      :data:`~.interference.MAXIMUM_SHARE`; 1 keeps every measurement).
     """
 
     threads: int | None = None
@@ -78,9 +85,13 @@ class CalibrationOptions:
     seed: int = 0
     parameter: str | None = None
     values: Sequence[TuningValue] = field(default=())
+    maximum_interference: float = field(default_factory=lambda: _maximum_interference())
 
     def __post_init__(self) -> None:
         problems = []
+        if not is_positive_number(self.maximum_interference) or self.maximum_interference > 1:
+            problems.append(Problem("maximum_interference", f"expected a share in (0, 1], got "
+                                                            f"{self.maximum_interference!r}"))
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             problems.append(Problem("threads", f"expected an int >= 1, got {self.threads!r}"))
         if self.effort not in EFFORTS:
@@ -134,8 +145,29 @@ class CalibrationOptions:
             "time_budget_per_key": self.seconds_per_key, "time_budget": self.time_budget,
             "memory_budget": self.memory_budget, "minimum_margin": self.minimum_margin,
             "repetitions": self.samples, "seed": self.seed, "parameter": self.parameter,
-            "values": list(self.values),
+            "values": list(self.values), "maximum_interference": self.maximum_interference,
         }
+
+
+#: the environment variable that sets the interference a measurement may see
+INTERFERENCE_VARIABLE = "KERNELTUNE_MAXIMUM_INTERFERENCE"
+
+
+def _maximum_interference() -> float:
+    """``KERNELTUNE_MAXIMUM_INTERFERENCE`` as a share, else the default; a value that is no
+    share names the variable."""
+    text = os.environ.get(INTERFERENCE_VARIABLE, "").strip()
+    if not text:
+        return MAXIMUM_SHARE
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not 0 < share <= 1:
+        raise TuningValidationError([Problem(INTERFERENCE_VARIABLE, f"expected a share in "
+                                                                    f"(0, 1], got {text!r}")],
+                                    context="calibration options")
+    return share
 
 
 def thread_counts(threads: int) -> list[int]:

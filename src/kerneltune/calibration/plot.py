@@ -203,7 +203,12 @@ def _panel(axes: Any, ticker: Any, entry: KeyCurves, decision: DecisionCurves) -
     axes.set_title(_title(entry, decision), fontsize=10)
     axes.grid(True, which="major", alpha=0.3)
     axes.legend(fontsize=7.5, loc="best")
-    reason = textwrap.fill(f"why: {decision.reason}", 110)
+    why = decision.reason
+    if decision.changed and decision.confirmation is not None:
+        why += f"; confirmed: {decision.confirmation.describe()}"
+    if entry.interference is not None:
+        why += f". Interference: {entry.interference.describe()}"
+    reason = textwrap.fill(f"why: {why}", 110)
     axes.annotate(reason, (0, 0), xycoords="axes fraction", xytext=(0, -44),
                   textcoords="offset points", va="top", fontsize=7.5, annotation_clip=False)
 

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..tuning.schema import KernelTuningKey, TuningValue
+from .interference import KeyInterference
 from .measure import Measurement
 from .steadiness import Steadiness
 
 if TYPE_CHECKING:
     from ..machine.descriptor import CpuExecutionDescriptor
     from ..tuning.registry import KernelTuningProfile
+    from .confirmation import Confirmation
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,9 @@ class Decision:
     measured: TuningValue | None = None
     fewer_threads: bool = False
     marks: tuple[Mark, ...] = ()
+    #: a change from the value in use is published only when this confirmed it; a value
+    #: kept because it did not carries the comparison too (see .confirmation)
+    confirmation: Confirmation | None = None
 
     @property
     def changed(self) -> bool:
@@ -106,6 +111,8 @@ class Decision:
                 "changed": self.changed, "measured": self.measured,
                 "fewer_threads": self.fewer_threads, "reason": self.reason,
                 "units": self.units, "marks": [m.to_dict() for m in self.marks],
+                "confirmation": None if self.confirmation is None
+                else self.confirmation.to_dict(),
                 "candidates": [c.to_dict() for c in self.candidates]}
 
 
@@ -132,6 +139,8 @@ class CalibrationReport:
     machine_probe: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     #: points where two measurements were won by opposite sides: the machine changed meanwhile
     contradictions: tuple[str, ...] = ()
+    #: what the key lost to other processes while it was measured (see .interference)
+    interference: KeyInterference | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -148,6 +157,7 @@ class CalibrationReport:
             "stopped_early": self.stopped_early,
             "machine_probe": {aspect: list(rates) for aspect, rates in self.machine_probe.items()},
             "contradictions": list(self.contradictions),
+            "interference": None if self.interference is None else self.interference.to_dict(),
         }
 
     @property
@@ -178,7 +188,10 @@ class CalibrationBatchReport:
     ``update_kernel_tuning_cache`` to keep them. ``steadiness`` holds what the
     machine probes saw (see :mod:`.steadiness`) and which keys they sent back
     to be measured again; a key never measured steadily (in the machine's
-    reference state, without contradicting itself) may not repeat.
+    reference state, without contradicting itself) may not repeat. ``withheld``
+    are the keys that could not be measured cleanly within their budget (other
+    processes took their CPUs, see :mod:`.interference`): they keep the values in
+    use, and their reports say what was lost.
     """
 
     calibrated: tuple[CalibrationReport, ...]
@@ -189,6 +202,7 @@ class CalibrationBatchReport:
     generation: int | None
     seconds: float
     steadiness: tuple[Steadiness, ...] = ()
+    withheld: tuple[KeyOutcome, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -198,6 +212,7 @@ class CalibrationBatchReport:
             "steadiness": [s.to_dict() for s in self.steadiness],
             "calibrated": [r.to_dict() for r in self.calibrated],
             "skipped": [s.to_dict() for s in self.skipped],
+            "withheld": [w.to_dict() for w in self.withheld],
             "unsupported": [u.to_dict() for u in self.unsupported],
             "successful_profiles": [
                 {"key": p.key.to_dict(), "values": dict(p.values), "digest": p.digest,

@@ -72,6 +72,22 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """What a key is compared on, outside its searches: cases at sizes, a run for a typed
+    config, and how close two outputs must be.
+
+    ``differs(a, b, case, size)`` says whether configs ``a`` and ``b`` run a case
+    differently at a size (another path, another thread count): a comparison measures
+    them there only. Without it, every point a comparison picks is measured.
+    """
+
+    cases: Sequence[tuple[Case, int]]
+    make_run: Callable[[Any], Run]
+    tolerance: Tolerance | None = None
+    differs: Callable[[Any, Any, Case, int], bool] | None = None
+
+
+@dataclass(frozen=True)
 class Crossover:
     """Where ``above`` starts to beat ``below`` on growing sizes, and the value that says so.
 
@@ -441,49 +457,6 @@ def compare_settings(context: CalibrationContext, comparison: Comparison) -> Com
     return ComparisonResult(best, f"{best.label} is {speedups[best.label]:.2f}x the value in use "
                                   f"over {len(per_case)} cases (geometric mean)", table,
                             tuple(measured))
-
-
-def verify_decisions(context: CalibrationContext, parameters: Sequence[str],
-                     points: Sequence[tuple[Case, int]], make_run: Callable[[Any], Run],
-                     tolerance: Tolerance | None = None) -> bool:
-    """Measure decided values against the previous ones where they differ; revert on a loss.
-
-    A search compares configured stand-ins (forced serial, forced parallel);
-    this compares the configurations themselves where they differ, once the
-    search is over. If the previous values beat the decided ones by the margin
-    at a point (twice at normal and thorough effort), every parameter of
-    ``parameters`` goes back to its previous value. Returns whether the
-    decided values stand.
-    """
-    changed = [p for p in parameters if context.values[p] != context.baseline[p]]
-    if not changed or not points:
-        return True
-    previous = {p: context.baseline[p] for p in changed}
-    runs = {"decided": make_run(context.configure()),
-            "previous": make_run(context.configure(previous))}
-    margin = context.options.minimum_margin
-    rounds = context.options.level.rounds
-    measured: list[Candidate] = []
-    try:
-        for case, size in points:
-            losses = 0
-            for _ in range(rounds):
-                candidate = _outcome(context, case, size, case.inputs(size), runs, tolerance)
-                m = candidate.measurements
-                lost = m["previous"].beats(m["decided"], margin)
-                losses += lost
-                measured.append(_with_outcome(candidate, "previous wins" if lost else "kept"))
-                if not lost:
-                    break
-            if losses == rounds:
-                for parameter in changed:
-                    context.decide(parameter, previous[parameter],
-                                   f"reverted: the previous values beat the decided ones by "
-                                   f"{margin:.0%} on {case.name} at size {size}", measured)
-                return False
-    except BudgetExhausted as exhausted:
-        context.stop(str(exhausted))
-    return True
 
 
 def search_threads(context: CalibrationContext, parameter: str, case: Case,

@@ -46,6 +46,11 @@ REFERENCE_RUN = 3
 #: scatter within one state, narrower than the distance between states
 STEADY_TOLERANCE = 0.20
 
+#: a parallel probe below this ran its call on its threads at under half its serial speed:
+#: the machine cannot give the process that many CPUs now, however steady it looks against
+#: itself (a quiet machine's probe is above 1)
+PARALLEL_FLOOR = 0.5
+
 #: seconds between two probes while a batch waits for the reference state to come back
 POLL_SECONDS = 0.1
 
@@ -181,10 +186,13 @@ class Steadiness:
 
 class SteadinessMonitor:
     """The probes of one batch, those ``registry`` holds for its libraries: :meth:`sample`
-    around each key, :meth:`settled` to judge it."""
+    around each key, :meth:`settled` to judge it; ``floor`` is the parallel probe's (0: a
+    batch that keeps every measurement, however disturbed)."""
 
     def __init__(self, libraries: Iterable[str], threads: int, *,
-                 registry: KernelTuningRegistry = default_registry):
+                 registry: KernelTuningRegistry = default_registry,
+                 floor: float = PARALLEL_FLOOR):
+        self._floor = floor
         self._probes = {(library, aspect): registration
                         for library in sorted(set(libraries))
                         for aspect, registration in sorted(registry.machine_probes(library).items())
@@ -229,12 +237,19 @@ class SteadinessMonitor:
         return min(ratios, default=math.inf)
 
     def settled(self, library: str, probes: Probes) -> bool:
-        """Whether a key probed at ``probes`` was in the reference state seen so far.
+        """Whether a key probed at ``probes`` was in the reference state seen so far, and
+        its threads had their CPUs (no parallel probe below the floor).
 
         Without a working probe, nothing can be judged, and every key counts as settled.
         """
-        return all(in_reference_state(probes.get(name[1], ()), self._reference(name))
-                   for name in self._working(library))
+        return not self.starved(library, probes) and all(
+            in_reference_state(probes.get(name[1], ()), self._reference(name))
+            for name in self._working(library))
+
+    def starved(self, library: str, probes: Probes) -> bool:
+        """Whether a parallel probe of ``probes`` fell below the floor."""
+        return (library, PARALLEL) in self._working(library) and any(
+            rate < self._floor for rate in probes.get(PARALLEL, ()))
 
     def await_reference(self, library: str, until: float,
                         latest: Mapping[str, float] | None = None

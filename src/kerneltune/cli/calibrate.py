@@ -13,10 +13,13 @@ from ..machine.threads import available_threads
 from .common import add_command, parse_value, positive_int
 
 if TYPE_CHECKING:
-    from ..calibration import CalibrationOptions, Steadiness
+    from ..calibration import CalibrationOptions, CalibrationReport, Steadiness
 
-#: exit status of ``calibrate --require-steady`` when keys were only measured in a slow state
+#: exit status of ``calibrate --require-steady`` when keys were only measured in a slow state,
+#: under interference, or withheld
 UNSTEADY = 3
+#: exit status of a calibration that withheld every key it measured: nothing was published
+WITHHELD = 4
 
 
 def _options(args: argparse.Namespace, threads: int | None) -> CalibrationOptions:
@@ -26,7 +29,9 @@ def _options(args: argparse.Namespace, threads: int | None) -> CalibrationOption
         threads=threads, effort=args.effort, time_budget_per_key=args.time_budget_per_key,
         time_budget=args.time_budget, memory_budget=args.memory_budget,
         minimum_margin=args.margin, seed=args.seed, parameter=args.parameter,
-        values=[parse_value(v) for v in args.values or ()])
+        values=[parse_value(v) for v in args.values or ()],
+        **({} if args.maximum_interference is None
+           else {"maximum_interference": args.maximum_interference}))
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -46,21 +51,26 @@ def _calibrate(args: argparse.Namespace) -> int:
             options=options)
         reports.append(report)
         print(f"threads {count}: {len(report.calibrated)} keys calibrated in "
-              f"{report.seconds:.1f} s, {len(report.skipped)} skipped, "
-              f"{len(report.unsupported)} unsupported")
+              f"{report.seconds:.1f} s, {len(report.withheld)} withheld, "
+              f"{len(report.skipped)} skipped, {len(report.unsupported)} unsupported")
         for calibrated in report.calibrated:
-            for decision in calibrated.decisions:
-                if decision.changed:
-                    print(f"  {calibrated.key}  {decision.parameter}: {decision.baseline} -> "
-                          f"{decision.value}")
+            _print_decisions(calibrated)
+        for withheld in report.withheld:
+            print(f"  {withheld.key}: {withheld.reason}")
         for skipped in report.skipped:
             print(f"  skipped {skipped.key}: {skipped.reason}")
         _print_steadiness(report.steadiness)
-        still = all(probe.steady for probe in report.steadiness)
+        interfered = [str(r.key) for r in report.calibrated
+                      if r.interference is not None and r.interference.discarded]
+        if interfered:
+            print(f"  {len(interfered)} keys had measurements discarded under interference "
+                  f"and taken again: {', '.join(interfered)}")
+        still = (all(probe.steady for probe in report.steadiness) and not report.withheld
+                 and not interfered)
         unsteady |= not still
         if args.save and not still and args.require_steady:
             print("  not saved to the cache: keys were measured with the machine slower than "
-                  "its reference state (--require-steady)")
+                  "its reference state, under interference, or withheld (--require-steady)")
         elif args.save:
             from ..cache.kernel_tuning_cache import update_kernel_tuning_cache
 
@@ -73,9 +83,27 @@ def _calibrate(args: argparse.Namespace) -> int:
         text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
         write_atomically(Path(args.report), text + "\n")
         print(f"report written to {args.report}")
+    if reports and all(r.withheld and not r.calibrated for r in reports):
+        print(f"nothing calibrated: every key was withheld, other processes took the "
+              f"machine's CPUs (exit status {WITHHELD})")
+        return WITHHELD
     if args.require_steady and unsteady:
         return UNSTEADY
     return 0
+
+
+def _print_decisions(report: CalibrationReport) -> None:
+    """The changes published, and those a confirmation turned down, with its figures."""
+    in_effect = {decision.parameter: decision for decision in report.decisions}
+    for decision in in_effect.values():
+        confirmation = decision.confirmation
+        if decision.changed:
+            confirmed = "" if confirmation is None else f" ({confirmation.describe()})"
+            print(f"  {report.key}  {decision.parameter}: {decision.baseline} -> "
+                  f"{decision.value}{confirmed}")
+        elif confirmation is not None:
+            print(f"  {report.key}  {decision.parameter}: kept {decision.value}, "
+                  f"{decision.reason.removeprefix('kept: ')}")
 
 
 def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
@@ -89,8 +117,12 @@ def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
     for note in result.notes:
         print(f"checkpoint {note}")
     print(result.table())
+    for withheld in result.withheld:
+        print(f"  {withheld}")
     print(f"profile written to {result.profile_path} ({len(result.profile.entries)} entries), "
           f"reports to {result.reports_path}")
+    if args.require_steady and not result.steady:
+        return UNSTEADY
     return 0
 
 
@@ -164,9 +196,14 @@ def register(commands: argparse._SubParsersAction) -> None:
                            help="persist the calibrated values to the user calibration cache "
                                 "(KERNELTUNE_CACHE), where later processes load them")
     calibrate.add_argument("--require-steady", action="store_true",
-                           help=f"exit with status {UNSTEADY} and save nothing of a thread "
-                                f"count with keys measured only while the machine probe saw "
-                                f"the machine slower than its reference state (or failed)")
+                           help=f"exit with status {UNSTEADY} and save nothing to the cache "
+                                f"of a thread count with keys withheld, measured under "
+                                f"interference, or only while the machine probe saw the "
+                                f"machine slower than its reference state (or failed)")
+    calibrate.add_argument("--maximum-interference", type=float, metavar="SHARE",
+                           help="discard and take again a measurement where other processes "
+                                "took more than this share of its threads' time (default: "
+                                "KERNELTUNE_MAXIMUM_INTERFERENCE, else 0.25; 1 keeps all)")
     calibrate.add_argument("--profile", action="store_true",
                            help="write a deployment profile of this machine bound to "
                                 "--selector (default: this processor's vendor/family/model), "

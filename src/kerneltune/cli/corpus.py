@@ -11,9 +11,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..calibration.confirmation import CONFIDENCE
 from ..corpus.analysis import CRITERIA, LATENCY_CRITERIA, SPEEDUP_CRITERIA, SetMetrics
 from ..corpus.search import (
     DEFAULT_CRITERION,
+    DEFAULT_MARGIN,
     DEFAULT_REPEAT,
     DEFAULT_TIMEOUT,
     DEFAULT_WARMUP,
@@ -38,7 +40,7 @@ from .common import (
 #: the suffixes ``CorpusSearchReport.write`` takes, checked before anything is measured
 REPORT_SUFFIXES = (".json", ".csv")
 #: options whose default is the API's: the command passes them only when given
-API_OPTIONS = ("criterion", "repeat", "warmup", "timeout")
+API_OPTIONS = ("criterion", "repeat", "warmup", "timeout", "margin")
 
 
 def _parameter(text: str) -> tuple[str, list[object]]:
@@ -141,8 +143,13 @@ def _print_report(args: argparse.Namespace, report: CorpusSearchReport) -> None:
     if values is None:
         return
     print()
+    if report.confirmation is not None:
+        print(f"set {report.fastest} against set 0, run again in reverse order: "
+              f"{report.confirmation.describe()}")
     if report.selected == 0:
-        print("selected: set 0, the active values; nothing to change")
+        print("selected: set 0, the active values; nothing to change"
+              if report.fastest == 0 else
+              "selected: set 0: no set beats the values in use; nothing to change")
         return
     searched = ", ".join(f"{name}={values[name]}" for name in report.parameters)
     print(f"selected: set {report.selected}: {searched}\n"
@@ -232,6 +239,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     corpus.add_argument("--timeout", type=float, metavar="SECONDS",
                          help="seconds one case may take in a worker before the set is "
                               f"incomplete (default: {DEFAULT_TIMEOUT:g})")
+    corpus.add_argument("--margin", type=float, metavar="FRACTION",
+                         help="how much faster than set 0 the fastest set must be, confirmed "
+                              f"at {CONFIDENCE * 100:.0f}%% on runs again in reverse order, to be "
+                              f"selected (default: {DEFAULT_MARGIN:g})")
     add_threads(corpus)
     corpus.add_argument("--output", metavar="FILE",
                          help="also write the report to FILE: .json as --json prints it, or "

@@ -185,7 +185,7 @@ def _tune(args: argparse.Namespace) -> int:
         _print_tuning(batch, parameter)
         print(f"cache {saved.path or 'disabled'}: {saved.status}, {len(saved.added)} added, "
               f"{len(saved.replaced)} replaced")
-    for outcome in (*batch.skipped, *batch.unsupported):
+    for outcome in (*batch.withheld, *batch.skipped, *batch.unsupported):
         warn("kernel", f"{outcome.key} not tuned: {outcome.reason}")
     problems = [str(p) for p in saved.problems]
     for problem in problems:
@@ -201,8 +201,11 @@ def _print_tuning(batch: CalibrationBatchReport, parameter: str | None) -> None:
         if parameter is not None:
             print(_comparison_table(report.comparison, report.values[parameter]))
         for decision in report.decisions:
+            confirmed = decision.confirmation
             print(f"  {decision.parameter}: {decision.baseline} -> {decision.value}\n"
-                  f"      {decision.reason}")
+                  f"      {decision.reason}"
+                  + (f"\n      confirmed: {confirmed.describe()}"
+                     if decision.changed and confirmed is not None else ""))
 
 
 def _comparison_table(rows: Sequence[Mapping[str, object]], chosen: TuningValue) -> str:

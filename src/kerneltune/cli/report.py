@@ -6,10 +6,16 @@ reports, one per thread count, or one). ``--json`` prints
 
     {"file": FILE,
      "keys": [{"key": {...}, "name": "library/Kernel/isa/TYPE (cpu, abi N)",
-               "threads": 2, "status": "calibrated" | "skipped" | "unsupported",
+               "threads": 2,
+               "status": "calibrated" | "withheld" | "skipped" | "unsupported",
                "reason": null | why it was not calibrated, "seconds", "stopped_early",
+               "interference": null | {"kept", "discarded": [shares others took],
+                                       "worst_kept", "stolen", "whole": {...}},
                "decisions": [{"parameter", "baseline", "value", "changed", "measured",
                               "reason", "kind", "candidates": number measured,
+                              "confirmation": null | {"ratio", "low", "high", "points",
+                                                      "rounds", "margin", "confidence",
+                                                      "confirmed"},
                               "reference", "selected_label", "units": {case: unit},
                               "marks": [{"label", "size", "role"}],
                               "series": [{"case", "label",
@@ -41,15 +47,25 @@ def _value(decision: DecisionCurves) -> str:
     return f"{decision.value} (kept)"
 
 
-def _heading(entry: KeyCurves) -> str:
+def _heading(entry: KeyCurves, columns: int) -> str:
     head = f"{entry.key}, {entry.threads_text}: "
     if entry.status == "calibrated":
         head += "calibrated" + (f" in {entry.seconds:.1f} s" if entry.seconds is not None else "")
     else:
-        head += f"{entry.status}: {entry.reason}"
+        head += f"{entry.status}: {(entry.reason or '').removeprefix(entry.status + ': ')}"
     if entry.stopped_early:
         head += f" (stopped early: {entry.stopped_early})"
+    if entry.interference is not None:
+        head += "\n" + textwrap.fill(f"interference: {entry.interference.describe()}",
+                                     max(columns, _REASON_WIDTH), subsequent_indent="  ")
     return head
+
+
+def _reason(decision: DecisionCurves) -> str:
+    """Why, with the confirmation a published change stands on."""
+    if decision.changed and decision.confirmation is not None:
+        return f"{decision.reason}; confirmed: {decision.confirmation.describe()}"
+    return decision.reason
 
 
 def _decisions(entry: KeyCurves, columns: int) -> str:
@@ -60,7 +76,7 @@ def _decisions(entry: KeyCurves, columns: int) -> str:
     width = max(_REASON_WIDTH, columns - sum(widths) - 2 * len(widths))
     rows = []
     for cell, decision in zip(cells, entry.decisions, strict=True):
-        lines = textwrap.wrap(decision.reason, width) or [""]
+        lines = textwrap.wrap(_reason(decision), width) or [""]
         rows.append((*cell, lines[0]))
         rows += [("", "", "", line) for line in lines[1:]]
     return table(rows, header)
@@ -80,7 +96,7 @@ def _report(args: argparse.Namespace) -> int:
         print_json(curves.to_dict())
     else:
         columns = shutil.get_terminal_size((100, 24)).columns
-        blocks = [_heading(entry) + ("\n" + _decisions(entry, columns) if entry.decisions
+        blocks = [_heading(entry, columns) + ("\n" + _decisions(entry, columns) if entry.decisions
                                      else "") for entry in curves.keys]
         print("\n\n".join(blocks))
     if drawn is not None:

@@ -7,6 +7,14 @@ once per parameter set of a Cartesian product. Every set runs in a fresh
 ``KERNELTUNE_CACHE`` is a temporary file holding only that set, so no session
 can keep another set's values and the machine's own cache is never read or
 written. The result is advisory: nothing is published or persisted.
+
+A search over many sets finds one faster by chance, so the fastest set is
+advised only when calibration's confirmation rule says so
+(:mod:`kerneltune.calibration.confirmation`): it and the values in use run once
+more, in the reverse order (an ABBA design, which cancels a drift of the
+machine), and the fastest must beat the values in use by the margin at the
+stated confidence on the pooled per-case samples. Otherwise the advice is that
+no set beats the values in use.
 """
 
 from __future__ import annotations
@@ -32,12 +40,14 @@ import numpy as np
 from .._support.checks import is_count, is_positive_number
 from .._support.files import write_atomically
 from ..cache.kernel_tuning_cache import ENVIRONMENT_VARIABLE
+from ..calibration.confirmation import Confirmation, confirm
 from ..calibration.parameters import one_key, set_kernel_tuning_parameters
 from ..errors import Problem, TuningValidationError
 from ..machine.detect import current_execution
 from ..tuning.registry import default_registry
 from ..tuning.schema import KernelTuningKey, TuningValue
 from .analysis import (
+    BASELINE,
     CRITERIA,
     CaseLatency,
     LatencyAnalysis,
@@ -52,6 +62,8 @@ DEFAULT_REPEAT = 20
 DEFAULT_WARMUP = 3
 #: seconds one case may take in a worker (session, output check, warm-up and timed runs)
 DEFAULT_TIMEOUT = 60.0
+#: how much faster than the values in use the fastest set must be, confirmed, to be advised
+DEFAULT_MARGIN = 0.05
 #: seconds a worker may take to import kerneltune and load its cache before its first case
 STARTUP_TIMEOUT = 300.0
 
@@ -72,12 +84,14 @@ class CaseResult:
     latency_seconds: float | None = None
     resolved: Mapping[str, TuningValue] | None = None
     message: str | None = None
+    #: the timed runs' seconds, whose median is the latency
+    samples: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {"set": self.set_index, "case": self.case, "status": self.status,
                 "latency_seconds": self.latency_seconds,
                 "resolved": None if self.resolved is None else dict(self.resolved),
-                "message": self.message}
+                "message": self.message, "samples": list(self.samples)}
 
 
 @dataclass(frozen=True)
@@ -99,7 +113,9 @@ class CorpusSearchReport:
 
     ``sets`` hold every parameter of the key, those not searched at their
     active values. The selected set is advice: persisting it takes an explicit
-    :func:`~kerneltune.set_kernel_tuning_parameters`.
+    :func:`~kerneltune.set_kernel_tuning_parameters`. It is the set the
+    criterion ranks first (``fastest``) when that is set 0 or ``confirmation``
+    confirmed it against set 0; else set 0, the values in use.
     """
 
     key: KernelTuningKey
@@ -111,10 +127,22 @@ class CorpusSearchReport:
     repeat: int
     warmup: int
     timeout: float
+    #: the fastest set against set 0 (None: nothing to confirm, or no complete baseline)
+    confirmation: Confirmation | None = None
+    #: the results of the confirming runs, in the reverse order of the search's
+    confirming: tuple[CaseResult, ...] = ()
+
+    @property
+    def fastest(self) -> int | None:
+        """The set the criterion ranks first."""
+        return self.analysis.selected
 
     @property
     def selected(self) -> int | None:
-        return self.analysis.selected
+        """The set advised: the fastest when confirmed (or set 0 itself), else set 0."""
+        if self.confirmation is not None and not self.confirmation.confirmed:
+            return BASELINE
+        return self.fastest
 
     @property
     def selected_values(self) -> Mapping[str, TuningValue] | None:
@@ -133,7 +161,11 @@ class CorpusSearchReport:
                 "measurement": {"repeat": self.repeat, "warmup": self.warmup,
                                 "timeout_seconds": self.timeout},
                 "results": [r.to_dict() for r in self.results],
-                "analysis": self.analysis.to_dict(), "selected": self.selected,
+                "analysis": self.analysis.to_dict(), "fastest": self.fastest,
+                "confirmation": (None if self.confirmation is None
+                                 else self.confirmation.to_dict()),
+                "confirming": [r.to_dict() for r in self.confirming],
+                "selected": self.selected,
                 "selected_values": (None if self.selected_values is None
                                     else dict(self.selected_values))}
 
@@ -232,7 +264,8 @@ def _compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], case
 
 
 def _measure(case: CorpusCase, key: KernelTuningKey, threads: int | None, repeat: int,
-             warmup: int) -> tuple[str, float | None, dict | None, str | None]:
+             warmup: int
+             ) -> tuple[str, float | None, dict | None, str | None, tuple[float, ...]]:
     """Check every data set's outputs, warm up, then time ``repeat`` runs of the first one."""
     from ..runtime.session import RuntimeSession
 
@@ -244,7 +277,7 @@ def _measure(case: CorpusCase, key: KernelTuningKey, threads: int | None, repeat
     for number, (feed, (_, expected)) in enumerate(zip(feeds, case.data_sets, strict=True)):
         wrong = _compare(session.run(None, feed), expected, case, number)
         if wrong:
-            return WRONG_OUTPUT, None, resolved, wrong
+            return WRONG_OUTPUT, None, resolved, wrong, ()
     for _ in range(warmup):
         session.run(None, feeds[0])
     times = []
@@ -253,7 +286,8 @@ def _measure(case: CorpusCase, key: KernelTuningKey, threads: int | None, repeat
         session.run(None, feeds[0])
         times.append(time.perf_counter() - started)
     # a run faster than the clock's resolution still took some time
-    return OK, max(statistics.median(times), 1e-9), resolved, None
+    times = [max(seconds, 1e-9) for seconds in times]
+    return OK, statistics.median(times), resolved, None, tuple(times)
 
 
 def _work(connection, cases: Sequence[CorpusCase], key: KernelTuningKey,
@@ -268,7 +302,7 @@ def _work(connection, cases: Sequence[CorpusCase], key: KernelTuningKey,
         try:
             result = _measure(case, key, threads, repeat, warmup)
         except Exception as error:  # noqa: BLE001 - reported for this case; the next one runs
-            result = (ERROR, None, None, f"{type(error).__name__}: {error}")
+            result = (ERROR, None, None, f"{type(error).__name__}: {error}", ())
         connection.send(result)
 
 
@@ -336,8 +370,7 @@ def _run_worker(index: int, cases: Sequence[CorpusCase], cache: Path, key: Kerne
                 yield CaseResult(index, case.name, ERROR,
                                         message=f"the worker exited with code {process.exitcode}")
                 return
-            status, latency, resolved, message = result
-            yield CaseResult(index, case.name, status, latency, resolved, message)
+            yield CaseResult(index, case.name, *result)
     finally:
         if process.is_alive():
             process.kill()
@@ -384,19 +417,25 @@ def search_corpus_parameters(
     implementation: str | None = None,
     threads: int | None = None,
     progress: Callable[[CorpusProgress], None] | None = None,
+    margin: float = DEFAULT_MARGIN,
 ) -> CorpusSearchReport:
     """Measure every parameter set on the cases ``pattern`` selects, and analyse the latencies.
 
     ``parameters`` maps parameter names of the ``kernel``/``element_type`` key
     to the values to try; set 0 holds the active values and is the speedup
     baseline. A case that times out, fails or gives wrong outputs has no
-    latency, which makes its set incomplete and never selected.
+    latency, which makes its set incomplete and never selected. The fastest
+    set is selected only when it beats set 0 by ``margin``, confirmed (see
+    the module's description); otherwise set 0 is.
 
     Workers are started with ``spawn``, which imports the caller's main
     module again: a script calling this must do so under
     ``if __name__ == "__main__":``.
     """
     _check_options(repeat, warmup, timeout, criterion)
+    if not is_positive_number(margin) or margin >= 1:
+        raise TuningValidationError([Problem("margin", f"expected a fraction in (0, 1), got "
+                                                       f"{margin!r}")], context="corpus search")
     execution = current_execution(threads)
     snapshot = default_registry.snapshot()
     key = one_key(snapshot.keys(), kernel, element_type, implementation, None, None)
@@ -409,23 +448,49 @@ def search_corpus_parameters(
                          f"{key.element_type_name} on kerneltune{reasons}")
     results: list[CaseResult] = []
     total = len(sets) * len(corpus.cases)
-    with tempfile.TemporaryDirectory(prefix="kerneltune-corpus-") as folder:
-        for index, values in enumerate(sets):
-            cache = Path(folder) / f"set-{index}.yaml"
+
+    def run(index: int, folder: str, report: bool = True) -> list[CaseResult]:
+        """Every case with set ``index``, a worker again after one that timed out or died."""
+        values, cache = sets[index], Path(folder) / f"set-{index}.yaml"
+        if not cache.exists():
             set_kernel_tuning_parameters(key.kernel, key.element_type, values,
                                          key.implementation, key.tuning_abi, cache, load=False,
                                          library=key.library, execution=execution)
-            pending = list(corpus.cases)
-            while pending:
-                for result in _run_worker(index, pending, cache, key, execution.effective_threads,
-                                          repeat, warmup, timeout):
-                    results.append(_checked_result(result, values))
-                    pending.pop(0)
-                    if progress is not None:
-                        progress(CorpusProgress(index, result.case, results[-1].status,
-                                                 len(results), total,
-                                                 index + (not pending), len(sets)))
-    analysis = analyze_kernel_tuning_latencies(
-        (CaseLatency(r.set_index, r.case, r.latency_seconds) for r in results), criterion)
+        ran, pending = [], list(corpus.cases)
+        while pending:
+            for result in _run_worker(index, pending, cache, key, execution.effective_threads,
+                                      repeat, warmup, timeout):
+                ran.append(_checked_result(result, values))
+                pending.pop(0)
+                if report and progress is not None:
+                    progress(CorpusProgress(index, result.case, ran[-1].status,
+                                            len(results) + len(ran), total,
+                                            index + (not pending), len(sets)))
+        return ran
+
+    confirming: list[CaseResult] = []
+    confirmation = None
+    with tempfile.TemporaryDirectory(prefix="kerneltune-corpus-") as folder:
+        for index in range(len(sets)):
+            results += run(index, folder)
+        analysis = analyze_kernel_tuning_latencies(
+            (CaseLatency(r.set_index, r.case, r.latency_seconds) for r in results), criterion)
+        fastest = analysis.selected
+        if fastest not in (None, BASELINE) and analysis.baseline_complete:
+            confirming = run(fastest, folder, False) + run(BASELINE, folder, False)
+            confirmation = _confirmation(results + confirming, fastest, margin)
     return CorpusSearchReport(key, tuple(parameters), tuple(sets), corpus, tuple(results),
-                               analysis, repeat, warmup, float(timeout))
+                               analysis, repeat, warmup, float(timeout), confirmation,
+                               tuple(confirming))
+
+
+def _confirmation(results: Sequence[CaseResult], fastest: int, margin: float) -> Confirmation:
+    """Set ``fastest`` against set 0 on each case's samples, pooled over both runs of each
+    (a case one of them has no sample of is left out)."""
+    pooled: dict[tuple[int, str], list[float]] = {}
+    for result in results:
+        pooled.setdefault((result.set_index, result.case), []).extend(result.samples)
+    cases = [case for index, case in pooled if index == BASELINE
+             and pooled[BASELINE, case] and pooled.get((fastest, case))]
+    return confirm([pooled[BASELINE, case] for case in cases],
+                   [pooled[fastest, case] for case in cases], margin)

@@ -25,10 +25,9 @@ from ..calibration import (
     geometric_grid,
     search_threads,
     thread_counts,
-    verify_decisions,
 )
 from ..tuning.dtypes import FLOATING, NUMPY_DTYPES
-from .base import CHUNK_ALIGNMENT, Kernel
+from .base import CHUNK_ALIGNMENT, Kernel, Plan
 from .elementwise import BinaryKernel, ElementwiseKernel
 
 #: a value no size reaches, which forces the other side of a threshold
@@ -74,6 +73,23 @@ class KernelCalibration:
     def run_of(self, config: Any, threads: int, **attributes: Any) -> Callable[..., np.ndarray]:
         """The real kernel's ``run``, prepared with ``config`` for ``threads``."""
         return self.kernel.prepare(self.element_type, config, threads, **attributes).run
+
+    def attributes_of(self, inputs: Sequence[object]) -> dict[str, Any]:
+        """The node attributes a case's inputs are run with (none: plain calls)."""
+        return {}
+
+    def plan_of(self, config: Any, threads: int, case: Case, size: int) -> Plan:
+        """How the real kernel runs ``case`` at ``size`` with ``config``."""
+        inputs = case.inputs(size)
+        return self.kernel.prepare(self.element_type, config, threads,
+                                   **self.attributes_of(inputs)).plan(*inputs)
+
+    def differs(self, threads: int) -> Callable[[Any, Any, Case, int], bool]:
+        """Whether two configs run a case differently (a workload's ``differs``): by their
+        plans, the path and threads their thresholds choose."""
+        def differs(a: Any, b: Any, case: Case, size: int) -> bool:
+            return self.plan_of(a, threads, case, size) != self.plan_of(b, threads, case, size)
+        return differs
 
 
 # --- elementwise -------------------------------------------------------------------------------
@@ -154,29 +170,10 @@ class ElementwiseCalibration(KernelCalibration):
             return
         groups = [cases[name] for name in ("unary", "equal", "scalar") if name in cases]
         grain = self._grain(context, PARALLEL_MINIMUM, groups, sizes, self._pure_modes(context))
-        followers = []
         if CONVERSION_MINIMUM in parameters:
             self._conversion(context, grain)
-            followers.append(CONVERSION_MINIMUM)
-        self._verify(context, [PARALLEL_MINIMUM, *followers], groups, sizes)
         if BROADCAST_MINIMUM in parameters:
             self._grain(context, BROADCAST_MINIMUM, [cases["broadcast"]], sizes, ({}, {}))
-            self._verify(context, [BROADCAST_MINIMUM], [cases["broadcast"]], sizes)
-
-    def _verify(self, context: CalibrationContext, parameters: list[str], groups: Sequence[Case],
-                sizes: list[int]) -> None:
-        """The decided grains against the previous ones, at sizes where they run differently.
-
-        Calls of ``n`` elements run on two threads from twice a grain on, so
-        the two configurations disagree between twice the smallest and twice
-        the largest of the grains; the first, middle and last grid sizes there
-        are measured.
-        """
-        grains = [int(v[p]) for p in parameters for v in (context.baseline, context.values)]
-        inside = [s for s in sizes if 2 * min(grains) <= s < 2 * max(grains)]
-        picks = sorted({inside[0], inside[len(inside) // 2], inside[-1]}) if inside else []
-        verify_decisions(context, parameters, [(case, size) for size in picks for case in groups],
-                         lambda config: self.run_of(config, context.threads))
 
     def _pure_modes(self, context: CalibrationContext) -> tuple[dict, dict]:
         """A 16-bit float's conversions switch with its computation while its first grain is
@@ -238,4 +235,5 @@ class ElementwiseCalibration(KernelCalibration):
         sizes = geometric_grid(4 * SMALLEST_ELEMENTS, context.options.level.largest_elements, 1,
                                2 * CHUNK_ALIGNMENT)[::2]
         cases = [(case, size) for case in self.cases(context).values() for size in sizes]
-        return Workload(cases, lambda config: self.run_of(config, context.threads))
+        return Workload(cases, lambda config: self.run_of(config, context.threads),
+                        differs=self.differs(context.threads))

@@ -37,6 +37,7 @@ from .calibrate import (
     KernelCalibration,
     grain_of,
 )
+from .gemm import BLAS as BLAS_PLAN
 from .gemm import KU, MR, NR, Gemm, MatMul
 
 #: How far apart, in octaves of N, two calibrations measure where BLAS starts to beat the
@@ -106,6 +107,10 @@ def _rows_below(rows: Sequence[int], blocked_from: int) -> int:
     largest limit the measurements allow, would lie off the grid beside a kept default.
     """
     return max((m for m in rows if m < blocked_from), default=0)
+
+
+#: the config fields that shape a compiled product's blocks
+_TILES = ("tile_m", "tile_n", "tile_k")
 
 
 def _wide(context: CalibrationContext) -> list[int]:
@@ -384,10 +389,29 @@ class GemmCalibration(KernelCalibration):
             resolution=GRAIN_RESOLUTION_OCTAVES, parallel_above=True))
 
     def workload(self, context: CalibrationContext) -> Workload:
-        """The tile families plus a skinny and a small square product."""
-        cases = [*self.families(context),
-                 (self._skinny_m(context), 4),
-                 (self._square(context), 64)]
-
+        """The tile families, a skinny product, and the square, one-row and two-row products
+        an octave apart, on which the thresholds between paths move."""
+        cases = [*self.families(context), (self._skinny_m(context), 4),
+                 *((self._square(context), size) for size in whole_block_grid(16, 724, 1)),
+                 *((self._rows(context, rows), size) for rows in (1, 2)
+                   for size in whole_block_grid(64, 4096, 1))]
         return Workload(cases, lambda config: self._runner_for(config, context.threads),
-                        self._tolerance())
+                        self._tolerance(), self.differs(context.threads))
+
+    def attributes_of(self, inputs: Sequence[object]) -> dict[str, Any]:
+        """Gemm runs a B whose first dimension is not A's last transposed (see
+        :meth:`_runner_for`)."""
+        a, b = inputs[:2]
+        plain = isinstance(self.kernel, MatMul) or np.shape(a)[1] == np.shape(b)[0]
+        return {} if plain else {"transB": 1}
+
+    def differs(self, threads: int) -> Callable[[Any, Any, Case, int], bool]:
+        """By plans, and on a compiled path by tiles too, which no plan shows."""
+        by_plan = super().differs(threads)
+
+        def differs(a: Any, b: Any, case: Case, size: int) -> bool:
+            if by_plan(a, b, case, size):
+                return True
+            return (self.plan_of(a, threads, case, size).path != BLAS_PLAN
+                    and any(getattr(a, tile) != getattr(b, tile) for tile in _TILES))
+        return differs

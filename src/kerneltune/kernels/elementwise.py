@@ -278,7 +278,11 @@ class PreparedHalf(PreparedKernel):
         return self.format.from_float32(result, self._conversion_threads(result.size, serial))
 
     def plan(self, *inputs: Any) -> Plan:
-        return self.inner.plan(*inputs)
+        step = self.inner.plan(*inputs)
+        count = len(inputs) if self._widened is None else self._widened
+        sizes = [int(np.size(x)) for x in inputs[:count]] + [step.elements] * self._narrow
+        threads = "/".join(str(self._conversion_threads(size, False)) for size in sizes)
+        return dataclasses.replace(step, form=f"{step.form}, converted on {threads} threads")
 
     def run(self, *inputs: Any) -> np.ndarray:
         return self._finish(self.inner.run(*self._convert(inputs, False)), False)

@@ -522,7 +522,11 @@ class PreparedHalfGemm(PreparedKernel):
 
     def plan(self, *inputs) -> Plan:
         step = self.inner.plan(*inputs)
-        return Plan(step.path, step.threads, step.elements, f"{self._dtype.name} {step.form}")
+        threads = "/".join(str(self.threads if size >= self.conversion_minimum else 1)
+                           for size in [*(int(np.size(x)) for x in inputs if x is not None),
+                                        step.elements])
+        return Plan(step.path, step.threads, step.elements,
+                    f"{self._dtype.name} {step.form}, converted on {threads} threads")
 
     def run(self, *inputs) -> np.ndarray:
         return self._narrow(self.inner.run(*self._inputs(inputs, False)), False)

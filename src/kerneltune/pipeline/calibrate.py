@@ -22,7 +22,7 @@ from typing import IO
 from .._support.files import write_atomically
 from ..calibration import CalibrationOptions, calibrate_kernel_thresholds, thread_counts
 from ..calibration.report import CalibrationReport
-from ..errors import KernelTuningError, ProfileError
+from ..errors import CalibrationError, KernelTuningError, ProfileError
 from ..machine.descriptor import CpuDescriptor
 from ..machine.detect import get_cpu_descriptor
 from ..machine.selector_files import NamedSelector, processor_selector, read_selector
@@ -49,6 +49,10 @@ class ThreadSummary:
     resumed: int
     skipped: int
     seconds: float
+    #: keys not measured cleanly, each with why: they keep the values in use
+    withheld: tuple[str, ...] = ()
+    #: whether every key was measured steadily, without interference
+    steady: bool = True
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,23 @@ class MachineCalibration:
     notes: tuple[str, ...] = ()
 
     def table(self) -> str:
-        lines = [f"{'threads':>7} {'keys':>5} {'changed':>8} {'resumed':>8} {'skipped':>8} "
-                 f"{'seconds':>8}"]
+        lines = [f"{'threads':>7} {'keys':>5} {'changed':>8} {'resumed':>8} {'withheld':>8} "
+                 f"{'skipped':>8} {'seconds':>8}"]
         lines += [f"{s.threads:>7} {s.calibrated:>5} {s.changed:>8} {s.resumed:>8} "
-                  f"{s.skipped:>8} {s.seconds:>8.1f}" for s in self.summaries]
+                  f"{len(s.withheld):>8} {s.skipped:>8} {s.seconds:>8.1f}"
+                  for s in self.summaries]
         return "\n".join(lines)
+
+    @property
+    def withheld(self) -> tuple[str, ...]:
+        """Each key withheld, with its thread count and why."""
+        return tuple(f"threads {s.threads}: {line}" for s in self.summaries
+                     for line in s.withheld)
+
+    @property
+    def steady(self) -> bool:
+        """Every key of every thread count measured steadily, without interference."""
+        return all(s.steady for s in self.summaries)
 
 
 def machine_name(processor: CpuDescriptor) -> str:
@@ -128,6 +144,11 @@ def calibrate_machine(
             summaries.append(summary)
     finally:
         checkpoint.close(remove=False)
+    if not any(s.calibrated for s in summaries) and any(s.withheld for s in summaries):
+        raise CalibrationError(
+            f"nothing calibrated: every key was withheld, measured under interference "
+            f"({sum(len(s.withheld) for s in summaries)} keys); no profile written to "
+            f"{profile_path}")
     profile = export_deployment_profile(batches, named, name)
     write_deployment_profile(profile, profile_path)
     reports_path = profile_path.with_suffix(".reports.json")
@@ -199,9 +220,14 @@ def _calibrate_count(count: int, keys: Sequence, options: CalibrationOptions,
     calibrated = len(document["calibrated"])
     changed = sum(1 for report in document["calibrated"] for decision in report["decisions"]
                   if decision["changed"])
+    interfered = any(r.interference is not None and r.interference.discarded
+                     for r in batch.calibrated)
     summary = ThreadSummary(count, calibrated, changed, len(resumed),
                             len(batch.skipped) + len(batch.unsupported),
-                            time.perf_counter() - start)
+                            time.perf_counter() - start,
+                            tuple(f"{w.key}: {w.reason}" for w in batch.withheld),
+                            all(p.steady for p in batch.steadiness) and not batch.withheld
+                            and not interfered)
     reporter.finish(summary)
     return document, summary
 
@@ -235,5 +261,5 @@ class _Progress:
             self.stream.write("\r\033[K")
         self.stream.write(f"threads {summary.threads}: {summary.calibrated} keys "
                           f"({summary.resumed} resumed), {summary.changed} values changed, "
-                          f"{summary.seconds:.1f} s\n")
+                          f"{len(summary.withheld)} keys withheld, {summary.seconds:.1f} s\n")
         self.stream.flush()

@@ -6,9 +6,10 @@ slower memory, a noisy neighbour). :func:`verify_deployment_profiles` measures,
 on this execution, every key whose values here come from the files against the
 kernel's defaults, with calibration's own tools: the key's comparison workload
 at the sizes around each threshold the file moved, outputs compared before any
-timing, warm-up, medians with their spread, and a loss confirmed in a second
-round (:func:`~kerneltune.calibration.verify_decisions`). A value slower than
-the default beyond the margin is demoted: an exact-execution entry of the user
+timing, measurements under interference discarded, and the confirmation rule a
+calibrated change must pass (:func:`~kerneltune.calibration.compare_values`), in
+the other direction: a value is demoted only when the defaults beat it by the
+margin at the stated confidence. A demotion writes an exact-execution entry of the user
 calibration cache restores the defaults (source ``verification``, carrying the
 file's SHA-256), so later processes use them. Values that hold are recorded in
 a sibling of the cache for this execution identity and file digest, so that a
@@ -20,7 +21,6 @@ verifying is a deliberate step (docs/design.md, First-use verification).
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import types
@@ -31,7 +31,6 @@ from pathlib import Path
 import filelock
 from threadpoolctl import threadpool_limits
 
-from .._support.checks import is_count
 from .._support.documents import Document, DocumentFormat, read_document
 from .._support.files import file_lock, write_atomically
 from ..cache.entries import VERIFICATION
@@ -48,12 +47,12 @@ from ..cache.kernel_tuning_cache import (
 from ..calibration import (
     CalibrationContext,
     CalibrationOptions,
-    Case,
-    geometric_grid,
+    InterferenceSource,
+    ProcessInterference,
+    compare_values,
     spinning_blas_warning,
-    verify_decisions,
 )
-from ..calibration.measure import Deadline
+from ..calibration.measure import BudgetExhausted, Deadline
 from ..errors import CalibrationError, CpuDescriptorError, TuningValidationError
 from ..machine.descriptor import CpuExecutionDescriptor
 from ..machine.detect import current_execution
@@ -82,8 +81,6 @@ KEPT, DEMOTED, UNVERIFIED, DEFAULTS, CACHED = "kept", "demoted", "unverified", "
 RECORD_FORMAT = DocumentFormat(
     "kerneltune-verification-record", 1,
     {"format": str, "schema_version": int, "verified": list}, what="verification record")
-#: sizes per octave around a threshold: a threshold's band is one to a few octaves wide
-_STEPS_PER_OCTAVE = 2
 
 
 @dataclass(frozen=True)
@@ -199,6 +196,7 @@ def verify_deployment_profiles(
     force: bool = False,
     path: str | os.PathLike[str] | None = None,
     registry: KernelTuningRegistry | None = None,
+    interference: InterferenceSource | None = None,
 ) -> VerificationReport:
     """Measure the files' values in use on this execution against the defaults; demote losers.
 
@@ -206,12 +204,13 @@ def verify_deployment_profiles(
     ``KERNELTUNE_DEPLOYMENT_PROFILES`` names. ``threads`` is the execution
     verified (default: the CPUs this process may use). Past ``time_budget``
     seconds it stops: the keys left are reported unverified, and nothing
-    unconfirmed is demoted. ``margin``: how much faster the defaults must be,
-    twice, to demote. Keys verified or demoted for this execution and file
+    unconfirmed is demoted. ``margin``: how much faster the defaults must be, at
+    the confirmation's confidence, to demote. Keys verified or demoted for this execution and file
     digest before are not measured again, unless ``force``. ``path`` is the
     calibration cache (default: the user's); ``registry`` the one whose
     schemas and calibration functions are used and where demotions are
-    published for this process. Raises :class:`CalibrationError` when two
+    published for this process; ``interference`` where what other processes
+    take is read (default: this process's counters). Raises :class:`CalibrationError` when two
     configurations compute different outputs, before anything is written.
     """
     start = time.perf_counter()
@@ -249,7 +248,8 @@ def verify_deployment_profiles(
             rows.append(row)
     deadline = Deadline(start + time_budget, "total")
     with threadpool_limits(limits=execution.effective_threads, user_api="blas"):
-        rows += _measure(queue, registry, snapshot, execution, options, deadline)
+        rows += _measure(queue, registry, snapshot, execution, options, deadline,
+                         interference if interference is not None else ProcessInterference())
     update, written = _demote(rows, cached, target, execution, from_files, registry)
     if update is not None:
         problems += [str(problem) for problem in update.problems]
@@ -320,7 +320,8 @@ def _settled(candidate: _Candidate, entry: CacheEntry | None,
 
 def _measure(queue: Sequence[_Candidate], registry: KernelTuningRegistry,
              snapshot: TuningSnapshot, execution: CpuExecutionDescriptor,
-             options: CalibrationOptions, deadline: Deadline) -> list[KeyVerification]:
+             options: CalibrationOptions, deadline: Deadline,
+             interference: InterferenceSource) -> list[KeyVerification]:
     """Each key's shipped values against the defaults, until the deadline."""
     rows = []
     inputs: dict[tuple, object] = {}  # shared by the keys of one element type, as calibration's
@@ -331,44 +332,41 @@ def _measure(queue: Sequence[_Candidate], registry: KernelTuningRegistry,
             rows.append(candidate.row(UNVERIFIED, "the time budget ran out before this key"))
             continue
         rows.append(_verify_key(candidate, registry, snapshot, execution, options, deadline,
-                                inputs))
+                                inputs, interference))
     return rows
 
 
 def _verify_key(candidate: _Candidate, registry: KernelTuningRegistry, snapshot: TuningSnapshot,
                 execution: CpuExecutionDescriptor, options: CalibrationOptions,
-                deadline: Deadline, inputs: dict) -> KeyVerification:
+                deadline: Deadline, inputs: dict, interference: InterferenceSource
+                ) -> KeyVerification:
     function = registry.calibration_function(candidate.key)
     if not callable(getattr(function, "workload", None)):
         return candidate.row(UNVERIFIED, "its calibration function offers no workload to "
                                          "measure on")
     schema = snapshot.schema(candidate.key)
     context = CalibrationContext(candidate.key, schema, execution, options,
-                                 schema.default_values(), deadline, inputs)
+                                 schema.default_values(), deadline, inputs, interference)
     workload = function.workload(context)
     try:
         _apply(context, candidate.shipped)
     except _NoOrder:
         return candidate.row(UNVERIFIED, "its shipped values cannot be set one at a time "
                                          "over the defaults, as a comparison needs")
-    points = [(case, size) for case, size in
-              verification_points(workload.cases, candidate.shipped, candidate.defaults)
-              if context.fits(case.nbytes(size))]
-    if not points:
-        return candidate.row(UNVERIFIED, f"the memory budget of {options.memory_budget} bytes "
-                                         f"leaves no case to measure", True)
-    held = verify_decisions(context, list(candidate.shipped), points, workload.make_run,
-                            workload.tolerance)
-    if context.stopped_early:
-        return candidate.row(UNVERIFIED, "the time budget ran out while measuring it", True)
-    if held:
-        return candidate.row(KEPT, f"no slower than the defaults by {options.minimum_margin:.0%} "
-                                   f"at {len(points)} sizes", True)
-    loss = context.decisions[-1].candidates[-1]
-    times = {name: loss.measurements[name].median for name in ("decided", "previous")}
-    return candidate.row(DEMOTED, f"the defaults took {times['previous'] * 1e6:.1f} µs against "
-                                  f"{times['decided'] * 1e6:.1f} µs on {loss.case} at size "
-                                  f"{loss.point}, in each of two rounds", True)
+    try:
+        defaults = compare_values(context, workload, context.values, schema.default_values())
+    except BudgetExhausted:
+        lost = (f" ({len(context.discarded)} measurements discarded for interference)"
+                if context.discarded else "")
+        return candidate.row(UNVERIFIED, f"the time budget ran out while measuring it{lost}",
+                             True)
+    if not defaults.points:
+        return candidate.row(UNVERIFIED, f"no size of its workload within the memory budget "
+                                         f"of {options.memory_budget} bytes runs the shipped "
+                                         f"values and the defaults differently", True)
+    if defaults.confirmed:
+        return candidate.row(DEMOTED, f"the defaults ran {defaults.describe()}", True)
+    return candidate.row(KEPT, f"the defaults do not beat them: {defaults.describe()}", True)
 
 
 def _apply(context: CalibrationContext, values: Mapping[str, TuningValue]) -> None:
@@ -388,34 +386,6 @@ def _apply(context: CalibrationContext, values: Mapping[str, TuningValue]) -> No
             break
         else:
             raise _NoOrder
-
-
-def verification_points(cases: Sequence[tuple[Case, int]],
-                        shipped: Mapping[str, TuningValue],
-                        defaults: Mapping[str, TuningValue]) -> list[tuple[Case, int]]:
-    """The sizes of each workload case to measure two configurations at.
-
-    A case measures around every integer threshold the values change: on a
-    grid of two sizes per octave from the lower value to twice the higher one
-    (a threshold may count work per thread, so that calls switch at twice
-    it), rounded as its sizes are, the sizes within the range of its workload
-    sizes. A case no threshold falls on (one counted in other units)
-    measures its workload sizes.
-    """
-    bands = [tuple(sorted((int(shipped[name]), int(defaults[name])))) for name in shipped
-             if is_count(shipped[name], 1) and is_count(defaults[name], 1)]
-    groups: dict[str, list[tuple[Case, int]]] = {}
-    for case, size in cases:
-        groups.setdefault(case.name, []).append((case, size))
-    points = []
-    for group in groups.values():
-        sizes = sorted({size for _, size in group})
-        multiple = math.gcd(*sizes)
-        near = sorted({size for low, high in bands
-                       for size in geometric_grid(low, 2 * high, _STEPS_PER_OCTAVE, multiple)
-                       if low <= size <= 2 * high and sizes[0] <= size <= sizes[-1]})
-        points += [(group[0][0], size) for size in near] if near else group
-    return points
 
 
 def _demote(rows: Sequence[KeyVerification], cached: Mapping[KernelTuningKey, CacheEntry],
