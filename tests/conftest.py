@@ -25,6 +25,11 @@ from kerneltune.machine.detect import detect_cpu_descriptor, get_cpu_descriptor
 from kerneltune.tuning.registry import KernelTuningRegistry
 from kerneltune.tuning.schema import KernelTuningKey, tunable
 
+#: The suite's real calibrations check what the kernels decide, and run beside the other
+#: tests' processes (and a CI runner's neighbours), which take their CPUs: they keep every
+#: measurement, as this process's children do. Tests of interference set their limit.
+os.environ["KERNELTUNE_MAXIMUM_INTERFERENCE"] = "1"
+
 #: the CPUs this process may run on (``CPUS`` below is the folder of fake sysroots)
 AVAILABLE_CPUS = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                   else os.cpu_count())
@@ -51,11 +56,6 @@ class ToyConfig:
 
 
 #: variables that would make a child see another machine, cache or profiles than the test gives
-#: The suite's real calibrations check what the kernels decide, and run beside the other
-#: tests' processes (and a CI runner's neighbours), which take their CPUs: they keep every
-#: measurement, as this process's children do. Tests of interference set their limit.
-os.environ["KERNELTUNE_MAXIMUM_INTERFERENCE"] = "1"
-
 _HOST_VARIABLES = ("KERNELTUNE_CPU_DESCRIPTOR", "KERNELTUNE_DEPLOYMENT_PROFILES",
                    "KERNELTUNE_CACHE")
 

@@ -7,6 +7,7 @@ speed or on its neighbours: the suite passes beside busy processes.
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from dataclasses import dataclass
@@ -56,7 +57,8 @@ class Scripted:
             return Interference(1.0, threads, 0.0, 0.9 if self.stolen else 0.0, 1, 0.5)
         share = self.shares[min(self.measurements, len(self.shares) - 1)]
         self.measurements += 1
-        return Interference(1.0, threads, share * threads, None, threads, 0.5, 0.0)
+        # one thread, runnable throughout: it waited ``share`` of the time and ran the rest
+        return Interference(1.0, 1, share, None, 1, 0.5, 1.0 - share)
 
 
 #: the cost of the toy run called last: how the synthetic timer learns what a wrapped run costs
@@ -130,12 +132,35 @@ def test_a_machine_that_stays_busy_exhausts_the_budget():
 
 
 def test_waits_behind_the_process_own_threads_are_not_interference():
-    # both threads waited half their time while the process ran every CPU's whole time
+    # three threads on two CPUs: they waited a third of their runnable time, while the
+    # process ran every CPU's whole time
     own = Interference(1.0, 2, 1.0, None, 2, 0.5, ran=2.0)
-    assert own.wait_share == pytest.approx(0.5) and own.share == 0.0 and own.clean()
+    assert own.wait_share == pytest.approx(1 / 3) and own.share == 0.0 and own.clean()
     others = Interference(1.0, 2, 1.0, None, 2, 0.5, ran=1.0)
     assert others.share == pytest.approx(0.5) and not others.clean()
     assert "other processes took 50%" in others.describe()
+
+
+def test_one_thread_beside_busy_processes_is_judged_by_its_own_time():
+    """A serial measurement on a 2-thread key: the idle second thread does not halve it."""
+    serial = Interference(1.0, 2, waited=0.5, cpus=2, ran=0.5)
+    assert serial.share == pytest.approx(0.5) and not serial.clean()
+
+
+@pytest.mark.parametrize("record", [
+    {"seconds": 1.0, "threads": 0, "waited": 0.1, "stolen": None, "cpus": 2, "load": None,
+     "ran": 0.5},
+    {"seconds": 1.0, "threads": 2, "waited": 10 ** 400, "stolen": None, "cpus": 2,
+     "load": None, "ran": 0.5},
+    {"seconds": -1.0, "threads": 2, "waited": 0.1, "stolen": None, "cpus": 2, "load": None,
+     "ran": 0.5},
+])
+def test_a_damaged_interference_record_is_a_value_error(record):
+    with pytest.raises(ValueError):
+        Interference.from_dict(record)
+    with pytest.raises(ValueError):
+        KeyInterference.from_dict({"kept": 1, "discarded": [10 ** 400], "worst_kept": None,
+                                   "whole": None})
 
 
 def test_the_process_reads_its_own_counters_and_a_missing_proc_reads_nothing(tmp_path):
@@ -280,6 +305,43 @@ def test_a_change_is_published_only_when_confirmed(monkeypatch, faster, publishe
         assert decision.reason.startswith("kept: 4096 was not confirmed")
 
 
+def test_changes_are_confirmed_on_the_values_published(monkeypatch):
+    """The grain wins only with the thread cap changed too; the cap, compared on its own
+    against the values in use, loses: neither is published, though the grain was compared
+    with the cap's change in place by its search."""
+    synthetic_timings(monkeypatch, seed=4)
+    context = toy_context()
+    context.decide("parallel.maximum_threads", 8, "measured")
+    context.decide(GRAIN, 4096, "measured")
+    workload = toy_workload(lambda config: 0.5 if (config.minimum_elements, config.maximum_threads)
+                            == (4096, 8) else 1.0)
+    confirm_decisions(context, workload)
+    assert context.values["parallel.maximum_threads"] == 64 and context.values[GRAIN] == 32768
+
+
+def test_a_budget_that_runs_out_keeps_what_was_confirmed_and_reverts_the_rest(monkeypatch):
+    from kerneltune.calibration.measure import BudgetExhausted
+
+    synthetic_timings(monkeypatch)
+    context = toy_context()
+    context.decide(GRAIN, 4096, "measured")
+    context.decide("parallel.maximum_threads", 8, "measured")
+    real, calls = context.measure, []
+
+    def measure(runs, samples=None):
+        calls.append(1)
+        if len(calls) > 4:  # the grain's comparison measures four sizes, then none is left
+            raise BudgetExhausted("per-key")
+        return real(runs, samples)
+
+    context.measure = measure
+    confirm_decisions(context, toy_workload(lambda config: 1.0 if config.minimum_elements
+                                            == 32768 else 0.5))
+    assert context.values[GRAIN] == 4096 and context.values["parallel.maximum_threads"] == 64
+    assert "per-key time budget ran out first" in context.decisions[-1].reason
+    assert context.stopped_early is None
+
+
 def test_a_change_no_size_of_the_workload_tells_apart_goes_back(monkeypatch):
     synthetic_timings(monkeypatch)
     context = toy_context()
@@ -312,12 +374,18 @@ def test_the_limit_comes_from_the_environment_and_a_bad_one_names_the_variable(m
     from kerneltune import TuningValidationError
 
     monkeypatch.setenv("KERNELTUNE_MAXIMUM_INTERFERENCE", "0.4")
-    assert CalibrationOptions().maximum_interference == 0.4
+    assert CalibrationOptions().interference_limit == 0.4
+    assert CalibrationOptions(maximum_interference=0.3).interference_limit == 0.3
     monkeypatch.delenv("KERNELTUNE_MAXIMUM_INTERFERENCE")
-    assert CalibrationOptions().maximum_interference == MAXIMUM_SHARE
+    assert CalibrationOptions().interference_limit == MAXIMUM_SHARE
     monkeypatch.setenv("KERNELTUNE_MAXIMUM_INTERFERENCE", "half")
+    options = CalibrationOptions()  # made, as a parser's defaults are: read when it runs
     with pytest.raises(TuningValidationError, match="KERNELTUNE_MAXIMUM_INTERFERENCE"):
-        CalibrationOptions()
+        assert options.interference_limit
+    registry, _ = toy_registry()
+    with pytest.raises(TuningValidationError, match="KERNELTUNE_MAXIMUM_INTERFERENCE"):
+        calibrate_registered_kernels(options=options, registry=registry)
+    assert main(["cache", "path"]) == 0  # every other command still runs
 
 
 def test_a_parallel_probe_below_the_floor_withholds_the_key(monkeypatch):
@@ -339,3 +407,42 @@ def test_a_parallel_probe_below_the_floor_withholds_the_key(monkeypatch):
         options=CalibrationOptions(threads=1, effort="normal", maximum_interference=1.0),
         registry=registry, interference=Scripted(0.0))
     assert kept.calibrated and not kept.withheld
+
+
+# --- the farm's job --------------------------------------------------------------------------
+
+
+def _farm(tmp_path, monkeypatch, shares, **arguments):
+    from kerneltune.machine.detect import get_cpu_descriptor
+    from kerneltune.machine.selector_files import processor_selector
+    from kerneltune.pipeline import calibrate_machine
+
+    synthetic_timings(monkeypatch)
+    monkeypatch.setattr(context_module, "FIRST_PAUSE", 0.0)
+    registry, _ = toy_registry()
+    output = tmp_path / "profiles" / "host.yaml"
+    options = CalibrationOptions(effort="quick", time_budget_per_key=0.3,
+                                 maximum_interference=MAXIMUM_SHARE)
+    return output, lambda: calibrate_machine(
+        processor_selector(get_cpu_descriptor()), output=output, threads=[1], options=options,
+        registry=registry, interference=Scripted(*shares), progress=io.StringIO(),
+        **arguments)
+
+
+def test_a_farm_job_that_withheld_every_key_writes_no_profile(tmp_path, monkeypatch):
+    from kerneltune import CalibrationError
+
+    output, run = _farm(tmp_path, monkeypatch, (0.6,))
+    with pytest.raises(CalibrationError, match="every key was withheld"):
+        run()
+    assert not output.exists()
+
+
+def test_a_farm_job_that_must_be_steady_keeps_the_profile_it_had(tmp_path, monkeypatch):
+    output, run = _farm(tmp_path, monkeypatch, (0.6, 0.0), require_steady=True)
+    output.parent.mkdir()
+    output.write_text("the profile shipped before\n", encoding="utf-8")
+    result = run()
+    assert not result.written and result.summaries[0].calibrated == 1
+    assert output.read_text(encoding="utf-8") == "the profile shipped before\n"
+    assert result.reports_path.is_file()

@@ -52,7 +52,10 @@ def fields_of(data: object, kinds: Mapping[str, Any]) -> dict[str, Any]:
             fields[name] = None
         elif float in allowed and isinstance(value, numbers.Real) and not isinstance(value,
                                                                                       bool):
-            fields[name] = float(value)
+            try:
+                fields[name] = float(value)
+            except OverflowError:
+                raise ValueError(f"{name!r} is too large a number") from None
         elif any(k not in (float, type(None)) and isinstance(value, k)
                  and not (isinstance(value, bool) and k is not bool) for k in allowed):
             fields[name] = value

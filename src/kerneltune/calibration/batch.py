@@ -442,6 +442,8 @@ def calibrate_kernel_thresholds(
     if unknown:
         raise TuningValidationError(unknown, context="calibration")
     options = options or CalibrationOptions()
+    # the limit in force, as the reports record it
+    options = dataclasses.replace(options, maximum_interference=options.interference_limit)
     execution = _execution(options)
     start = time.perf_counter()
     total = None if options.time_budget is None else Deadline(start + options.time_budget,
@@ -459,7 +461,7 @@ def calibrate_kernel_thresholds(
                     KeyOutcome(key, verdict[1]))
         monitor = SteadinessMonitor((k.library for k in queue), execution.effective_threads,
                                     registry=registry,
-                                    floor=PARALLEL_FLOOR if options.maximum_interference < 1
+                                    floor=PARALLEL_FLOOR if options.interference_limit < 1
                                     else 0.0)
         source = interference if interference is not None else ProcessInterference()
         reports, stopped, withheld, remeasured, unsettled = _measure_keys(

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._support.checks import fields_of, is_count
+from ..errors import TuningValidationError
 from ..tuning.schema import TuningValue
 from .context import CalibrationContext
+from .measure import BudgetExhausted
 from .search import Case, Workload, geometric_grid
 
 #: the one-sided confidence a change must win at: a win by noise alone (both sides drawn
@@ -92,10 +94,12 @@ def confirm(in_use: Sequence[Sequence[float]], candidate: Sequence[Sequence[floa
     Each is a sequence of points, each point the samples (seconds per call) of one side
     there. Without a point, nothing is confirmed.
     """
-    pairs = [(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    # a sample faster than the clock's resolution still took some time
+    pairs = [(np.maximum(np.asarray(a, dtype=float), 1e-12),
+              np.maximum(np.asarray(b, dtype=float), 1e-12))
              for a, b in zip(in_use, candidate, strict=True) if len(a) and len(b)]
     if not pairs:
-        return Confirmation(1.0, 0.0, math.inf, 0, 0, margin, confidence)
+        return Confirmation(1.0, 1.0, 1.0, 0, 0, margin, confidence)
     generator = np.random.default_rng(_SEED)
     resampled = np.zeros(RESAMPLES)
     observed = 0.0
@@ -183,25 +187,39 @@ def _spread(points: Sequence[tuple[Case, int]], most: int) -> list[tuple[Case, i
 def confirm_decisions(context: CalibrationContext, workload: Workload | None) -> None:
     """Each change the searches decided, in their order, against the values in use.
 
-    A change is compared with the values decided so far, that one parameter
-    at its value in use; one not confirmed goes back to its value in use
-    (a decision of its own, with the comparison and why), and later ones are
-    compared with it back. A key whose function offers no workload cannot be
-    compared: its changes stand on the searches' own evidence, as each says.
-
-    Raises :class:`~.measure.BudgetExhausted` when the key's budget runs out.
+    The values compared grow one confirmed change at a time: a change is
+    compared with the values in use plus the changes confirmed before it, so
+    the values published are exactly the ones the last comparison measured.
+    A change not confirmed (or one the budget leaves uncompared) goes back to
+    its value in use, a decision of its own with the comparison and why. A
+    key whose function offers no workload cannot be compared: its changes
+    stand on the searches' own evidence, as each says.
     """
     if workload is None:
         return
-    in_effect = {d.parameter: d for d in context.decisions}
-    for parameter, decision in in_effect.items():
-        if not decision.changed:
+    changes = [d for d in {d.parameter: d for d in context.decisions}.values() if d.changed]
+    accepted = dict(context.baseline)
+    turned_down: dict[str, str] = {}
+    comparisons: dict[str, Confirmation] = {}
+    for index, decision in enumerate(changes):
+        candidate = {**accepted, decision.parameter: decision.value}
+        try:
+            confirmation = compare_values(context, workload, accepted, candidate)
+        except BudgetExhausted as exhausted:
+            for late in changes[index:]:
+                turned_down[late.parameter] = (f"kept: {late.value} was not confirmed: the "
+                                               f"{exhausted} time budget ran out first")
+            break
+        except TuningValidationError as error:
+            turned_down[decision.parameter] = (f"kept: {decision.value} was not confirmed: it "
+                                               f"cannot run without changes not confirmed "
+                                               f"({error})")
             continue
-        in_use = {**context.values, parameter: decision.baseline}
-        confirmation = compare_values(context, workload, in_use, context.values)
         if confirmation.confirmed:
-            context.confirmed(parameter, confirmation)
+            accepted = candidate
+            context.confirmed(decision.parameter, confirmation)
         else:
-            context.decide(parameter, decision.baseline,
-                           f"kept: {decision.value} was not confirmed, "
-                           f"{confirmation.describe()}", confirmation=confirmation)
+            turned_down[decision.parameter] = (f"kept: {decision.value} was not confirmed, "
+                                               f"{confirmation.describe()}")
+            comparisons[decision.parameter] = confirmation
+    context.revert(turned_down, comparisons)

@@ -120,7 +120,7 @@ class CalibrationContext:
             if before is None:
                 return dict(zip(runs, results, strict=True))
             seen = self.interference.since(before, self.threads)
-            if seen.clean(self.options.maximum_interference):
+            if seen.clean(self.options.interference_limit):
                 self.kept.append(seen)
                 return dict(zip(runs, results, strict=True))
             self.discarded.append(seen)
@@ -178,6 +178,18 @@ class CalibrationContext:
         index = max(i for i, d in enumerate(self.decisions) if d.parameter == parameter)
         self.decisions[index] = dataclasses.replace(self.decisions[index],
                                                     confirmation=confirmation)
+
+    def revert(self, reasons: Mapping[str, str],
+               comparisons: Mapping[str, Confirmation] | None = None) -> None:
+        """Put each parameter of ``reasons`` back to its value in use, at once (one may not
+        be valid without another), each a decision with its reason and its comparison."""
+        if not reasons:
+            return
+        self.configure({name: self.baseline[name] for name in reasons})
+        for name, reason in reasons.items():
+            self._values[name] = self.baseline[name]
+            self.decisions.append(Decision(name, self.baseline[name], self.baseline[name],
+                                           reason, confirmation=(comparisons or {}).get(name)))
 
     def stop(self, budget: str) -> None:
         self.stopped_early = self.stopped_early or f"{budget} time budget exhausted"

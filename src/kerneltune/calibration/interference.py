@@ -25,6 +25,7 @@ Whatever cannot be measured cleanly within its budget is withheld
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import weakref
@@ -70,11 +71,16 @@ class Interference:
 
     @property
     def wait_share(self) -> float | None:
-        """The threads' wait over their time: 0 alone on the machine, about 0.5 beside one
-        busy thread per CPU."""
+        """The threads' wait over the time they were runnable (waiting or running): 0 alone
+        on the machine, about 0.5 beside one busy thread per CPU, however many of the
+        threads ran. Without their run time, over ``threads`` threads' whole time."""
         if self.waited is None or self.seconds <= 0:
             return None
-        return max(self.waited, 0.0) / (self.seconds * self.threads)
+        waited = max(self.waited, 0.0)
+        if self.ran is None:
+            return waited / (self.seconds * self.threads)
+        runnable = waited + max(self.ran, 0.0)
+        return waited / runnable if runnable > 0 else 0.0
 
     @property
     def taken_share(self) -> float | None:
@@ -123,9 +129,15 @@ class Interference:
     @classmethod
     def from_dict(cls, data: object) -> Interference:
         """What :meth:`to_dict` wrote; a ValueError names a field that is not."""
-        return cls(**fields_of(data, {"seconds": float, "threads": int, "waited": float | None,
-                                      "stolen": float | None, "cpus": int,
-                                      "load": float | None, "ran": float | None}))
+        fields = fields_of(data, {"seconds": float, "threads": int, "waited": float | None,
+                                  "stolen": float | None, "cpus": int, "load": float | None,
+                                  "ran": float | None})
+        for name in ("threads", "cpus"):
+            if fields[name] < 1:
+                raise ValueError(f"{name!r} is {fields[name]}, not 1 or more")
+        if not 0 <= fields["seconds"] < math.inf:
+            raise ValueError(f"'seconds' is {fields['seconds']}, not a duration")
+        return cls(**fields)
 
 
 class InterferenceSource(Protocol):
@@ -266,7 +278,7 @@ class KeyInterference:
 
     def to_dict(self) -> dict[str, object]:
         return {"kept": self.kept, "discarded": list(self.discarded),
-                "worst_kept": self.worst_kept, "stolen": self.stolen(),
+                "worst_kept": self.worst_kept,
                 "whole": None if self.whole is None else self.whole.to_dict()}
 
     @classmethod
@@ -275,8 +287,8 @@ class KeyInterference:
         fields = fields_of(data, {"kept": int, "discarded": list, "worst_kept": float | None,
                                   "whole": dict | None})
         if not all(isinstance(s, int | float) and not isinstance(s, bool)
-                   for s in fields["discarded"]):
-            raise ValueError("'discarded' holds something other than numbers")
+                   and 0 <= s <= 1 for s in fields["discarded"]):
+            raise ValueError("'discarded' holds something other than shares from 0 to 1")
         whole = fields["whole"]
         return cls(fields["kept"], tuple(map(float, fields["discarded"])),
                    fields["worst_kept"], None if whole is None else Interference.from_dict(whole))

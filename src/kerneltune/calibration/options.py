@@ -71,7 +71,7 @@ class CalibrationOptions:
       select the fastest.
     - ``maximum_interference``: a measurement where other processes took more
       than this share of the threads' time is discarded and taken again
-      (default: ``KERNELTUNE_MAXIMUM_INTERFERENCE``, else
+      (None: ``KERNELTUNE_MAXIMUM_INTERFERENCE`` when the calibration starts, else
       :data:`~.interference.MAXIMUM_SHARE`; 1 keeps every measurement).
     """
 
@@ -85,13 +85,14 @@ class CalibrationOptions:
     seed: int = 0
     parameter: str | None = None
     values: Sequence[TuningValue] = field(default=())
-    maximum_interference: float = field(default_factory=lambda: _maximum_interference())
+    maximum_interference: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
-        if not is_positive_number(self.maximum_interference) or self.maximum_interference > 1:
+        limit = self.maximum_interference
+        if limit is not None and (not is_positive_number(limit) or limit > 1):
             problems.append(Problem("maximum_interference", f"expected a share in (0, 1], got "
-                                                            f"{self.maximum_interference!r}"))
+                                                            f"{limit!r}"))
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             problems.append(Problem("threads", f"expected an int >= 1, got {self.threads!r}"))
         if self.effort not in EFFORTS:
@@ -132,6 +133,15 @@ class CalibrationOptions:
     @property
     def samples(self) -> int:
         return self.repetitions if self.repetitions is not None else self.level.repetitions
+
+    @property
+    def interference_limit(self) -> float:
+        """``maximum_interference``, else ``KERNELTUNE_MAXIMUM_INTERFERENCE``, else the
+        default; a variable that holds no share raises, naming it. Read when a calibration
+        starts (a batch records the limit it used), never when options are made."""
+        if self.maximum_interference is not None:
+            return float(self.maximum_interference)
+        return _maximum_interference()
 
     @property
     def seconds_per_key(self) -> float:

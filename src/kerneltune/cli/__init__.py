@@ -4,8 +4,9 @@ Anything a command prints can also be had from Python, and its defaults are
 the API's. Errors go to stderr with exit status 1 when the command failed (a
 file, a machine or a measurement that cannot be used) and 2 when it was given
 arguments it cannot run with; ``calibrate --require-steady`` exits with 3
-when keys could only be measured with the machine slower than its reference
-state. docs/cli.md shows every command with its output.
+when keys were withheld, measured under interference or only with the machine
+slower than its reference state, and ``calibrate`` with 4 when it withheld every
+key. docs/cli.md shows every command with its output.
 """
 
 from __future__ import annotations

@@ -30,8 +30,7 @@ def _options(args: argparse.Namespace, threads: int | None) -> CalibrationOption
         time_budget=args.time_budget, memory_budget=args.memory_budget,
         minimum_margin=args.margin, seed=args.seed, parameter=args.parameter,
         values=[parse_value(v) for v in args.values or ()],
-        **({} if args.maximum_interference is None
-           else {"maximum_interference": args.maximum_interference}))
+        maximum_interference=args.maximum_interference)
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -113,16 +112,19 @@ def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
         args.selector, output=args.output, name=args.name, threads=threads,
         options=_options(args, None), kernels=args.kernel or (),
         element_types=args.element_type or (), implementations=args.implementation or (),
-        restart=args.restart)
+        restart=args.restart, require_steady=args.require_steady)
     for note in result.notes:
         print(f"checkpoint {note}")
     print(result.table())
     for withheld in result.withheld:
         print(f"  {withheld}")
+    if not result.written:
+        print(f"profile not written to {result.profile_path}: keys were withheld, measured "
+              f"under interference or in a slow state (--require-steady); reports to "
+              f"{result.reports_path}")
+        return UNSTEADY
     print(f"profile written to {result.profile_path} ({len(result.profile.entries)} entries), "
           f"reports to {result.reports_path}")
-    if args.require_steady and not result.steady:
-        return UNSTEADY
     return 0
 
 

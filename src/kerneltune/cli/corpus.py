@@ -144,7 +144,7 @@ def _print_report(args: argparse.Namespace, report: CorpusSearchReport) -> None:
         return
     print()
     if report.confirmation is not None:
-        print(f"set {report.fastest} against set 0, run again in reverse order: "
+        print(f"set {report.fastest} against set 0, both run again (ABBA): "
               f"{report.confirmation.describe()}")
     if report.selected == 0:
         print("selected: set 0, the active values; nothing to change"
@@ -241,7 +241,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                               f"incomplete (default: {DEFAULT_TIMEOUT:g})")
     corpus.add_argument("--margin", type=float, metavar="FRACTION",
                          help="how much faster than set 0 the fastest set must be, confirmed "
-                              f"at {CONFIDENCE * 100:.0f}%% on runs again in reverse order, to be "
+                              f"at {CONFIDENCE * 100:.0f}%% on both run again, to be "
                               f"selected (default: {DEFAULT_MARGIN:g})")
     add_threads(corpus)
     corpus.add_argument("--output", metavar="FILE",

@@ -236,7 +236,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="stop measuring after this long; the keys left stay unverified "
                              "(default: %(default)s)")
     verify.add_argument("--margin", type=float, default=0.05,
-                        help="how much faster the defaults must be, twice, to demote a value "
+                        help="how much faster the defaults must be, confirmed at 99%%, to "
+                             "demote a value "
                              "(default: %(default)s)")
     verify.add_argument("--force", action="store_true",
                         help="measure again the keys verified or demoted before")

@@ -10,7 +10,7 @@ reports, one per thread count, or one). ``--json`` prints
                "status": "calibrated" | "withheld" | "skipped" | "unsupported",
                "reason": null | why it was not calibrated, "seconds", "stopped_early",
                "interference": null | {"kept", "discarded": [shares others took],
-                                       "worst_kept", "stolen", "whole": {...}},
+                                       "worst_kept", "whole": {...}},
                "decisions": [{"parameter", "baseline", "value", "changed", "measured",
                               "reason", "kind", "candidates": number measured,
                               "confirmation": null | {"ratio", "low", "high", "points",

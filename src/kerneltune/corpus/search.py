@@ -10,11 +10,13 @@ written. The result is advisory: nothing is published or persisted.
 
 A search over many sets finds one faster by chance, so the fastest set is
 advised only when calibration's confirmation rule says so
-(:mod:`kerneltune.calibration.confirmation`): it and the values in use run once
-more, in the reverse order (an ABBA design, which cancels a drift of the
-machine), and the fastest must beat the values in use by the margin at the
-stated confidence on the pooled per-case samples. Otherwise the advice is that
-no set beats the values in use.
+(:mod:`kerneltune.calibration.confirmation`): it and the values in use run again,
+fastest, values in use, values in use, fastest (an ABBA order, which cancels a
+drift of the machine), and on those fresh samples alone (the ones that made it
+the fastest would favour it) it must beat the values in use by the margin at the
+stated confidence. Otherwise the advice is that no set beats the values in use.
+When the values in use did not run every case, there is nothing to confirm
+against, and the fastest complete set is advised as it stands.
 """
 
 from __future__ import annotations
@@ -114,8 +116,9 @@ class CorpusSearchReport:
     ``sets`` hold every parameter of the key, those not searched at their
     active values. The selected set is advice: persisting it takes an explicit
     :func:`~kerneltune.set_kernel_tuning_parameters`. It is the set the
-    criterion ranks first (``fastest``) when that is set 0 or ``confirmation``
-    confirmed it against set 0; else set 0, the values in use.
+    criterion ranks first (``fastest``) when that is set 0, when ``confirmation``
+    confirmed it against set 0, or when set 0 is incomplete (nothing to confirm
+    against); else set 0, the values in use.
     """
 
     key: KernelTuningKey
@@ -129,7 +132,7 @@ class CorpusSearchReport:
     timeout: float
     #: the fastest set against set 0 (None: nothing to confirm, or no complete baseline)
     confirmation: Confirmation | None = None
-    #: the results of the confirming runs, in the reverse order of the search's
+    #: the results of the confirming runs: the fastest set, set 0, set 0, the fastest
     confirming: tuple[CaseResult, ...] = ()
 
     @property
@@ -477,15 +480,16 @@ def search_corpus_parameters(
             (CaseLatency(r.set_index, r.case, r.latency_seconds) for r in results), criterion)
         fastest = analysis.selected
         if fastest not in (None, BASELINE) and analysis.baseline_complete:
-            confirming = run(fastest, folder, False) + run(BASELINE, folder, False)
-            confirmation = _confirmation(results + confirming, fastest, margin)
+            for index in (fastest, BASELINE, BASELINE, fastest):
+                confirming += run(index, folder, False)
+            confirmation = _confirmation(confirming, fastest, margin)
     return CorpusSearchReport(key, tuple(parameters), tuple(sets), corpus, tuple(results),
                                analysis, repeat, warmup, float(timeout), confirmation,
                                tuple(confirming))
 
 
 def _confirmation(results: Sequence[CaseResult], fastest: int, margin: float) -> Confirmation:
-    """Set ``fastest`` against set 0 on each case's samples, pooled over both runs of each
+    """Set ``fastest`` against set 0 on each case's samples, pooled over the runs of each
     (a case one of them has no sample of is left out)."""
     pooled: dict[tuple[int, str], list[float]] = {}
     for result in results:

@@ -37,8 +37,10 @@ from .calibrate import (
     KernelCalibration,
     grain_of,
 )
-from .gemm import BLAS as BLAS_PLAN
+from .gemm import BLOCKED as BLOCKED_PLAN
+from .gemm import BLOCKED_PACKED as BLOCKED_PACKED_PLAN
 from .gemm import KU, MR, NR, Gemm, MatMul
+from .gemm import SKINNY as SKINNY_PLAN
 
 #: How far apart, in octaves of N, two calibrations measure where BLAS starts to beat the
 #: compiled path on one-row products (1 x N x N): BLAS's speed there is drawn per process.
@@ -109,8 +111,10 @@ def _rows_below(rows: Sequence[int], blocked_from: int) -> int:
     return max((m for m in rows if m < blocked_from), default=0)
 
 
-#: the config fields that shape a compiled product's blocks
-_TILES = ("tile_m", "tile_n", "tile_k")
+#: the config fields that shape a compiled product's blocks, by path (the skinny path cuts
+#: column strips only; BLAS has none of ours)
+_TILES = {BLOCKED_PLAN: ("tile_m", "tile_n", "tile_k"),
+          BLOCKED_PACKED_PLAN: ("tile_m", "tile_n", "tile_k"), SKINNY_PLAN: ("tile_n",)}
 
 
 def _wide(context: CalibrationContext) -> list[int]:
@@ -389,9 +393,10 @@ class GemmCalibration(KernelCalibration):
             resolution=GRAIN_RESOLUTION_OCTAVES, parallel_above=True))
 
     def workload(self, context: CalibrationContext) -> Workload:
-        """The tile families, a skinny product, and the square, one-row and two-row products
-        an octave apart, on which the thresholds between paths move."""
-        cases = [*self.families(context), (self._skinny_m(context), 4),
+        """The tile families, skinny products of a few row counts, and the square, one-row
+        and two-row products an octave apart, on which the thresholds between paths move."""
+        cases = [*self.families(context),
+                 *((self._skinny_m(context), rows) for rows in (4, 12, 24)),
                  *((self._square(context), size) for size in whole_block_grid(16, 724, 1)),
                  *((self._rows(context, rows), size) for rows in (1, 2)
                    for size in whole_block_grid(64, 4096, 1))]
@@ -406,12 +411,13 @@ class GemmCalibration(KernelCalibration):
         return {} if plain else {"transB": 1}
 
     def differs(self, threads: int) -> Callable[[Any, Any, Case, int], bool]:
-        """By plans, and on a compiled path by tiles too, which no plan shows."""
+        """By plans, and on a compiled path by the tiles it uses, which no plan shows."""
         by_plan = super().differs(threads)
 
         def differs(a: Any, b: Any, case: Case, size: int) -> bool:
             if by_plan(a, b, case, size):
                 return True
-            return (self.plan_of(a, threads, case, size).path != BLAS_PLAN
-                    and any(getattr(a, tile) != getattr(b, tile) for tile in _TILES))
+            path = self.plan_of(a, threads, case, size).path
+            tiles = _TILES.get(path, ())
+            return any(getattr(a, tile) != getattr(b, tile) for tile in tiles)
         return differs

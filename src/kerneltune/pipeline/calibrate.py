@@ -20,7 +20,12 @@ from pathlib import Path
 from typing import IO
 
 from .._support.files import write_atomically
-from ..calibration import CalibrationOptions, calibrate_kernel_thresholds, thread_counts
+from ..calibration import (
+    CalibrationOptions,
+    InterferenceSource,
+    calibrate_kernel_thresholds,
+    thread_counts,
+)
 from ..calibration.report import CalibrationReport
 from ..errors import CalibrationError, KernelTuningError, ProfileError
 from ..machine.descriptor import CpuDescriptor
@@ -64,6 +69,8 @@ class MachineCalibration:
     reports_path: Path
     summaries: tuple[ThreadSummary, ...]
     notes: tuple[str, ...] = ()
+    #: False when ``require_steady`` kept an unsteady calibration from replacing the profile
+    written: bool = True
 
     def table(self) -> str:
         lines = [f"{'threads':>7} {'keys':>5} {'changed':>8} {'resumed':>8} {'withheld':>8} "
@@ -78,11 +85,6 @@ class MachineCalibration:
         """Each key withheld, with its thread count and why."""
         return tuple(f"threads {s.threads}: {line}" for s in self.summaries
                      for line in s.withheld)
-
-    @property
-    def steady(self) -> bool:
-        """Every key of every thread count measured steadily, without interference."""
-        return all(s.steady for s in self.summaries)
 
 
 def machine_name(processor: CpuDescriptor) -> str:
@@ -104,6 +106,8 @@ def calibrate_machine(
     restart: bool = False,
     progress: IO[str] | None = None,
     registry: KernelTuningRegistry = default_registry,
+    require_steady: bool = False,
+    interference: InterferenceSource | None = None,
 ) -> MachineCalibration:
     """Calibrate this machine for each thread count and write its profile.
 
@@ -112,7 +116,12 @@ def calibrate_machine(
     ``options`` give the effort and budgets (their ``threads`` is ignored: the
     matrix is ``threads``, by default 1, 2, 4, ... and the CPUs this process may
     use). Raises :class:`ProfileError` before measuring when the machine does
-    not match the selector.
+    not match the selector, and :class:`CalibrationError` after it, writing
+    nothing, when every key was withheld. With ``require_steady``, a
+    calibration with keys unsettled, withheld or measured under interference
+    writes its reports but leaves the profile as it was (``written`` False).
+    ``interference`` is where what other processes take is read (default: this
+    process's counters).
     """
     processor = get_cpu_descriptor()
     if isinstance(selector, NamedSelector):
@@ -139,7 +148,7 @@ def calibrate_machine(
     try:
         for count in matrix:
             batch, summary = _calibrate_count(count, keys, options, checkpoint, reporter,
-                                              registry)
+                                              registry, interference)
             batches.append(batch)
             summaries.append(summary)
     finally:
@@ -150,13 +159,15 @@ def calibrate_machine(
             f"({sum(len(s.withheld) for s in summaries)} keys); no profile written to "
             f"{profile_path}")
     profile = export_deployment_profile(batches, named, name)
-    write_deployment_profile(profile, profile_path)
+    written = not require_steady or all(s.steady for s in summaries)
+    if written:
+        write_deployment_profile(profile, profile_path)
     reports_path = profile_path.with_suffix(".reports.json")
     write_atomically(reports_path, json.dumps(batches, indent=1, sort_keys=True, default=str)
                      + "\n")
     checkpoint.close(remove=True)
     return MachineCalibration(profile, profile_path, reports_path, tuple(summaries),
-                              notes)
+                              notes, written)
 
 
 def _resumable(keys: Sequence[KernelTuningKey], matrix: Sequence[int],
@@ -196,7 +207,8 @@ def _resumable(keys: Sequence[KernelTuningKey], matrix: Sequence[int],
 
 def _calibrate_count(count: int, keys: Sequence, options: CalibrationOptions,
                      checkpoint: Checkpoint, reporter: _Progress,
-                     registry: KernelTuningRegistry) -> tuple[dict, ThreadSummary]:
+                     registry: KernelTuningRegistry,
+                     interference: InterferenceSource | None) -> tuple[dict, ThreadSummary]:
     """One thread count: the keys not yet finished, then the batch with the resumed ones."""
     finished = checkpoint.finished(count)
     remaining = [key for key in keys if str(key) not in finished]
@@ -209,7 +221,7 @@ def _calibrate_count(count: int, keys: Sequence, options: CalibrationOptions,
     start = time.perf_counter()
     batch = calibrate_kernel_thresholds(
         remaining, dataclasses.replace(options, threads=count), registry=registry,
-        on_report=record)
+        on_report=record, interference=interference)
     document = batch.to_dict()
     fresh = {str(report.key) for report in batch.calibrated}
     resumed = [report for key, report in finished.items() if key not in fresh]
