@@ -94,6 +94,15 @@ def test_the_top_level_help_lists_every_command_and_the_version_prints():
     (["calibrate", "--threads", "0"], "expected a whole number of 1 or more, got '0'"),
     (["kernel", "--kernel", "Abs", "--threads", "two"], "expected a whole number of 1 or more"),
     (["profiles", "explain", "--threads", "-1"], "expected a whole number of 1 or more"),
+    (["calibrate", "--kernel", "Foo"], "no registered key matches --kernel Foo"),
+    (["calibrate", "--kernel", "Foo", "--profile", "--output", "never.yaml"],
+     "no registered key matches --kernel Foo"),
+    (["calibrate", "--profile", "--save", "--report", "r.json"],
+     "--report, --save cannot go with --profile"),
+    (["calibrate", "--output", "x.yaml", "--restart"],
+     "--output, --restart only go with --profile"),
+    (["cpu", "--root", "/nonexistent", "--machine", "x86_64"],
+     "--root /nonexistent: no proc/cpuinfo there"),
 ])
 def test_a_usage_error_exits_2_naming_what_is_wrong(arguments, message, cache):
     done = run_kerneltune(*arguments, cache=cache)
@@ -329,3 +338,36 @@ def test_profiles_commands_fail_on_files_they_cannot_use(tmp_path, this_machine)
     missing = run_kerneltune("profiles", "explain", "--descriptor", tmp_path / "none.yaml")
     assert missing.returncode == 1 and "none.yaml" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`kerneltune cpu | head -1`: no broken-pipe message, no traceback."""
+    import subprocess
+
+    from conftest import kerneltune_script
+
+    child = subprocess.Popen([str(kerneltune_script()), "cpu"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    child.stdout.close()  # gone before the command writes a line
+    stderr = child.stderr.read()
+    assert child.wait(timeout=300) == 1
+    assert stderr == ""
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import argparse
+
+    from kerneltune.cli import build_parser
+
+    silent = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, command in action.choices.items():
+                    walk(command, [*path, name])
+            elif action.option_strings and not action.help:
+                silent.append(f"{' '.join(path)} {'/'.join(action.option_strings)}")
+
+    walk(build_parser(), ["kerneltune"])
+    assert silent == []

@@ -168,6 +168,13 @@ def test_plot_writes_a_png(request, tmp_path, fixture):
     assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000
 
 
+def test_plot_creates_the_folder_it_is_written_to(tmp_path):
+    output = tmp_path / "new" / "folder" / "crossover.png"
+    done = run_kerneltune("report", RECORDED, "--plot", output, "--parameter", "minimum_elements")
+    assert done.returncode == 0, done.stderr
+    assert output.read_bytes().startswith(PNG_SIGNATURE)
+
+
 def test_plot_beside_json_keeps_stdout_a_document(tmp_path):
     output = tmp_path / "crossover.png"
     done = run_kerneltune("report", RECORDED, "--plot", output, "--json", "--parameter",

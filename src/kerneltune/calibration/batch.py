@@ -481,7 +481,8 @@ def calibrate_kernel_thresholds(
         generation = registry.generation
     return CalibrationBatchReport(calibrated, tuple(skipped), tuple(unsupported),
                                   tuple(profiles), execution, generation,
-                                  time.perf_counter() - start, steadiness, tuple(withheld))
+                                  time.perf_counter() - start, steadiness, tuple(withheld),
+                                  tuple(stopped))
 
 
 def calibrate_registered_kernels(

@@ -234,5 +234,6 @@ def plot_report(curves: ReportCurves, output: str | Path,
     for index, (entry, decision) in enumerate(drawn):
         _panel(figure.add_subplot(rows, columns, index + 1), ticker, entry, decision)
     path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)  # as every file a command writes
     figure.savefig(path, format="png")
     return Plot(path, tuple(drawn), len(measured) - len(drawn))

@@ -203,6 +203,13 @@ class CalibrationBatchReport:
     seconds: float
     steadiness: tuple[Steadiness, ...] = ()
     withheld: tuple[KeyOutcome, ...] = ()
+    #: the keys of ``skipped`` that a budget stopped: meant to be calibrated, and not
+    stopped: tuple[KeyOutcome, ...] = ()
+
+    @property
+    def unfinished(self) -> tuple[KeyOutcome, ...]:
+        """The keys selected for calibration and not published: withheld or stopped."""
+        return (*self.withheld, *self.stopped)
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -3,23 +3,23 @@
 Anything a command prints can also be had from Python, and its defaults are
 the API's. Errors go to stderr with exit status 1 when the command failed (a
 file, a machine or a measurement that cannot be used) and 2 when it was given
-arguments it cannot run with; ``calibrate --require-steady`` exits with 3
-when keys were withheld, measured under interference or only with the machine
-slower than its reference state, and ``calibrate`` with 4 when it withheld every
-key. docs/cli.md shows every command with its output.
+arguments it cannot run with, and 3 when it was done in part (keys withheld or
+stopped by a budget, or with ``calibrate --require-steady`` measured under
+interference or with the machine slower than its reference state), each key
+printed with its reason. docs/cli.md shows every command with its output.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from .._support.version import __version__
 from ..errors import KernelTuningError, ProfileError, TuningValidationError, UnknownKernelError
 from . import cache, calibrate, corpus, cpu, kernel, profiles, report
-from .calibrate import UNSTEADY
-from .common import FAILURE, USAGE, UsageError
+from .common import FAILURE, PARTIAL, USAGE, UsageError
 
 #: the command groups, in the order ``kerneltune --help`` lists them
 GROUPS = (cpu, kernel, calibrate, cache, profiles, corpus, report)
@@ -40,7 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     name = args.parser.prog
     try:
-        return args.run(args) or 0
+        status = args.run(args) or 0
+        sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
+        return status
+    except BrokenPipeError:  # `kerneltune cpu | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return FAILURE
     except UsageError as error:
         args.parser.print_usage(sys.stderr)
         print(f"{name}: error: {error}", file=sys.stderr)
@@ -59,4 +64,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-__all__ = ["FAILURE", "UNSTEADY", "USAGE", "build_parser", "main"]
+__all__ = ["FAILURE", "PARTIAL", "USAGE", "build_parser", "main"]

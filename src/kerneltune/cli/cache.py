@@ -133,7 +133,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                "against its schema first", _set,
         ["kerneltune cache set --kernel Add --dtype FLOAT parallel.minimum_elements=65536",
          "kerneltune cache set --kernel Gemm --dtype FLOAT --threads 8 algorithm.tile_m=96"])
-    setting.add_argument("--kernel", required=True)
+    setting.add_argument("--kernel", required=True, help="the kernel, e.g. Add or Gemm")
     setting.add_argument("--dtype", required=True, help="the element type, e.g. FLOAT")
     setting.add_argument("--impl", help="the implementation, when several are registered")
     setting.add_argument("--abi", type=int, help="the tuning ABI, when several are registered")

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._support.files import write_atomically
 from ..machine.threads import available_threads
-from .common import add_command, parse_value, positive_int
+from .common import FAILURE, PARTIAL, UsageError, add_command, parse_value, positive_int
 
 if TYPE_CHECKING:
     from ..calibration import CalibrationOptions, CalibrationReport, Steadiness
 
-#: exit status of ``calibrate --require-steady`` when keys were only measured in a slow state,
-#: under interference, or withheld
-UNSTEADY = 3
-#: exit status of a calibration that withheld every key it measured: nothing was published
-WITHHELD = 4
 
 
 def _options(args: argparse.Namespace, threads: int | None) -> CalibrationOptions:
@@ -36,18 +32,25 @@ def _options(args: argparse.Namespace, threads: int | None) -> CalibrationOption
 def _calibrate(args: argparse.Namespace) -> int:
     from ..calibration import calibrate_registered_kernels, spinning_blas_warning, thread_counts
 
+    selected = _check_selection(args)
+    _check_combination(args)
     threads = args.threads or thread_counts(available_threads())
     if warning := spinning_blas_warning(max(threads)):
         print(f"warning: {warning}")
     if args.profile:
         return _calibrate_profile(args, threads)
+    from ..pipeline.calibrate import Progress
+
     reports, unsteady = [], False
+    progress = Progress(sys.stderr, selected)  # a line per key on a terminal
     for count in threads:
         options = _options(args, count)
+        progress.start(count, 0)
         report = calibrate_registered_kernels(
             kernels=args.kernel or (), implementations=args.implementation or (),
             element_types=args.element_type or (), only_missing=args.only_missing,
-            options=options)
+            options=options, on_report=lambda report: progress.advance(str(report.key)))
+        progress.clear()
         reports.append(report)
         print(f"threads {count}: {len(report.calibrated)} keys calibrated in "
               f"{report.seconds:.1f} s, {len(report.withheld)} withheld, "
@@ -82,12 +85,12 @@ def _calibrate(args: argparse.Namespace) -> int:
         text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
         write_atomically(Path(args.report), text + "\n")
         print(f"report written to {args.report}")
-    if reports and all(r.withheld and not r.calibrated for r in reports):
-        print(f"nothing calibrated: every key was withheld, other processes took the "
-              f"machine's CPUs (exit status {WITHHELD})")
-        return WITHHELD
-    if args.require_steady and unsteady:
-        return UNSTEADY
+    if not any(r.calibrated for r in reports) and any(r.unfinished for r in reports):
+        print("nothing calibrated: every key was withheld (other processes took the "
+              "machine's CPUs) or stopped by its budget")
+        return FAILURE
+    if any(r.unfinished for r in reports) or (args.require_steady and unsteady):
+        return PARTIAL
     return 0
 
 
@@ -105,6 +108,41 @@ def _print_decisions(report: CalibrationReport) -> None:
                   f"{decision.reason.removeprefix('kept: ')}")
 
 
+def _check_combination(args: argparse.Namespace) -> None:
+    """Options that would be ignored in this mode are a usage error, never dropped."""
+    if args.profile:
+        given = [flag for flag, value in (("--report", args.report), ("--save", args.save),
+                                          ("--only-missing", args.only_missing)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} cannot go with --profile: its reports are "
+                             f"written beside the profile (NAME.reports.json), and a farm's "
+                             f"profile is baked, not cached")
+    else:
+        given = [flag for flag, value in (("--selector", args.selector),
+                                          ("--output", args.output), ("--name", args.name),
+                                          ("--restart", args.restart)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} only go with --profile")
+
+
+def _check_selection(args: argparse.Namespace) -> int:
+    """How many registered keys the selection matches; none is a mistake, never an empty
+    success."""
+    from ..tuning.keyfilter import KeyFilter
+    from ..tuning.registry import default_registry
+
+    selection = KeyFilter.of(None, tuple(args.kernel or ()), tuple(args.implementation or ()),
+                             tuple(args.element_type or ()))
+    selected = sum(map(selection.matches, default_registry.snapshot().keys()))
+    if not selected:
+        given = ", ".join(f"--{name.replace('_', '-')} {' '.join(values)}" for name, values in
+                          (("kernel", args.kernel), ("implementation", args.implementation),
+                           ("element_type", args.element_type)) if values)
+        raise UsageError(f"no registered key matches {given}: `kerneltune kernel --list` "
+                         f"lists them")
+    return selected
+
+
 def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
     from ..pipeline import calibrate_machine
 
@@ -116,16 +154,16 @@ def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
     for note in result.notes:
         print(f"checkpoint {note}")
     print(result.table())
-    for withheld in result.withheld:
-        print(f"  {withheld}")
+    for unfinished in result.unfinished:
+        print(f"  {unfinished}")
     if not result.written:
         print(f"profile not written to {result.profile_path}: keys were withheld, measured "
               f"under interference or in a slow state (--require-steady); reports to "
               f"{result.reports_path}")
-        return UNSTEADY
+        return PARTIAL
     print(f"profile written to {result.profile_path} ({len(result.profile.entries)} entries), "
           f"reports to {result.reports_path}")
-    return 0
+    return PARTIAL if result.unfinished else 0
 
 
 def _print_steadiness(watched: Sequence[Steadiness]) -> None:
@@ -173,7 +211,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--threads", type=positive_int, action="append",
                            help="a thread count to calibrate for (repeat for several; default "
                                 "1, 2, 4, ... and the CPUs this process may use)")
-    calibrate.add_argument("--effort", default=defaults.effort, choices=tuple(EFFORTS))
+    calibrate.add_argument("--effort", default=defaults.effort, choices=tuple(EFFORTS),
+                           help="how long to measure (default: %(default)s)")
     calibrate.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
     calibrate.add_argument("--element-type", action="append",
                            help="only this element type, e.g. FLOAT (repeatable)")
@@ -189,7 +228,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--margin", type=float, default=defaults.minimum_margin,
                            help="fraction a value must win by to replace the one in use "
                                 "(default: %(default)s)")
-    calibrate.add_argument("--seed", type=int, default=defaults.seed)
+    calibrate.add_argument("--seed", type=int, default=defaults.seed,
+                           help="seed of the inputs measured (default: %(default)s)")
     calibrate.add_argument("--parameter", help="compare values of this parameter instead of "
                                                "searching (with --values)")
     calibrate.add_argument("--values", nargs="+", help="the values --parameter compares")
@@ -198,7 +238,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                            help="persist the calibrated values to the user calibration cache "
                                 "(KERNELTUNE_CACHE), where later processes load them")
     calibrate.add_argument("--require-steady", action="store_true",
-                           help=f"exit with status {UNSTEADY} and save nothing to the cache "
+                           help=f"exit with status {PARTIAL} and save nothing to the cache "
                                 f"of a thread count with keys withheld, measured under "
                                 f"interference, or only while the machine probe saw the "
                                 f"machine slower than its reference state (or failed)")

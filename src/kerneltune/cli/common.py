@@ -14,6 +14,9 @@ import yaml
 #: used), or it was given arguments it cannot run with
 FAILURE = 1
 USAGE = 2
+#: done in part: keys selected and not published (withheld, stopped by a budget), or with
+#: ``calibrate --require-steady``, measured unsteadily; each is printed with its reason
+PARTIAL = 3
 
 
 class UsageError(Exception):

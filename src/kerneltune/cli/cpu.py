@@ -4,6 +4,7 @@ and the OpenMP wait policy of this environment; with ``--selector``, its own sel
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import yaml
 
@@ -14,7 +15,7 @@ from ..machine.descriptor_files import FILE_FORMAT, SCHEMA_VERSION
 from ..machine.detect import current_execution, detect_cpu_descriptor
 from ..machine.openmp import wait_policy
 from ..machine.selector_files import processor_selector, selector_text, shipped_selectors
-from .common import add_command, add_json, print_json
+from .common import UsageError, add_command, add_json, print_json
 
 
 def _variant(processor: CpuDescriptor) -> str | None:
@@ -26,6 +27,9 @@ def _variant(processor: CpuDescriptor) -> str | None:
 
 def _cpu(args: argparse.Namespace) -> None:
     copied = args.root is not None or args.machine is not None
+    if args.root is not None and not (Path(args.root) / "proc" / "cpuinfo").is_file():
+        raise UsageError(f"--root {args.root}: no proc/cpuinfo there to detect a processor "
+                         f"from (a copied sysroot holds proc/ and sys/)")
     if copied:
         processor = detect_cpu_descriptor(args.root or "/", args.machine)
     else:

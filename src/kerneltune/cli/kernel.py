@@ -13,6 +13,7 @@ from ..tuning.registry import default_registry
 from ..tuning.schema import KernelTuningKey, TuningParameter, TuningValue
 from .common import (
     FAILURE,
+    PARTIAL,
     UsageError,
     add_command,
     add_json,
@@ -190,7 +191,9 @@ def _tune(args: argparse.Namespace) -> int:
     problems = [str(p) for p in saved.problems]
     for problem in problems:
         warn("kernel", f"cache: {problem}")
-    return FAILURE if problems or not batch.calibrated else 0
+    if problems or not batch.calibrated:
+        return FAILURE
+    return PARTIAL if batch.unfinished else 0
 
 
 def _print_tuning(batch: CalibrationBatchReport, parameter: str | None) -> None:
@@ -270,5 +273,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     kernel.add_argument("--margin", type=float,
                         help=f"fraction a value must win by to replace the one in use "
                              f"(default: {defaults.minimum_margin})")
-    kernel.add_argument("--seed", type=int, help=f"(default: {defaults.seed})")
+    kernel.add_argument("--seed", type=int,
+                        help=f"seed of the inputs measured (default: {defaults.seed})")
     add_json(kernel)

@@ -52,10 +52,12 @@ class ThreadSummary:
     calibrated: int
     changed: int
     resumed: int
+    #: keys left out on purpose: unsupported, or skipped by the selection's rules
     skipped: int
     seconds: float
-    #: keys not measured cleanly, each with why: they keep the values in use
-    withheld: tuple[str, ...] = ()
+    #: keys withheld (not measured cleanly) or stopped by a budget, each with why: they keep
+    #: the values in use
+    unfinished: tuple[str, ...] = ()
     #: whether every key was measured steadily, without interference
     steady: bool = True
 
@@ -73,18 +75,18 @@ class MachineCalibration:
     written: bool = True
 
     def table(self) -> str:
-        lines = [f"{'threads':>7} {'keys':>5} {'changed':>8} {'resumed':>8} {'withheld':>8} "
-                 f"{'skipped':>8} {'seconds':>8}"]
+        lines = [f"{'threads':>7} {'keys':>5} {'changed':>8} {'resumed':>8} "
+                 f"{'unfinished':>10} {'skipped':>8} {'seconds':>8}"]
         lines += [f"{s.threads:>7} {s.calibrated:>5} {s.changed:>8} {s.resumed:>8} "
-                  f"{len(s.withheld):>8} {s.skipped:>8} {s.seconds:>8.1f}"
+                  f"{len(s.unfinished):>10} {s.skipped:>8} {s.seconds:>8.1f}"
                   for s in self.summaries]
         return "\n".join(lines)
 
     @property
-    def withheld(self) -> tuple[str, ...]:
-        """Each key withheld, with its thread count and why."""
+    def unfinished(self) -> tuple[str, ...]:
+        """Each key withheld or stopped by a budget, with its thread count and why."""
         return tuple(f"threads {s.threads}: {line}" for s in self.summaries
-                     for line in s.withheld)
+                     for line in s.unfinished)
 
 
 def machine_name(processor: CpuDescriptor) -> str:
@@ -138,12 +140,15 @@ def calibrate_machine(
     matrix = sorted(set(threads or thread_counts(available_threads())))
     selection = KeyFilter.of(None, tuple(kernels), tuple(implementations), tuple(element_types))
     keys = list(filter(selection.matches, registry.snapshot().keys()))
+    if not keys:
+        raise ValueError("no registered key matches the selection: a profile of no entries "
+                         "is not written")
     arguments = {"selector": named.selector.to_dict(), "name": name, "threads": matrix,
                  "options": options.to_dict(), "keys": sorted(map(str, keys))}
     checkpoint, notes = Checkpoint.open(profile_path.with_suffix(".checkpoint.jsonl"),
                                         identity_of(arguments, processor.to_dict()), restart,
                                         check=_resumable(keys, matrix, registry))
-    reporter = _Progress(progress if progress is not None else sys.stderr, len(keys))
+    reporter = Progress(progress if progress is not None else sys.stderr, len(keys))
     batches, summaries = [], []
     try:
         for count in matrix:
@@ -153,11 +158,11 @@ def calibrate_machine(
             summaries.append(summary)
     finally:
         checkpoint.close(remove=False)
-    if not any(s.calibrated for s in summaries) and any(s.withheld for s in summaries):
+    if not any(s.calibrated for s in summaries) and any(s.unfinished for s in summaries):
         raise CalibrationError(
-            f"nothing calibrated: every key was withheld, measured under interference "
-            f"({sum(len(s.withheld) for s in summaries)} keys); no profile written to "
-            f"{profile_path}")
+            f"nothing calibrated: every key was withheld (measured under interference) or "
+            f"stopped by its budget ({sum(len(s.unfinished) for s in summaries)} keys); no "
+            f"profile written to {profile_path}")
     profile = export_deployment_profile(batches, named, name)
     written = not require_steady or all(s.steady for s in summaries)
     if written:
@@ -206,7 +211,7 @@ def _resumable(keys: Sequence[KernelTuningKey], matrix: Sequence[int],
 
 
 def _calibrate_count(count: int, keys: Sequence, options: CalibrationOptions,
-                     checkpoint: Checkpoint, reporter: _Progress,
+                     checkpoint: Checkpoint, reporter: Progress,
                      registry: KernelTuningRegistry,
                      interference: InterferenceSource | None) -> tuple[dict, ThreadSummary]:
     """One thread count: the keys not yet finished, then the batch with the resumed ones."""
@@ -235,16 +240,16 @@ def _calibrate_count(count: int, keys: Sequence, options: CalibrationOptions,
     interfered = any(r.interference is not None and r.interference.discarded
                      for r in batch.calibrated)
     summary = ThreadSummary(count, calibrated, changed, len(resumed),
-                            len(batch.skipped) + len(batch.unsupported),
+                            len(batch.skipped) - len(batch.stopped) + len(batch.unsupported),
                             time.perf_counter() - start,
-                            tuple(f"{w.key}: {w.reason}" for w in batch.withheld),
+                            tuple(f"{w.key}: {w.reason}" for w in batch.unfinished),
                             all(p.steady for p in batch.steadiness) and not batch.withheld
                             and not interfered)
     reporter.finish(summary)
     return document, summary
 
 
-class _Progress:
+class Progress:
     """Progress on a stream: a line rewritten in place on a terminal, one per count elsewhere."""
 
     def __init__(self, stream: IO[str], keys: int):
@@ -268,10 +273,16 @@ class _Progress:
                           f"\033[K")
         self.stream.flush()
 
-    def finish(self, summary: ThreadSummary) -> None:
+    def clear(self) -> None:
+        """Take the line rewritten in place off the terminal."""
         if self.interactive:
             self.stream.write("\r\033[K")
+            self.stream.flush()
+
+    def finish(self, summary: ThreadSummary) -> None:
+        self.clear()
         self.stream.write(f"threads {summary.threads}: {summary.calibrated} keys "
                           f"({summary.resumed} resumed), {summary.changed} values changed, "
-                          f"{len(summary.withheld)} keys withheld, {summary.seconds:.1f} s\n")
+                          f"{len(summary.unfinished)} keys unfinished, "
+                          f"{summary.seconds:.1f} s\n")
         self.stream.flush()
