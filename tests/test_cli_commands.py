@@ -94,9 +94,9 @@ def test_the_top_level_help_lists_every_command_and_the_version_prints():
     (["calibrate", "--threads", "0"], "expected a whole number of 1 or more, got '0'"),
     (["kernel", "--kernel", "Abs", "--threads", "two"], "expected a whole number of 1 or more"),
     (["profiles", "explain", "--threads", "-1"], "expected a whole number of 1 or more"),
-    (["calibrate", "--kernel", "Foo"], "no registered key matches --kernel Foo"),
+    (["calibrate", "--kernel", "Foo"], "no calibratable key matches --kernel Foo"),
     (["calibrate", "--kernel", "Foo", "--profile", "--output", "never.yaml"],
-     "no registered key matches --kernel Foo"),
+     "no calibratable key matches --kernel Foo"),
     (["calibrate", "--profile", "--save", "--report", "r.json"],
      "--report, --save cannot go with --profile"),
     (["calibrate", "--output", "x.yaml", "--restart"],
@@ -371,3 +371,14 @@ def test_every_option_of_every_command_says_what_it_does():
 
     walk(build_parser(), ["kerneltune"])
     assert silent == []
+
+
+def test_a_broken_pipe_other_than_the_output_is_an_error_that_says_so(monkeypatch, capsys):
+    from kerneltune.cli import cpu, main
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe: the worker's")
+
+    monkeypatch.setattr(cpu, "_cpu", broken)
+    assert main(["cpu"]) == 1
+    assert "kerneltune cpu: [Errno 32] Broken pipe: the worker's" in capsys.readouterr().err

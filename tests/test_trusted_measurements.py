@@ -251,7 +251,8 @@ def test_require_steady_fails_on_interference_and_a_run_of_withheld_keys_fails(
     assert main(["calibrate", "--threads", "1", "--require-steady"]) == status
     out = capsys.readouterr().out
     if status == 1:
-        assert out.splitlines()[-1].startswith("nothing calibrated: every key was withheld")
+        last = out.splitlines()[-1]
+        assert last.startswith("nothing calibrated: every key measured was withheld")
     if status == 3:
         assert "measurements discarded under interference" in out
 
@@ -538,3 +539,30 @@ def test_calibrate_shows_each_key_on_a_terminal(monkeypatch, capsys):
     assert "\rthreads 1: key 1 of " in shown and str(key) in shown
     assert shown.endswith("\r\033[K")  # the line is taken off before the summary
     assert capsys.readouterr().out.startswith("threads 1: 1 keys calibrated")
+
+
+def test_a_farm_job_with_a_key_withheld_ships_the_others_and_measures_it_next_time(
+        tmp_path, monkeypatch):
+    from kerneltune.machine.detect import get_cpu_descriptor
+    from kerneltune.machine.selector_files import processor_selector
+    from kerneltune.pipeline import calibrate_machine
+
+    registry, key = one_key_busy(monkeypatch)
+    output = tmp_path / "profiles" / "host.yaml"
+    options = CalibrationOptions(effort="quick", time_budget_per_key=0.3,
+                                 maximum_interference=MAXIMUM_SHARE)
+
+    def run(*shares):
+        return calibrate_machine(processor_selector(get_cpu_descriptor()), output=output,
+                                 threads=[1], options=options, registry=registry,
+                                 interference=Scripted(*shares), progress=io.StringIO())
+
+    first = run(0.6)
+    assert first.written and len(first.profile.entries) == 1
+    (unfinished,) = first.unfinished
+    assert unfinished.startswith(f"threads 1: {key}: withheld: not measured cleanly")
+    assert output.with_suffix(".checkpoint.jsonl").is_file()  # kept for the next run
+    second = run(0.0)
+    assert second.summaries[0].resumed == 1 and second.unfinished == ()
+    assert len(second.profile.entries) == 2
+    assert not output.with_suffix(".checkpoint.jsonl").exists()

@@ -220,6 +220,7 @@ class CalibrationBatchReport:
             "calibrated": [r.to_dict() for r in self.calibrated],
             "skipped": [s.to_dict() for s in self.skipped],
             "withheld": [w.to_dict() for w in self.withheld],
+            "stopped": [s.to_dict() for s in self.stopped],
             "unsupported": [u.to_dict() for u in self.unsupported],
             "successful_profiles": [
                 {"key": p.key.to_dict(), "values": dict(p.values), "digest": p.digest,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -43,7 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = args.run(args) or 0
         sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
         return status
-    except BrokenPipeError:  # `kerneltune cpu | head`: the reader has what it wanted
+    except BrokenPipeError as error:
+        if not _reader_gone():  # another pipe: a worker, a FIFO the command wrote
+            print(f"{name}: {error}", file=sys.stderr)
+            return FAILURE
+        # `kerneltune cpu | head`: the reader has what it wanted; nothing more to write
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return FAILURE
     except UsageError as error:
@@ -62,6 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader closed it."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll here, or no real stdout
+        return False
 
 
 __all__ = ["FAILURE", "PARTIAL", "USAGE", "build_parser", "main"]

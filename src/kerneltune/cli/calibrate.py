@@ -41,20 +41,24 @@ def _calibrate(args: argparse.Namespace) -> int:
         return _calibrate_profile(args, threads)
     from ..pipeline.calibrate import Progress
 
-    reports, unsteady = [], False
+    reports, unsteady, cache_failed = [], False, False
     progress = Progress(sys.stderr, selected)  # a line per key on a terminal
     for count in threads:
         options = _options(args, count)
         progress.start(count, 0)
-        report = calibrate_registered_kernels(
-            kernels=args.kernel or (), implementations=args.implementation or (),
-            element_types=args.element_type or (), only_missing=args.only_missing,
-            options=options, on_report=lambda report: progress.advance(str(report.key)))
-        progress.clear()
+        try:
+            report = calibrate_registered_kernels(
+                kernels=args.kernel or (), implementations=args.implementation or (),
+                element_types=args.element_type or (), only_missing=args.only_missing,
+                options=options, on_report=lambda report: progress.advance(str(report.key)))
+        finally:
+            progress.clear()
         reports.append(report)
         print(f"threads {count}: {len(report.calibrated)} keys calibrated in "
               f"{report.seconds:.1f} s, {len(report.withheld)} withheld, "
-              f"{len(report.skipped)} skipped, {len(report.unsupported)} unsupported")
+              f"{len(report.stopped)} stopped, "
+              f"{len(report.skipped) - len(report.stopped)} skipped, "
+              f"{len(report.unsupported)} unsupported")
         for calibrated in report.calibrated:
             _print_decisions(calibrated)
         for withheld in report.withheld:
@@ -81,13 +85,16 @@ def _calibrate(args: argparse.Namespace) -> int:
                   f"{len(saved.replaced)} replaced")
             for problem in saved.problems:
                 print(f"  cache: {problem}")
+            cache_failed |= bool(saved.problems)
     if args.report:
         text = json.dumps([r.to_dict() for r in reports], indent=1, default=str)
         write_atomically(Path(args.report), text + "\n")
         print(f"report written to {args.report}")
     if not any(r.calibrated for r in reports) and any(r.unfinished for r in reports):
-        print("nothing calibrated: every key was withheld (other processes took the "
-              "machine's CPUs) or stopped by its budget")
+        print("nothing calibrated: every key measured was withheld (other processes took "
+              "the machine's CPUs) or stopped by its budget")
+        return FAILURE
+    if cache_failed:
         return FAILURE
     if any(r.unfinished for r in reports) or (args.require_steady and unsteady):
         return PARTIAL
@@ -126,19 +133,21 @@ def _check_combination(args: argparse.Namespace) -> None:
 
 
 def _check_selection(args: argparse.Namespace) -> int:
-    """How many registered keys the selection matches; none is a mistake, never an empty
+    """How many calibratable keys the selection matches; none is a mistake, never an empty
     success."""
+    from ..calibration import is_calibratable
     from ..tuning.keyfilter import KeyFilter
     from ..tuning.registry import default_registry
 
     selection = KeyFilter.of(None, tuple(args.kernel or ()), tuple(args.implementation or ()),
                              tuple(args.element_type or ()))
-    selected = sum(map(selection.matches, default_registry.snapshot().keys()))
+    keys = default_registry.snapshot().keys()
+    selected = sum(selection.matches(key) and is_calibratable(key) for key in keys)
     if not selected:
         given = ", ".join(f"--{name.replace('_', '-')} {' '.join(values)}" for name, values in
                           (("kernel", args.kernel), ("implementation", args.implementation),
                            ("element_type", args.element_type)) if values)
-        raise UsageError(f"no registered key matches {given}: `kerneltune kernel --list` "
+        raise UsageError(f"no calibratable key matches {given}: `kerneltune kernel --list` "
                          f"lists them")
     return selected
 
@@ -238,10 +247,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                            help="persist the calibrated values to the user calibration cache "
                                 "(KERNELTUNE_CACHE), where later processes load them")
     calibrate.add_argument("--require-steady", action="store_true",
-                           help=f"exit with status {PARTIAL} and save nothing to the cache "
-                                f"of a thread count with keys withheld, measured under "
-                                f"interference, or only while the machine probe saw the "
-                                f"machine slower than its reference state (or failed)")
+                           help=f"exit with status {PARTIAL} (as keys withheld or stopped "
+                                f"do anyway) and save nothing to the cache of a thread count "
+                                f"(with --profile: leave the profile as it was) with keys "
+                                f"measured under interference, or only while the machine "
+                                f"probe saw the machine slower than its reference state")
     calibrate.add_argument("--maximum-interference", type=float, metavar="SHARE",
                            help="discard and take again a measurement where other processes "
                                 "took more than this share of its threads' time (default: "

@@ -170,7 +170,9 @@ def calibrate_machine(
     reports_path = profile_path.with_suffix(".reports.json")
     write_atomically(reports_path, json.dumps(batches, indent=1, sort_keys=True, default=str)
                      + "\n")
-    checkpoint.close(remove=True)
+    # keys left unfinished are measured by the next run with these arguments, the others
+    # resumed; an unsteady run not written is measured again whole
+    checkpoint.close(remove=not written or not any(s.unfinished for s in summaries))
     return MachineCalibration(profile, profile_path, reports_path, tuple(summaries),
                               notes, written)
 
