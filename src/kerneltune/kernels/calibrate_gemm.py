@@ -412,12 +412,9 @@ class GemmCalibration(KernelCalibration):
 
     def differs(self, threads: int) -> Callable[[Any, Any, Case, int], bool]:
         """By plans, and on a compiled path by the tiles it uses, which no plan shows."""
-        by_plan = super().differs(threads)
-
         def differs(a: Any, b: Any, case: Case, size: int) -> bool:
-            if by_plan(a, b, case, size):
+            plan = self.plan_of(a, threads, case, size)
+            if plan != self.plan_of(b, threads, case, size):
                 return True
-            path = self.plan_of(a, threads, case, size).path
-            tiles = _TILES.get(path, ())
-            return any(getattr(a, tile) != getattr(b, tile) for tile in tiles)
+            return any(getattr(a, tile) != getattr(b, tile) for tile in _TILES.get(plan.path, ()))
         return differs
