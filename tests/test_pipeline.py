@@ -35,6 +35,7 @@ from kerneltune.machine.detect import get_cpu_descriptor
 from kerneltune.machine.selector_files import NamedSelector, read_selector, write_selector
 from kerneltune.machine.selectors import CpuSelector, Tier
 from kerneltune.pipeline import bake, calibrate_machine, validate_deployment_files
+from kerneltune.profiles.deployment import read_profiles
 from kerneltune.profiles.files import read_deployment_profile, write_deployment_profile
 from kerneltune.profiles.importer import import_deployment_profiles
 from kerneltune.profiles.model import DeploymentProfile, ProfileEntry
@@ -93,12 +94,14 @@ def _descriptor_file(tmp_path: Path, fixture: str) -> Path:
     return path
 
 
-def _calibrate_as(tmp_path: Path, selector: str, fixture: str) -> Path:
-    """A farm machine's job: this host, described as ``fixture``, calibrates Abs for 1 and 2."""
-    output = tmp_path / f"{selector}.yaml"
+def _calibrate_as(tmp_path: Path, selector: str, fixture: str, name: str | None = None) -> Path:
+    """A farm machine's job: this host, described as ``fixture``, calibrates Abs for 1 and 2
+    (a run named ``name``, else the profile takes the machine's name)."""
+    output = tmp_path / f"{name or selector}.yaml"
     command = [sys.executable, "-m", "kerneltune", "calibrate", "--profile", "--selector",
                selector, "--effort", "quick", "--kernel", "Abs", "--element-type", "FLOAT",
-               "--threads", "1", "--threads", "2", "--output", str(output)]
+               "--threads", "1", "--threads", "2", "--output", str(output),
+               *(["--name", name] if name else [])]
     environment = _environment(KERNELTUNE_CPU_DESCRIPTOR=str(_descriptor_file(tmp_path, fixture)))
     done = subprocess.run(command, env=environment, cwd=tmp_path, capture_output=True,
                           text=True, timeout=300)
@@ -185,6 +188,47 @@ def test_a_farm_of_described_machines_bakes_one_file_that_serves_each_processor_
             for other in rows.values():  # every other key keeps its defaults
                 assert other.resolution.source.tier is Tier.DEFAULTS, (where, other.key)
                 assert {c.reason for c in other.resolution.rejected} <= {"element_type"}
+
+
+def test_two_runs_of_one_machine_type_are_merged_baked_complete_imported_and_explained(
+        tmp_path):
+    runs = [_calibrate_as(tmp_path, "zen4", FARM["zen4"], name=f"zen4-{run}") for run in (1, 2)]
+    assert all(path.with_suffix(".reports.json").is_file() for path in runs)
+    key = library()["Abs"].tuning_key("FLOAT")
+    # a registry of the one key calibrated, so that --require-complete has nothing else to ask
+    only = KernelTuningRegistry()
+    only.register_schemas([(key, _library_registry().snapshot().schema(key).config_type)])
+    deployment = tmp_path / "deployment.yaml"
+    report = bake(runs, deployment, require_complete=True, expected_selectors=["zen4"],
+                  registry=only)
+    assert report.written, report.problems
+    (merge,) = report.merges
+    assert (merge.name, merge.runs) == ("zen4", ("zen4-1", "zen4-2"))
+    assert report.coverage["zen4"][f"{key.library}/Abs/{key.implementation}/FLOAT"] == {
+        "covered": ["1", "2"], "gaps": []}
+    (profile,) = read_profiles(deployment).profiles
+    assert [p["profile"] for p in profile.provenance] == ["zen4-1", "zen4-2"]
+    for entry in profile.entries:
+        assert entry.evidence and set(entry.evidence) == set(entry.values)
+        for name, evidence in entry.evidence.items():
+            # every machine is accounted for: counted in, or out with its reason
+            assert set(evidence.machines) | set(evidence.counted_out) == {"zen4-1", "zen4-2"}
+            assert set(evidence.agreed) <= set(evidence.machines)
+            published = entry.values[name]
+            assert (published == evidence.in_use) or evidence.agreed, evidence
+
+    registry = _library_registry()
+    (imported,) = import_deployment_profiles(deployment, registry=registry).files
+    assert (imported.status, imported.imported) == ("imported", 2)
+    for threads in (1, 2):
+        explanation = explain(descriptor=_descriptor_file(tmp_path, FARM["zen4"]),
+                              threads=threads, registry=registry)
+        row = next(row for row in explanation.keys if row.key == key)
+        assert row.resolution.source.profile_name == "zen4"
+        entry = next(e for e in profile.entries if e.threads == (threads, threads))
+        assert row.evidence == tuple(f"{name}: {entry.evidence[name].describe()}"
+                                     for name in sorted(entry.evidence))
+        assert all(f"evidence: {line}" in explanation.table() for line in row.evidence)
 
 
 # --- the bake's refusals --------------------------------------------------------------------

@@ -116,16 +116,50 @@ def test_each_farm_job_calibrates_for_its_selector_and_uploads_its_profile(calib
     assert job["runs-on"] == "${{ matrix.runner }}"
     step = next(step for step in job["steps"] if "nox -s calibrate" in step.get("run", ""))
     assert step["env"] == {"SELECTOR": "${{ matrix.selector }}",
-                           "MACHINE": "${{ matrix.machine }}",
+                           "RUN_NAME": "${{ matrix.machine }}-${{ matrix.run }}",
                            "EFFORT": "${{ inputs.effort || 'normal' }}"}
     command = step["run"].split("nox -s calibrate -- ", 1)[1].splitlines()[0]
-    assert command == ('--selector "$SELECTOR" --effort "$EFFORT" '
-                       '--output "profiles/$MACHINE.yaml"')
+    # each run its own name, so that the bake can tell the runs it merges apart
+    assert command == ('--selector "$SELECTOR" --effort "$EFFORT" --name "$RUN_NAME" '
+                       '--output "profiles/$RUN_NAME.yaml"')
     [upload] = _uses(job, "actions/upload-artifact")
-    assert upload["name"] == "profile-${{ matrix.machine }}"
-    assert upload["path"].splitlines() == ["profiles/${{ matrix.machine }}.yaml",
-                                      "profiles/${{ matrix.machine }}.reports.json"]
+    assert upload["name"] == "profile-${{ matrix.machine }}-${{ matrix.run }}"
+    assert upload["path"].splitlines() == [
+        "profiles/${{ matrix.machine }}-${{ matrix.run }}.yaml",
+        "profiles/${{ matrix.machine }}-${{ matrix.run }}.reports.json"]
     assert upload["if-no-files-found"] == "error"
+
+
+def test_each_machine_type_runs_as_often_as_repeats_says(calibrate_workflow, farm):
+    repeats = _triggers(calibrate_workflow)["workflow_dispatch"]["inputs"]["repeats"]
+    assert (repeats["type"], repeats["default"]) == ("number", 2)
+    matrix = calibrate_workflow["jobs"]["calibrate"]["strategy"]["matrix"]
+    # machine is a dimension of its own: an include adding a machine to every run would be
+    # overwritten by the next
+    assert matrix["machine"] == [entry["machine"] for entry in farm]
+    assert matrix["run"] == "${{ fromJSON(needs.runs.outputs.numbers) }}"
+    assert calibrate_workflow["jobs"]["calibrate"]["needs"] == "runs"
+
+
+@pytest.mark.parametrize(("repeats", "numbers"), [("2", "[1,2]"), ("", "[1,2]"), ("1", "[1]"),
+                                                  ("12", "[" + ",".join(map(str, range(1, 13)))
+                                                   + "]"),
+                                                  ("0", None), ("21", None), ("two", None),
+                                                  ("1; echo", None)])
+def test_the_runs_job_numbers_the_runs_or_refuses_a_bad_count(calibrate_workflow, tmp_path,
+                                                               repeats, numbers):
+    job = calibrate_workflow["jobs"]["runs"]
+    output = tmp_path / "output"
+    # as GitHub evaluates `inputs.repeats || 2`: an empty input is the default
+    env = {**os.environ, "REPEATS": repeats or "2", "GITHUB_OUTPUT": str(output)}
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                           _runs(job)], env=env, capture_output=True, text=True, timeout=60)
+    if numbers is None:
+        assert done.returncode == 1 and "::error::repeats must be" in done.stdout
+        assert not output.exists()
+    else:
+        assert done.returncode == 0, done.stderr
+        assert output.read_text() == f"numbers={numbers}\n"
 
 
 def test_the_bake_merges_every_machine_and_expects_every_selector(calibrate_workflow, farm):
@@ -173,11 +207,14 @@ def _bake_script_run(calibrate_workflow, tmp_path, profiles):
 
 def test_the_bake_script_passes_every_profile_and_every_expected_selector(
         calibrate_workflow, farm, tmp_path):
-    names = ["x.yaml", "x.reports.json", "y.yaml", "y.reports.json"]
+    names = ["x-1.yaml", "x-1.reports.json", "x-2.yaml", "x-2.reports.json", "y-1.yaml",
+             "y-1.reports.json"]
     done, nox, farm_profiles = _bake_script_run(calibrate_workflow, tmp_path, names)
     assert done.returncode == 0, done.stderr
     expect = [word for entry in farm for word in ("--expect", entry["selector"])]
-    assert nox == ["-s", "bake", "--", str(farm_profiles / "x.yaml"), str(farm_profiles / "y.yaml"),
+    # the reports stay beside their profiles, where the bake finds them to merge the runs
+    assert nox == ["-s", "bake", "--", *(str(farm_profiles / name) for name in
+                                        ("x-1.yaml", "x-2.yaml", "y-1.yaml")),
                    "--output", "build/deployment.yaml", "--require-complete", *expect]
 
 

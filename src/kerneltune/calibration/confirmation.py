@@ -49,6 +49,9 @@ class Confirmation:
     ``ratio`` is the values in use's time over the candidate's (the geometric mean over
     ``points`` of each point's ratio of medians), ``low`` and ``high`` its interval at
     ``confidence`` (two one-sided bounds), from ``rounds`` samples per point and side.
+    ``samples`` keeps them, per point the values in use's and the candidate's seconds per
+    call: a bake merging several machines' calibrations pools them (see
+    :mod:`kerneltune.profiles.merge`).
     """
 
     ratio: float
@@ -58,6 +61,7 @@ class Confirmation:
     rounds: int
     margin: float
     confidence: float = CONFIDENCE
+    samples: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...] = ()
 
     @property
     def confirmed(self) -> bool:
@@ -77,14 +81,32 @@ class Confirmation:
     def to_dict(self) -> dict[str, object]:
         return {"ratio": self.ratio, "low": self.low, "high": self.high, "points": self.points,
                 "rounds": self.rounds, "margin": self.margin, "confidence": self.confidence,
-                "confirmed": self.confirmed}
+                "confirmed": self.confirmed,
+                "samples": [[list(in_use), list(candidate)] for in_use, candidate in self.samples]}
 
     @classmethod
     def from_dict(cls, data: object) -> Confirmation:
-        """The comparison :meth:`to_dict` wrote; a ValueError names a field that is not."""
-        return cls(**fields_of(data, {"ratio": float, "low": float, "high": float,
-                                      "points": int, "rounds": int, "margin": float,
-                                      "confidence": float}))
+        """The comparison :meth:`to_dict` wrote; a ValueError names a field that is not.
+
+        ``samples`` may be absent (a report written before they were kept): nothing to pool.
+        """
+        fields = fields_of(data, {"ratio": float, "low": float, "high": float,
+                                  "points": int, "rounds": int, "margin": float,
+                                  "confidence": float})
+        samples = data.get("samples", [])
+        if not (isinstance(samples, list) and all(_is_point(point) for point in samples)):
+            raise ValueError("'samples' is not a list of points, each two lists of positive "
+                             "seconds")
+        return cls(**fields, samples=tuple((tuple(map(float, a)), tuple(map(float, b)))
+                                           for a, b in samples))
+
+
+def _is_point(point: object) -> bool:
+    """Whether ``point`` is a comparison's point: the two sides' samples, in seconds."""
+    return (isinstance(point, list) and len(point) == 2
+            and all(isinstance(side, list) and side and all(
+                isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s)
+                and s > 0 for s in side) for side in point))
 
 
 def confirm(in_use: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
@@ -112,7 +134,8 @@ def confirm(in_use: Sequence[Sequence[float]], candidate: Sequence[Sequence[floa
     low, high = np.quantile(resampled, (1.0 - confidence, confidence))
     return Confirmation(math.exp(observed / len(pairs)), math.exp(float(low)),
                         math.exp(float(high)), len(pairs), min(len(a) for a, _ in pairs),
-                        margin, confidence)
+                        margin, confidence,
+                        tuple((tuple(map(float, a)), tuple(map(float, b))) for a, b in pairs))
 
 
 #: sizes per octave around a threshold a change moves: a threshold's band is one to a few

@@ -29,10 +29,12 @@ def _bake(args: argparse.Namespace) -> int:
     from ..pipeline import bake
 
     report = bake(args.profiles, args.output, require_complete=args.require_complete,
-                  expected_selectors=args.expect or ())
+                  expected_selectors=args.expect or (), reports=args.reports or ())
     if args.json:
         print_json(report.to_dict())
     else:
+        for merge in report.merges:
+            print(merge.describe())
         for name, keys in report.coverage.items():
             covered = sum(1 for row in keys.values() if row["covered"])
             print(f"{name}: {covered} of {len(keys)} keys covered")
@@ -77,13 +79,16 @@ def _validate(args: argparse.Namespace) -> int:
     # kerneltune, not against the profiles and cache this process started with.
     registry = KernelTuningRegistry()
     register_library(registry)
-    report = validate_deployment_files(args.files, registry=registry)
+    report = validate_deployment_files(args.files, registry=registry,
+                                       reports=args.reports or ())
     if args.json:
         print_json(report.to_dict())
     else:
         for file in report.files:
             print(f"{file.path}: {file.status}, {len(file.profiles)} profiles, "
                   f"{file.entries} entries checked")
+        for merge in report.merges:
+            print(merge.describe())
     for line in report.problems:
         warn("profiles validate", line)
     return 0 if report.ok else FAILURE
@@ -158,6 +163,13 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if all(file.status == "imported" for file in report.files) else FAILURE
 
 
+def _add_reports(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reports", nargs="+", action="extend", metavar="JSON",
+                        help="calibration reports (calibrate --profile writes NAME.reports.json "
+                             "beside each profile, found without this) by which profiles of one "
+                             "selector are merged")
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     group = commands.add_parser(
         "profiles", help="export, bake, import, explain, validate and verify deployment "
@@ -184,15 +196,24 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     baking = add_command(
         actions, "bake", "merge profiles into one deployment file, checking coverage", _bake,
+        description="Merge profiles into one deployment file, checking every entry and the "
+                    "coverage. Profiles of one selector (runs of one machine type: the same "
+                    "selector, priority, ISA variants and thread ranges) are merged by the "
+                    "evidence of their calibration reports, NAME.reports.json beside each "
+                    "profile or given with --reports: the value the machines agree on, else "
+                    "one whose advantage the pooled samples confirm, else the value in use.",
         examples=["kerneltune profiles bake profiles/*.yaml --output image/kerneltune.yaml",
                   "kerneltune profiles bake profiles/*.yaml --output d.yaml "
-                  "--require-complete --expect zen4 --expect neoverse_v1"])
+                  "--require-complete --expect zen4 --expect neoverse_v1",
+                  "kerneltune profiles bake zen3-1.yaml zen3-2.yaml --reports "
+                  "reports/*.json --output d.yaml"])
     baking.add_argument("profiles", nargs="+", help="profile files (or deployment files)")
     baking.add_argument("--output", required=True, help="the deployment file to write")
     baking.add_argument("--require-complete", action="store_true",
                         help="fail on any coverage gap or expected selector without a profile")
     baking.add_argument("--expect", action="append",
                         help="a selector (file or name) that must have a profile (repeatable)")
+    _add_reports(baking)
     add_json(baking)
 
     importing = add_command(
@@ -209,6 +230,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "1 on any problem (an image build step)", _validate,
         examples=["kerneltune profiles validate image/kerneltune.yaml || exit 1"])
     validate.add_argument("files", nargs="+")
+    _add_reports(validate)
     add_json(validate)
 
     explaining = add_command(

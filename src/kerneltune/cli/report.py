@@ -15,7 +15,7 @@ reports, one per thread count, or one). ``--json`` prints
                               "reason", "kind", "candidates": number measured,
                               "confirmation": null | {"ratio", "low", "high", "points",
                                                       "rounds", "margin", "confidence",
-                                                      "confirmed"},
+                                                      "confirmed", "samples"},
                               "reference", "selected_label", "units": {case: unit},
                               "marks": [{"label", "size", "role"}],
                               "series": [{"case", "label",
@@ -24,6 +24,11 @@ reports, one per thread count, or one). ``--json`` prints
 
 ``kind`` is crossover, threads, comparison, verification or unmeasured; a mark's
 ``role`` is selected, previous or measured; seconds are per call.
+
+Given a profile or deployment file instead, it shows what decided each entry a bake
+merged from several runs (its evidence, :class:`kerneltune.profiles.model.Evidence`);
+``--json`` prints ``{"file", "profiles": [{"name", "runs", "entries": [{"key", "name",
+"threads", "values", "evidence": {parameter: Evidence.to_dict()}}]}]}``.
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ import argparse
 import shutil
 import sys
 import textwrap
+from collections.abc import Sequence
 
 from ..calibration.curves import DecisionCurves, KeyCurves, read_report_curves
 from ..calibration.plot import MAXIMUM_PANELS, plot_report
+from ..profiles.deployment import read_profiles
+from ..profiles.model import DeploymentProfile
 from .common import UsageError, add_command, add_json, print_json, table
 
 #: the narrowest the reason column is wrapped to, however narrow the terminal
@@ -82,7 +90,48 @@ def _decisions(entry: KeyCurves, columns: int) -> str:
     return table(rows, header)
 
 
+def _matches(text: str, wanted: str | None) -> bool:
+    return wanted is None or wanted.casefold() in text.casefold()
+
+
+def _profiles(args: argparse.Namespace, profiles: Sequence[DeploymentProfile]) -> int:
+    """The evidence of each merged entry of ``profiles`` (a profile or deployment file)."""
+    if args.plot:
+        raise UsageError(f"{args.file} is a profile: its curves are in the calibration reports "
+                         f"of its runs (plot those)")
+    document: dict[str, object] = {"file": args.file, "profiles": []}
+    lines = []
+    for profile in profiles:
+        runs = sorted({str(p["profile"]) for p in profile.provenance if "profile" in p})
+        chosen = [(entry, {name: evidence for name, evidence in sorted(entry.evidence.items())
+                           if _matches(name, args.parameter)})
+                  for entry in profile.entries if _matches(str(entry.key), args.key)]
+        chosen = [(entry, evidence) for entry, evidence in chosen if evidence]
+        document["profiles"].append({"name": profile.name, "runs": runs, "entries": [
+            {"key": entry.key.to_dict(), "name": str(entry.key), "threads": list(entry.threads),
+             "values": dict(entry.values),
+             "evidence": {name: e.to_dict() for name, e in evidence.items()}}
+            for entry, evidence in chosen]})
+        lines.append(f"{profile.name}: " + (f"merged from {', '.join(runs)}" if runs
+                                            else "one run, no merge evidence"))
+        for entry, evidence in chosen:
+            low, high = entry.threads
+            lines.append(f"  {entry.key}, threads {low if low == high else f'{low}-{high}'}")
+            lines += [f"    {name} = {entry.values[name]}: {e.describe()}"
+                      for name, e in evidence.items()]
+    if not any(p["entries"] for p in document["profiles"]) and (args.key or args.parameter):
+        raise UsageError(f"no merged entry of {args.file} matches the filters")
+    if args.json:
+        print_json(document)
+    else:
+        print("\n".join(lines))
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
+    read = read_profiles(args.file)
+    if read.status == "ok":
+        return _profiles(args, read.profiles)
     every = read_report_curves(args.file)
     curves = every.select(args.key, args.parameter)
     if not curves.keys:
@@ -126,7 +175,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                   "kerneltune report add.json --plot add.png --parameter minimum_elements",
                   "kerneltune report reports.json --key Gemm/x86_64_v4/FLOAT --json"])
     report.add_argument("file", help="a calibration report (JSON), as calibrate --report "
-                                     "writes it")
+                                     "writes it, or a profile or deployment file (the evidence "
+                                     "of its merged entries)")
     report.add_argument("--plot", metavar="PNG",
                         help="draw the crossover curves of the measured decisions into this "
                              f"PNG file (at most {MAXIMUM_PANELS} panels)")

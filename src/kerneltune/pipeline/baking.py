@@ -5,23 +5,30 @@ Every entry of every profile is checked against the kernel library's schemas
 same kernel's schema of the variant it did: the typed configs are the same);
 two profiles whose selectors can match one processor at the same tier and
 priority, for one key and thread count, are refused, naming both files and an
-example processor; the coverage table says, per profile, which keys and thread
-ranges it covers and where the gaps are. Any problem fails the bake and writes
+example processor, unless they are runs of one selector (the same selector,
+priority, ISA variants and thread ranges) with their calibration reports: those
+are merged by the evidence (:mod:`kerneltune.profiles.merge`); the coverage
+table says, per profile, which keys and thread ranges it covers and where the
+gaps are. Any problem fails the bake and writes
 nothing; otherwise one deterministic, read-only deployment file is written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..calibration.curves import ReportFileError, read_calibration_reports
+from ..errors import TuningValidationError
 from ..machine.selector_files import NamedSelector, read_selector
 from ..machine.selectors import CpuSelector, overlapping_pairs
 from ..profiles.deployment import read_profiles, write_deployment_file
 from ..profiles.importer import check_entries
-from ..profiles.model import DeploymentProfile
+from ..profiles.merge import MachineRun, batches_of, merge_runs, mergeable, missing_reports
+from ..profiles.model import MERGE_REASONS, DeploymentProfile
 from ..tuning.registry import KernelTuningRegistry, TuningSnapshot, default_registry
 from ..tuning.schema import KernelTuningKey, KernelTuningSchema, element_type_name
 
@@ -39,6 +46,8 @@ class BakeReport:
     gaps: tuple[str, ...]
     problems: tuple[str, ...]
     digest: str | None = None
+    #: the profiles merged from several runs of one selector (see :class:`Merge`)
+    merges: tuple[Merge, ...] = ()
 
     @property
     def written(self) -> bool:
@@ -46,6 +55,7 @@ class BakeReport:
 
     def to_dict(self) -> dict[str, object]:
         return {"output": self.output, "profiles": list(self.profiles),
+                "merges": [merge.to_dict() for merge in self.merges],
                 "coverage": self.coverage, "gaps": list(self.gaps),
                 "problems": list(self.problems), "digest": self.digest}
 
@@ -58,6 +68,25 @@ class BakeReport:
                       f"{'gaps: ' + ', '.join(row['gaps']) if row['gaps'] else ''}".rstrip()
                       for key, row in keys.items()]
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Merge:
+    """Runs of one selector merged into one profile: its name, theirs, and per reason
+    (:data:`~kerneltune.profiles.model.MERGE_REASONS`) how many parameters it decided."""
+
+    name: str
+    runs: tuple[str, ...]
+    reasons: Mapping[str, int]
+
+    def describe(self) -> str:
+        counts = ", ".join(f"{reason}: {count}" for reason, count in self.reasons.items()
+                           if count)
+        return (f"{self.name}: merged from {', '.join(self.runs)}; values decided by "
+                f"{counts or 'nothing (no entry)'}")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "runs": list(self.runs), "reasons": dict(self.reasons)}
 
 
 @dataclass(frozen=True)
@@ -86,6 +115,7 @@ class ValidationReport:
 
     files: tuple[FileCheck, ...]
     problems: tuple[str, ...]
+    merges: tuple[Merge, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -93,27 +123,32 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, object]:
         return {"ok": self.ok, "files": [file.to_dict() for file in self.files],
+                "merges": [merge.to_dict() for merge in self.merges],
                 "problems": list(self.problems)}
 
 
 def validate_deployment_files(
     paths: Iterable[str | os.PathLike[str]],
     registry: KernelTuningRegistry | None = None,
+    reports: Iterable[str | os.PathLike[str]] = (),
 ) -> ValidationReport:
     """Check profile files and deployment files as the bake checks its profiles, together.
 
     Every entry of every profile (and of every variant: an entry of a variant this
     process did not load is checked against its sibling's schema), every section of a
-    deployment file against its digest, two profiles that could both apply, two of one
-    name. Nothing is published.
+    deployment file against its digest, two profiles that could both apply (unless
+    runs of one selector the bake merges, by ``reports`` or those beside them), two of
+    one name. Nothing is published.
     """
     registry = registry if registry is not None else default_registry
-    return _checked(paths, registry.snapshot(), registry)[1]
+    return _checked(paths, registry.snapshot(), registry, reports)[1]
 
 
 def _checked(paths: Iterable[str | os.PathLike[str]], snapshot: TuningSnapshot,
-             registry: KernelTuningRegistry) -> tuple[list[DeploymentProfile], ValidationReport]:
-    """The profiles of ``paths`` and what is wrong with them, against ``snapshot``."""
+             registry: KernelTuningRegistry, reports: Iterable[str | os.PathLike[str]] = ()
+             ) -> tuple[list[DeploymentProfile], ValidationReport]:
+    """The profiles of ``paths``, runs of one selector merged, and what is wrong with them,
+    against ``snapshot``."""
     schemas = _Schemas(snapshot, registry)
     found: list[DeploymentProfile] = []
     files = []
@@ -127,11 +162,104 @@ def _checked(paths: Iterable[str | os.PathLike[str]], snapshot: TuningSnapshot,
         files.append(FileCheck(str(path), status, tuple(p.name for p in read.profiles),
                                sum(len(p.entries) for p in read.profiles), tuple(problems)))
         found += read.profiles
-    between = _ambiguities(found) + _same_names(found)
+    between: list[str] = []
+    merges: list[Merge] = []
+    if not any(file.problems for file in files):
+        found = _merged(found, list(map(Path, reports)), schemas, merges, between)
+    between += _ambiguities(found) + _same_names(found)
     if not files:
         between.append("no profile given")
     problems = tuple(p for file in files for p in file.problems) + tuple(between)
-    return found, ValidationReport(tuple(files), problems)
+    return found, ValidationReport(tuple(files), problems, tuple(merges))
+
+
+def _merged(profiles: list[DeploymentProfile], reports: Sequence[Path], schemas: _Schemas,
+            merges: list[Merge], problems: list[str]) -> list[DeploymentProfile]:
+    """``profiles`` with each group of runs of one selector replaced by their merge.
+
+    A group is the profiles of one selector and priority that share a key and thread
+    count; each run's reports are found beside its file (``NAME.reports.json``) or among
+    ``reports``. A group that cannot be merged is left as it is (and said why): the
+    ambiguity check then refuses it.
+    """
+    groups: dict[tuple[CpuSelector, int], list[DeploymentProfile]] = {}
+    for profile in profiles:
+        groups.setdefault((profile.selector, profile.priority), []).append(profile)
+    given: list[object] | None = None
+    result = [p for p in profiles if len(groups[p.selector, p.priority]) == 1]
+    for group in groups.values():
+        if len(group) == 1:
+            continue
+        if not any(_shared_threads(a, b) for i, a in enumerate(group) for b in group[i + 1:]):
+            result += group
+            continue
+        why = mergeable(group)
+        if why is None:
+            given = given if given is not None else _read_reports(reports, problems)
+            runs, missing = _runs(group, given, problems)
+            why = missing
+        if why is not None:
+            problems.append(f"{' and '.join(f'{p.place} ({p.name})' for p in group)}: runs of "
+                            f"one selector, not merged: {why}")
+            result += group
+            continue
+        merged = merge_runs(runs, _values_check(schemas))
+        merges.append(Merge(merged.name, tuple(sorted(run.name for run in runs)),
+                            _reason_counts(merged)))
+        result.append(merged)
+    return result
+
+
+def _read_reports(paths: Sequence[Path], problems: list[str]) -> list[object]:
+    batches: list[object] = []
+    for path in paths:
+        try:
+            batches += read_calibration_reports(path)
+        except ReportFileError as error:
+            problems.append(str(error))
+    return batches
+
+
+def _runs(group: Sequence[DeploymentProfile], given: Sequence[object],
+          problems: list[str]) -> tuple[list[MachineRun], str | None]:
+    """Each profile of ``group`` with its reports, or why some have none."""
+    runs, missing = [], []
+    for profile in group:
+        beside = (Path(profile.path).with_suffix(".reports.json")
+                  if profile.path and profile.within is None else None)
+        candidates = list(given)
+        if beside is not None and beside.exists():
+            candidates += _read_reports([beside], problems)
+        batches = batches_of(profile, candidates)
+        absent = missing_reports(profile, batches)
+        if absent:
+            missing.append(f"{profile.place} has no calibration report of its thread counts "
+                           f"{', '.join(map(str, absent))}"
+                           + (f" (none in {beside})" if beside is not None else ""))
+        runs.append(MachineRun(profile, batches))
+    if missing:
+        return runs, ("; ".join(missing) + ": give the reports the runs wrote "
+                      "(NAME.reports.json beside each profile, or --reports)")
+    return runs, None
+
+
+def _values_check(schemas: _Schemas):
+    """Whether a merged entry's values go together, by the key's schema."""
+    def check(key: KernelTuningKey, values: Mapping[str, object]) -> str | None:
+        try:
+            schemas.schema(key).configure(values)
+        except (TuningValidationError, KeyError) as error:
+            return str(error)
+        return None
+    return check
+
+
+def _reason_counts(profile: DeploymentProfile) -> dict[str, int]:
+    counts = dict.fromkeys(MERGE_REASONS, 0)
+    for entry in profile.entries:
+        for evidence in entry.evidence.values():
+            counts[evidence.reason] += 1
+    return counts
 
 
 def bake(
@@ -140,16 +268,19 @@ def bake(
     require_complete: bool = False,
     expected_selectors: Iterable[str | NamedSelector] = (),
     registry: KernelTuningRegistry | None = None,
+    reports: Iterable[str | os.PathLike[str]] = (),
 ) -> BakeReport:
     """Merge ``profiles`` into the deployment file ``output``, or write nothing and say why.
 
     ``require_complete`` fails on any coverage gap and on an expected selector
-    (a file or a shipped name) that no profile is bound to.
+    (a file or a shipped name) that no profile is bound to. Runs of one selector
+    are merged by the evidence of their calibration reports: those beside each
+    profile (``NAME.reports.json``) and ``reports``.
     """
     registry = registry if registry is not None else default_registry
     paths = [Path(path) for path in profiles]
     snapshot = registry.snapshot()
-    found, checked = _checked(paths, snapshot, registry)
+    found, checked = _checked(paths, snapshot, registry, reports)
     problems = list(checked.problems)
     coverage, gaps = _coverage(found, snapshot)
     # A whole machine without a profile first: it is the gap a person must not miss.
@@ -157,11 +288,11 @@ def bake(
     if require_complete:
         problems += [f"incomplete: {gap}" for gap in gaps]
     report = BakeReport(str(output), tuple(map(str, paths)), coverage, tuple(gaps),
-                        tuple(problems))
+                        tuple(problems), merges=checked.merges)
     if problems:
         return report
     digest = write_deployment_file(found, coverage, output)
-    return BakeReport(report.output, report.profiles, coverage, tuple(gaps), (), digest)
+    return dataclasses.replace(report, digest=digest)
 
 
 def _named(selector: str | NamedSelector) -> NamedSelector:

@@ -26,9 +26,11 @@ from .._support.files import (
 from ..errors import Problem, ProfileError, TuningValidationError
 from ..machine.selectors import CpuSelector
 from ..tuning.schema import KernelTuningKey, value_problems
-from .model import PROFILE_FORMAT, DeploymentProfile, ProfileEntry, profile_text
+from .model import PROFILE_FORMAT, DeploymentProfile, Evidence, ProfileEntry, profile_text
 
 _ENTRY_FIELDS = ("key", "threads", "values")
+#: what an entry merged from several machines adds (see .merge)
+_OPTIONAL_FIELDS = ("evidence",)
 
 
 # --- writing and reading --------------------------------------------------------------------
@@ -109,10 +111,9 @@ def _entry(index: int, raw: object, path: str, problems: list[Problem],
                                     f"got {kind(raw)}", entry=_entry_label(within, index),
                                 file=path))
         return None
-    found = [Problem(str(name), "unknown field; expected key, threads, values")
-             for name in raw if name not in _ENTRY_FIELDS]
-    if len(raw) != len(_ENTRY_FIELDS) or found:
-        found += [Problem(name, "missing") for name in _ENTRY_FIELDS if name not in raw]
+    found = [Problem(str(name), "unknown field; expected key, threads, values (and evidence)")
+             for name in raw if name not in _ENTRY_FIELDS + _OPTIONAL_FIELDS]
+    found += [Problem(name, "missing") for name in _ENTRY_FIELDS if name not in raw]
     key = None
     if "key" in raw:
         try:
@@ -127,11 +128,31 @@ def _entry(index: int, raw: object, path: str, problems: list[Problem],
                                         f"{threads!r}"))
     values = raw.get("values", {})
     found += value_problems(values)
+    evidence = _evidence(raw.get("evidence", {}), values, found)
     if found:
         where = _entry_label(within, index, key)
         problems += [p.located(entry=where, file=path) for p in found]
         return None
-    return ProfileEntry(key, (threads[0], threads[1]), types.MappingProxyType(dict(values)))
+    return ProfileEntry(key, (threads[0], threads[1]), types.MappingProxyType(dict(values)),
+                        types.MappingProxyType(evidence))
+
+
+def _evidence(raw: object, values: object, found: list[Problem]) -> dict[str, Evidence]:
+    """A merged entry's evidence, per parameter of its values; a problem for each that is not."""
+    if not isinstance(raw, dict):
+        found.append(Problem("evidence", f"expected a mapping of parameters, got {kind(raw)}"))
+        return {}
+    evidence = {}
+    for name, data in raw.items():
+        if not isinstance(values, dict) or name not in values:
+            found.append(Problem(f"evidence.{name}", "evidence for a parameter the entry has "
+                                                     "no value of"))
+            continue
+        try:
+            evidence[name] = Evidence.from_dict(data)
+        except ValueError as error:
+            found.append(Problem(f"evidence.{name}", str(error)))
+    return evidence
 
 
 @functools.lru_cache(maxsize=4096)

@@ -314,9 +314,12 @@ def _registered_profiles(profile: DeploymentProfile, entries: Iterable[tuple[int
             low, high = entry.threads
             selector = selectors[entry.threads] = dataclasses.replace(
                 profile.selector, minimum_threads=low, maximum_threads=high)
+        # a merged entry's evidence is its own; the rest of the provenance is shared
         registered.append(KernelTuningProfile(
             entry.key, entry.values, selector=selector, priority=profile.priority,
-            name=profile.name, origin=f"{profile.place}, entry {index}", provenance=provenance))
+            name=profile.name, origin=f"{profile.place}, entry {index}",
+            provenance=types.MappingProxyType({**provenance, "evidence": entry.evidence})
+            if entry.evidence else provenance))
     return registered
 
 

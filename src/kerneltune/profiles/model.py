@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .._support.checks import fields_of
 from .._support.documents import DocumentFormat
 from ..machine.selectors import CpuSelector
 from ..tuning.schema import KernelTuningKey, TuningValue
@@ -35,17 +37,89 @@ PROFILE_FORMAT = DocumentFormat(
     what="deployment profile")
 
 
+#: why a merged entry's value is the one published (see :mod:`.merge`)
+AGREE, CONFIRMED, DISAGREE, COUNTED_OUT = ("machines agree", "confirmed on the pooled samples",
+                                           "machines disagree", "every machine counted out")
+MERGE_REASONS = (AGREE, CONFIRMED, DISAGREE, COUNTED_OUT)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What decided one parameter of an entry merged from several machines' calibrations.
+
+    ``machines`` are those counted in (by name), ``agreed`` those of them whose
+    value was published, ``counted_out`` the others' names with the reason they
+    were not counted. ``ratio`` with ``low`` and ``high`` (its interval) is the
+    pooled comparison of ``compared`` with ``in_use``, the value in use on the
+    farm (the values in use's time over ``compared``'s: above 1, ``compared`` is
+    faster); None when no machine compared them.
+    """
+
+    reason: str
+    in_use: TuningValue
+    machines: tuple[str, ...]
+    agreed: tuple[str, ...]
+    counted_out: Mapping[str, str] = field(default_factory=dict)
+    compared: TuningValue | None = None
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+    def describe(self) -> str:
+        """A line: the reason, who agreed, the pooled comparison, who was counted out."""
+        text = (f"{self.reason}: {len(self.agreed)} of {len(self.machines)} machines "
+                f"({', '.join(self.agreed) or 'none'})")
+        if self.ratio is not None:
+            text += (f"; {self.compared} {self.ratio:.3f}x the value in use {self.in_use} "
+                     f"(interval {self.low:.3f} to {self.high:.3f})")
+        text += "".join(f"; {name} counted out: {why}"
+                        for name, why in sorted(self.counted_out.items()))
+        return text
+
+    def to_dict(self) -> dict[str, object]:
+        return {"reason": self.reason, "in_use": self.in_use, "machines": list(self.machines),
+                "agreed": list(self.agreed), "counted_out": dict(sorted(self.counted_out.items())),
+                "compared": self.compared, "ratio": self.ratio, "low": self.low,
+                "high": self.high}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Evidence:
+        """What :meth:`to_dict` wrote; a ValueError names a field that is not."""
+        fields = fields_of(data, {"reason": str, "in_use": object, "machines": list,
+                                  "agreed": list, "counted_out": dict, "compared": object,
+                                  "ratio": float | None, "low": float | None,
+                                  "high": float | None})
+        if fields["reason"] not in MERGE_REASONS:
+            raise ValueError(f"'reason' is none of {', '.join(MERGE_REASONS)}")
+        names = [*fields["machines"], *fields["agreed"], *fields["counted_out"],
+                 *fields["counted_out"].values()]
+        if not all(isinstance(name, str) for name in names):
+            raise ValueError("machine names and reasons are strings")
+        return cls(**{**fields, "machines": tuple(fields["machines"]),
+                      "agreed": tuple(fields["agreed"]),
+                      "counted_out": types.MappingProxyType(fields["counted_out"])})
+
+
 @dataclass(frozen=True)
 class ProfileEntry:
-    """The values of one key for the thread counts ``threads[0]`` to ``threads[1]``."""
+    """The values of one key for the thread counts ``threads[0]`` to ``threads[1]``.
+
+    ``evidence`` says, per parameter, what decided an entry merged from several
+    machines (empty for one machine's).
+    """
 
     key: KernelTuningKey
     threads: tuple[int, int]
     values: Mapping[str, TuningValue]
+    evidence: Mapping[str, Evidence] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {"key": self.key.to_dict(), "threads": list(self.threads),
-                "values": dict(sorted(self.values.items()))}
+        document = {"key": self.key.to_dict(), "threads": list(self.threads),
+                    "values": dict(sorted(self.values.items()))}
+        if self.evidence:
+            document["evidence"] = {name: evidence.to_dict()
+                                    for name, evidence in sorted(self.evidence.items())}
+        return document
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,21 @@ from .schema import KernelTuningKey
 
 @dataclass(frozen=True)
 class KeyExplanation:
-    """One key: its resolution (values, source, rejected candidates) and any warning."""
+    """One key: its resolution (values, source, rejected candidates) and any warning.
+
+    ``evidence`` says, a line per parameter, what decided the values of an entry a
+    bake merged from several machines' calibrations (see ``kerneltune.profiles.merge``).
+    """
 
     key: KernelTuningKey
     resolution: Resolution
     changed: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {**self.resolution.to_dict(), "changed": list(self.changed),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "evidence": list(self.evidence)}
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Explanation:
                       f"{candidate.reason}" for candidate in row.resolution.rejected
                       if candidate.reason not in ("element_type", "abi")]
             lines += [f"    warning: {warning}" for warning in row.warnings]
+            lines += [f"    evidence: {line}" for line in row.evidence]
         return "\n".join(lines)
 
 
@@ -109,12 +115,15 @@ def _row(snapshot: TuningSnapshot, key: KernelTuningKey,
     changed = tuple(name for name, value in resolution.values.items()
                     if defaults.get(name) != value)
     warnings: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
     if resolution.source.tier not in (Tier.DEFAULTS, Tier.CALIBRATED):
         profile = next((p for p in snapshot.profiles(key)
                         if p.digest == resolution.source.digest), None)
         if profile is not None:
             warnings = _blas_warning(profile)
-    return KeyExplanation(key, resolution, changed, warnings)
+            found = (profile.provenance or {}).get("evidence") or {}
+            evidence = tuple(f"{name}: {found[name].describe()}" for name in sorted(found))
+    return KeyExplanation(key, resolution, changed, warnings, evidence)
 
 
 def _blas_warning(profile: KernelTuningProfile) -> tuple[str, ...]:
