@@ -17,6 +17,7 @@ import unittest
 import numpy as np
 import onnx
 import onnx.backend.test
+import pytest
 from onnx.backend.test.loader import load_model_tests
 
 from kerneltune.kernels import library
@@ -79,3 +80,14 @@ def test_run_node_runs_one_node_of_the_newest_opset():
     a, b = np.array([1, 2, 3], np.int16), np.array([2, 2, 2], np.int16)
     (c,) = backend.run_node(node, [a, b])
     assert c.dtype == np.bool_ and c.tolist() == [False, True, True]
+
+
+def test_a_device_other_than_the_cpu_is_refused_as_onnxruntime_refuses_it():
+    node = onnx.helper.make_node("Abs", ["x"], ["y"])
+    x = np.array([-1.0, 2.0], np.float32)
+    for device in ("CUDA", "CUDA:1", "GPU"):
+        assert not backend.supports_device(device)
+        with pytest.raises(RuntimeError, match=f"not on '{device}'"):
+            backend.run_node(node, [x], device=device)
+    (y,) = backend.run_node(node, [x], device="cpu")
+    assert y.tolist() == [1.0, 2.0]

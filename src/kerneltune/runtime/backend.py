@@ -39,6 +39,11 @@ class KerneltuneRep(BackendRep):
 class KerneltuneBackend(Backend):
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> KerneltuneRep:
+        """A session for ``model``; a device other than the CPU is refused (a RuntimeError, as
+        onnxruntime's backend raises), never run on the CPU in its place."""
+        if not cls.supports_device(device):
+            raise RuntimeError(f"kerneltune runs models on the CPU only, not on {device!r} "
+                               f"(supports_device({device!r}) is False)")
         super().prepare(model, device, **kwargs)
         return KerneltuneRep(RuntimeSession(model, **kwargs))
 
