@@ -148,15 +148,20 @@ def signature(prepared, inputs) -> tuple[int, int]:
     return plan.threads, conversion
 
 
-def elementwise_gain(values_of, effort: str, rounds: int) -> list[dict]:
-    """Per sampled key and case: times with calibrated, default and exhaustive-best values."""
+def elementwise_gain(values_of, effort: str, rounds: int, sample=SAMPLE,
+                     compared=None) -> list[dict]:
+    """Per sampled key and case: times with calibrated, default and exhaustive-best values.
+
+    ``sample`` is the (kernel, element type) pairs; ``compared`` more labelled values by key,
+    measured in the same pass, their times under their label (a key one lacks: defaults).
+    """
     from kerneltune.calibration.context import CalibrationContext
 
     kernels = library()
     execution = current_execution(2)
     options = CalibrationOptions(threads=2, effort=effort, repetitions=rounds)
     rows = []
-    for name, element_type in SAMPLE:
+    for name, element_type in sample:
         kernel = kernels[name]
         number = element_type_number(element_type)
         if number not in kernel.element_types:
@@ -180,10 +185,12 @@ def elementwise_gain(values_of, effort: str, rounds: int) -> list[dict]:
             on_grid = [i for i, c in enumerate(candidates)
                        if all(v in grid or v == NEVER for v in c.values())]
             configs = {"default": schema.defaults,
-                       "calibrated": schema.configure(calibrated)}
+                       "calibrated": schema.configure(calibrated),
+                       **{label: schema.configure(values.get(key, {}))
+                          for label, values in (compared or {}).items()}}
             options_of = [schema.configure({**calibrated, **c, MAXIMUM_THREADS: 256})
                           for c in candidates]
-            times: dict[str, list[float]] = {"default": [], "calibrated": []}
+            times: dict[str, list[float]] = {label: [] for label in configs}
             per_candidate = [[] for _ in candidates]
             for size in held_out_sizes(effort):
                 inputs = case.inputs(size)
@@ -206,7 +213,8 @@ def elementwise_gain(values_of, effort: str, rounds: int) -> list[dict]:
             rows.append({"key": f"{name} {element_type}", "case": case.name,
                          "default": times["default"], "calibrated": times["calibrated"],
                          "best": per_candidate[best], "best_values": candidates[best],
-                         "finer": per_candidate[finest]})
+                         "finer": per_candidate[finest],
+                         **{label: times[label] for label in compared or {}}})
     return rows
 
 

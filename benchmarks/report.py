@@ -93,6 +93,11 @@ VIEWS = {
         View("halves", ("kernel", "elements", "float16_us", "bfloat16_us", "ratio"),
              (("elements", (1_000_000,)),)),
         View("gemm", ("m", "k", "n", "serial_ratio", "parallel_ratio", "path"))),
+    "bench_merge": (
+        View("merges", ("set", "agree", "confirmed", "disagree", "counted_out", "runs_out")),
+        View("regret", ("set", "values", "regret_geomean", "regret_max", "gemm_gain")),
+        View("repeatability", ("pair", "parameters", "identical", "share", "keys",
+                               "keys_identical"))),
     "bench_cli": (View("commands", ("command", "ms", "over_import")),),
     "bench_processes": (View("configurations", ("element_type", "threads", "rows", "build",
                                                 "median", "off_state", "processes")),),

@@ -147,6 +147,16 @@ def test_a_disagreement_within_noise_keeps_the_value_in_use(tmp_path):
     assert "machines disagree" in evidence.describe()
 
 
+def test_one_run_against_two_whose_searches_found_no_win_keeps_the_value_in_use(tmp_path):
+    # the two left no comparison to pool: the one run's confirmation alone does not decide
+    paths = [_run(tmp_path, "zen4-a", speedup=1.3, seed=15),
+             _run(tmp_path, "zen4-b", speedup=None), _run(tmp_path, "zen4-c", speedup=None)]
+    _, profile = _merged(tmp_path, paths)
+    value, evidence = _evidence(profile)
+    assert (value, evidence.reason, evidence.agreed) == (IN_USE, DISAGREE, ("zen4-b", "zen4-c"))
+    assert evidence.compared == 65536 and evidence.low >= 1 + MARGIN  # confirmed, outvoted
+
+
 def test_two_values_each_confirmed_by_their_own_machine_keep_the_value_in_use(tmp_path):
     # no machine measured 65536 against 131072: the evidence cannot order them
     paths = [_run(tmp_path, "zen4-a", value=65536, seed=7),

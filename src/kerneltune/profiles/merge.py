@@ -13,15 +13,16 @@ and parameter it decides from every machine's calibration report.
   the key, with the reason. So is a machine that did not calibrate the key.
 - When the machines counted in agree, their value is published.
 - When they disagree, a value other than the one in use on the farm is
-  published only if its advantage over the value in use is confirmed on the
-  pooled samples: every machine's comparison of that value with the value in
-  use (the one that confirmed it there, or the one that turned it down) is
-  pooled, point by point, and the test calibration uses
+  published only if most machines counted in chose it and its advantage over the
+  value in use is confirmed on the pooled samples: every machine's comparison of
+  that value with the value in use (the one that confirmed it there, or the one
+  that turned it down) is pooled, point by point, and the test calibration uses
   (:func:`~kerneltune.calibration.confirmation.confirm`, the largest of the
   machines' margins) decides. Each point's ratio is of one machine's samples: one
-  machine's times are never set against another's. When no value, or more than one
-  (no machine measured them against each other), is confirmed, the value in use
-  stays: "machines disagree".
+  machine's times are never set against another's. A machine whose search found
+  no win keeps the value in use without a comparison, so it leaves nothing to
+  pool: the majority is its say. Otherwise the value in use stays: "machines
+  disagree".
 
 Each merged entry records its :class:`~.model.Evidence` per parameter. The result
 does not depend on the order the profiles come in: machines are taken by name.
@@ -329,15 +330,16 @@ def _decide(said: Mapping[str, _Measured], out: Mapping[str, str],
     challengers = [values[next(n for n in machines if _hashable(values[n]) == h)]
                    for h in distinct if h != _hashable(in_use)]
     pooled = {repr(v): _pooled(said, in_use, v) for v in challengers}
+    chosen = {repr(v): sum(values[name] == v for name in machines) for v in challengers}
+    # a run whose search found no win leaves no comparison to pool: a majority stands for it
     confirmed = [v for v in challengers if pooled[repr(v)] is not None
-                 and pooled[repr(v)].confirmed]
-    if len(confirmed) == 1:
-        value = confirmed[0]
+                 and pooled[repr(v)].confirmed and 2 * chosen[repr(v)] > len(machines)]
+    if confirmed:
+        (value,) = confirmed
         agreed = tuple(name for name in machines if values[name] == value)
         return _evidence(CONFIRMED, in_use, machines, agreed, out, value, pooled[repr(value)])
     # the challenger most machines chose is the one the evidence speaks of
-    challenger = max(challengers, key=lambda v: (sum(values[n] == v for n in machines),
-                                                 -challengers.index(v)))
+    challenger = max(challengers, key=lambda v: (chosen[repr(v)], -challengers.index(v)))
     agreed = tuple(name for name in machines if values[name] == in_use)
     return _evidence(DISAGREE, in_use, machines, agreed, out, challenger,
                      pooled[repr(challenger)])
