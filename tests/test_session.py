@@ -235,3 +235,73 @@ def test_outputs_are_fresh_arrays_even_for_passthrough(registry):
     assert not np.shares_memory(passthrough, x)
     np.testing.assert_array_equal(passthrough, x)
     np.testing.assert_array_equal(z, 1)
+
+
+# --- shape-only operators ---------------------------------------------------------------------
+
+def _shaped(nodes, outputs, initializers=(), opset=17, domains=()):
+    graph = helper.make_graph(nodes, "shapes", [tensor("X", shape=(2, 3, 4))],
+                              [tensor(name, shape=shape) for name, shape in outputs],
+                              initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
+                                                   *(helper.make_opsetid(d, v)
+                                                     for d, v in domains)])
+
+
+def _int64(name, values):
+    return onnx.numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def test_shape_only_operators_are_views_without_a_tuning_key():
+    proto = _shaped([helper.make_node("Cast", ["X"], ["C"], to=TensorProto.FLOAT),
+                     helper.make_node("Flatten", ["C"], ["F"], axis=2),
+                     helper.make_node("Tanh", ["F"], ["T"]),
+                     helper.make_node("Reshape", ["T", "shape"], ["Y"])],
+                    [("Y", (2, 12))], [_int64("shape", [2, -1])])
+    session = RuntimeSession(proto)
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    (y,) = session.run(None, {"X": x})
+    assert y.shape == (2, 12)
+    assert np.array_equal(y, library()["Tanh"].prepare(TensorProto.FLOAT, library()[
+        "Tanh"].configure(TensorProto.FLOAT, {}), 1).run(x).reshape(2, 12))
+    # only the computing node has a key and a resolution
+    assert [row["op_type"] for row in session.tuning_diagnostics] == ["Tanh"]
+
+
+def test_an_output_that_views_an_input_or_a_constant_or_another_output_is_a_fresh_array():
+    proto = _shaped([helper.make_node("Identity", ["X"], ["A"]),
+                     helper.make_node("Unsqueeze", ["W", "axes"], ["B"]),
+                     helper.make_node("Tanh", ["X"], ["T"]),
+                     helper.make_node("Squeeze", ["T"], ["C"]),
+                     helper.make_node("Identity", ["T"], ["D"])],
+                    [("A", (2, 3, 4)), ("B", (1, 4)), ("C", (2, 3, 4)), ("D", (2, 3, 4))],
+                    [onnx.numpy_helper.from_array(np.ones(4, np.float32), "W"),
+                     _int64("axes", [0])])
+    session = RuntimeSession(proto)
+    x = np.zeros((2, 3, 4), np.float32)
+    a, b, c, d = session.run(None, {"X": x})
+    assert not np.shares_memory(a, x)
+    b[...] = 7  # the constant is not the caller's to change
+    assert session.run(["B"], {"X": x})[0].tolist() == [[1.0] * 4]
+    assert not np.shares_memory(c, d)
+
+
+@pytest.mark.parametrize(("node", "words"), [
+    (helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.DOUBLE),
+     "a Cast to another element type computes"),
+    (helper.make_node("CastLike", ["X", "like"], ["Y"]),
+     "a CastLike to another element type computes"),
+])
+def test_a_shape_only_node_that_computes_is_refused_by_name(node, words):
+    like = onnx.numpy_helper.from_array(np.zeros(1, np.float64), "like")
+    proto = _shaped([node], [("Y", (2, 3, 4))], [like])
+    with pytest.raises(UnsupportedModelError, match=words):
+        RuntimeSession(proto)
+
+
+def test_a_refused_node_of_another_domain_names_that_domain_s_opset():
+    node = helper.make_node("Normalizer", ["X"], ["Y"], domain="ai.onnx.ml", norm="L2")
+    proto = _shaped([node], [("Y", (2, 3, 4))], domains=[("ai.onnx.ml", 1)])
+    proto.ir_version = 8
+    with pytest.raises(UnsupportedModelError, match="domain ai.onnx.ml, opset 1,"):
+        RuntimeSession(proto)

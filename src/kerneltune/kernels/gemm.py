@@ -20,8 +20,10 @@ cut the output into tasks (``tile_m x tile_n`` tiles; column strips of ``tile_n`
 skinny) and run ``min(threads, tasks, M * N * K // parallel.fmas_per_work_unit)`` threads
 (``parallel.skinny_fmas_per_work_unit`` on the skinny path, whose multiply-adds each read
 an element of B that a square product reuses from cache) when there are at least
-``parallel.minimum_tasks`` tasks, else one. The BLAS path runs on
-the BLAS library's own threads (numpy's thread pool is not ours to resize on every call).
+``parallel.minimum_tasks`` tasks, else one. The BLAS path runs on the BLAS library's
+own threads, at most the prepared kernel's: a session given N threads never runs more,
+so the BLAS library's count is lowered around a call when it is higher (calibration
+measures BLAS under the same limit).
 
 Every compiled path computes each output element as one sum in ascending k order, so
 blocked, packed, skinny, serial and parallel runs give identical bits; ``run_serial`` (the
@@ -316,7 +318,9 @@ class PreparedGemm(PreparedKernel):
         On the BLAS path, ``threads`` is the BLAS library's own thread count.
         """
         path, threads = self._decide(m, k, n, serial)
-        return Plan(path, _blas_threads() if path == BLAS else threads, m * n, self._form)
+        if path == BLAS:
+            threads = min(_blas_threads(), self.threads)
+        return Plan(path, threads, m * n, self._form)
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -362,7 +366,7 @@ class PreparedGemm(PreparedKernel):
             out += self._beta * bias
 
     def _blas(self, a, b, bias) -> np.ndarray:
-        out = np.matmul(a.T if self.trans_a else a, b.T if self.trans_b else b)
+        out = blas_matmul(a.T if self.trans_a else a, b.T if self.trans_b else b, self.threads)
         if self._scale:
             out *= self._alpha
         if bias.size:
@@ -458,7 +462,7 @@ class PreparedMatMul(PreparedKernel):
         gemm = self.gemm
         path, threads = gemm._decide(rows, k, n, serial)
         if path == BLAS:
-            return np.asarray(np.matmul(a, b))  # two vectors give a numpy scalar
+            return np.asarray(blas_matmul(a, b, self.threads))  # two vectors: a numpy scalar
         a2 = a.reshape(1, k) if a.ndim == 1 else a
         b2 = b.reshape(k, 1) if b.ndim == 1 else b
         out = outputs.empty(batch + (m, n), self.dtype)
@@ -548,3 +552,23 @@ def _blas_threads() -> int:
     """Threads numpy's BLAS runs a product on (its own setting, read for plans only)."""
     controller = _blas_controller()
     return max(1, controller.num_threads if controller is not None else 1)
+
+
+def blas_matmul(a, b, threads: int):
+    """``numpy.matmul(a, b)`` on at most ``threads`` of the BLAS library's threads.
+
+    The library's count is process-wide: it is lowered for the call and put back after
+    (two sessions calling at once may each run with the other's count: a matter of speed,
+    never of results, which do not depend on BLAS's thread count here).
+    """
+    controller = _blas_controller()
+    if controller is None:
+        return np.matmul(a, b)
+    before = controller.get_num_threads()
+    if before is None or before <= threads:
+        return np.matmul(a, b)
+    controller.set_num_threads(threads)
+    try:
+        return np.matmul(a, b)
+    finally:
+        controller.set_num_threads(before)

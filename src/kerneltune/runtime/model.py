@@ -24,6 +24,8 @@ from .._support.aligned import aligned
 from ..errors import UnsupportedModelError
 from ..kernels import Kernel
 from ..tuning.schema import element_type_name
+from . import views
+from .views import View
 
 #: node attributes each operator's kernel takes, with their ONNX defaults
 ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
@@ -57,15 +59,17 @@ OWN_TYPE_KEYWORDS: Mapping[str, str] = {"Pow": "exponent_type"}
 
 @dataclass(frozen=True)
 class Node:
-    """One node bound to its kernel: inputs, output, element type, attributes."""
+    """One node bound to its kernel (or, for a shape-only operator, to the view that
+    computes it: no kernel, no tuning key): inputs, output, element type, attributes."""
 
     name: str
     op_type: str
-    kernel: Kernel
+    kernel: Kernel | None
     element_type: int
     inputs: tuple[str, ...]
     output: str
     attributes: Mapping[str, Any]
+    view: View | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,8 @@ def read_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.
 def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Model:
     """Check ``proto`` and bind every node to a kernel, or name every node that cannot be."""
     onnx.checker.check_model(proto)
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
+    opset = opsets.get("ai.onnx")
     if opset is None:
         raise UnsupportedModelError("the model imports no opset of the default domain")
     inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
@@ -116,7 +121,7 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
             types[proto_node.output[0]] = onnx.helper.np_dtype_to_tensor_dtype(
                 constants[proto_node.output[0]].dtype)
             continue
-        node, problem = _bind(proto_node, name, opset, types, kernels)
+        node, problem = _bind(proto_node, name, opsets, types, kernels)
         if problem:
             problems.append(problem)
         else:
@@ -131,13 +136,18 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
                  {name: aligned(value) for name, value in constants.items()}, opset)
 
 
-def _bind(node, name, opset, types, kernels) -> tuple[list[Node], str | None]:
+def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
     present = tuple(i for i in node.input if i)  # an omitted optional input is ""
     input_types = [types.get(i) for i in present]
-    described = (f"{name}: op {node.op_type}, domain {node.domain or 'ai.onnx'}, opset {opset}, "
+    domain = node.domain or "ai.onnx"
+    # a node's opset is its domain's (ai.onnx.ml's for the classic ML operators)
+    opset = opsets.get(domain)
+    described = (f"{name}: op {node.op_type}, domain {domain}, opset {opset}, "
                  f"input types {[_type_name(t) for t in input_types]}")
-    kernel = kernels.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-    if kernel is None:
+    default_domain = node.domain in ("", "ai.onnx")
+    kernel = kernels.get(node.op_type) if default_domain else None
+    shape_only = default_domain and node.op_type in views.FUNCTIONS
+    if kernel is None and not shape_only:
         return [], f"{described}: no kernel for this operator"
     try:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
@@ -149,6 +159,8 @@ def _bind(node, name, opset, types, kernels) -> tuple[list[Node], str | None]:
     if problem:
         return [], f"{described}: {problem}"
     element_type = input_types[0]
+    if shape_only:
+        return _view(node, name, described, element_type, by_parameter)
     if element_type not in kernel.element_types:
         return [], f"{described}: no {_type_name(element_type)} kernel"
     attributes = dict(ATTRIBUTES.get(node.op_type, {}))
@@ -172,6 +184,24 @@ def _bind(node, name, opset, types, kernels) -> tuple[list[Node], str | None]:
         return _folded(node, name, kernel, element_type, present), None
     return [Node(name, node.op_type, kernel, element_type, present, node.output[0],
                  attributes)], None
+
+
+def _view(node, name, described, element_type, by_parameter) -> tuple[list[Node], str | None]:
+    """A shape-only node bound to its view, or why it cannot be one."""
+    given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    known = views.ATTRIBUTES[node.op_type]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        return [], f"{described}: attribute {unknown[0]} is not supported"
+    if node.op_type == "CastLike" and len({t for types in by_parameter.values()
+                                           for t in types}) > 1:
+        return [], f"{described}: a CastLike to another element type computes: no kernel yet"
+    view, problem = views.view_of(node.op_type, element_type, {**known, **given})
+    if problem:
+        return [], f"{described}: {problem}"
+    present = tuple(i for i in node.input if i)
+    return [Node(name, node.op_type, None, element_type, present, node.output[0], given,
+                 view)], None
 
 
 def _typed_inputs(schema: onnx.defs.OpSchema, input_types: list[int]

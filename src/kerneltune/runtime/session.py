@@ -25,7 +25,7 @@ from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.registry import Resolution, TuningSnapshot, default_registry
 from ..tuning.schema import KernelTuningKey
 from .contention import Contention, default_contention
-from .model import Signature, prepare_model, read_model
+from .model import Model, Signature, prepare_model, read_model
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
@@ -85,7 +85,8 @@ class RuntimeSession:
     def _resolve(self, snapshot: TuningSnapshot, tuning, profile_name, profile_digest,
                  overrides) -> dict[KernelTuningKey, Resolution]:
         execution = current_execution(self.threads)
-        keys = {node.kernel.tuning_key(node.element_type): node for node in self._model.nodes}
+        keys = {node.kernel.tuning_key(node.element_type): node for node in self._model.nodes
+                if node.kernel is not None}
         _check_restriction(snapshot, profile_name, profile_digest)
         by_key = _overrides_by_key(overrides, keys)
         return {
@@ -125,9 +126,7 @@ class RuntimeSession:
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
             self._template[slots[name]] = value
-        produced = {step[2] for step in self._steps}
-        self._outputs = {s.name: (slots[s.name], slots[s.name] not in produced)
-                         for s in model.outputs}
+        self._outputs = _returned(model, slots)
         self._output_names = tuple(s.name for s in model.outputs)
         self._input_names = frozenset(s.name for s in model.inputs)
 
@@ -135,6 +134,10 @@ class RuntimeSession:
         """The steps of a run on ``threads``, and each node's prepared kernel (for plans)."""
         steps, prepared_kernels = [], []
         for node in self._model.nodes:
+            if node.view is not None:
+                steps.append((node.view, tuple(self._slots[i] for i in node.inputs),
+                              self._slots[node.output]))
+                continue
             key = node.kernel.tuning_key(node.element_type)
             if key not in self._configs:
                 self._configs[key] = node.kernel.configure(node.element_type,
@@ -233,13 +236,30 @@ class RuntimeSession:
                 "op_type": node.op_type,
                 **self._resolutions[node.kernel.tuning_key(node.element_type)].to_dict(),
             }
-            for node in self._model.nodes
+            for node in self._model.nodes if node.kernel is not None
         ]
 
     @property
     def tuning_resolution_statistics(self) -> dict[str, Any]:
         """The one-time cost of tuning: snapshot capture, resolution, and what resolved how."""
         return dict(self._statistics)
+
+
+def _returned(model: Model, slots: Mapping[str, int]) -> dict[str, tuple[int, bool]]:
+    """Per graph output, its slot and whether a run copies it: each output is a fresh array,
+    so one that is (a view of) an input or a constant is copied, and so is one that views
+    the array another output returns."""
+    computed = {node.output for node in model.nodes if node.view is None}
+    viewed = {}
+    for node in model.nodes:
+        if node.view is not None:
+            viewed[node.output] = viewed.get(node.inputs[0], node.inputs[0])
+    returned, seen = {}, set()
+    for signature in model.outputs:
+        base = viewed.get(signature.name, signature.name)
+        returned[signature.name] = (slots[signature.name], base not in computed or base in seen)
+        seen.add(base)
+    return returned
 
 
 def _coerce(name: str, value: object, dtype: np.dtype) -> np.ndarray:
