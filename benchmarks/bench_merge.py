@@ -20,6 +20,10 @@ the runs by the evidence of their reports (kerneltune.profiles.merge).
    every single pair's (equal when both are 100%).
 
     python benchmarks/bench_merge.py [--effort normal] [--rounds 9] [--keep DIR] [--save]
+        [--mode NAME]
+
+``--mode NAME`` gives the run a results file of its own: another ISA variant
+(``KERNELTUNE_ISA=x86_64_v3 ... --mode x86_64_v3``) or a run beside busy processes.
 
 ``--keep DIR`` keeps the profiles, their reports and the merged files. Everything
 runs with OPENBLAS_THREAD_TIMEOUT=4 unless the environment sets it, as
@@ -208,10 +212,11 @@ def main() -> int:
     parser.add_argument("--effort", default="normal", choices=("quick", "normal", "thorough"))
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--keep", type=Path, help="keep the profiles, reports and merges here")
+    parser.add_argument("--mode", help="a results file of its own, e.g. a variant or 'busy'")
     add_arguments(parser)
     args = parser.parse_args()
     quiet_openblas()
-    recorder = Recorder(__file__, args)
+    recorder = Recorder(__file__, args, mode=args.mode)
     recorder.table("runs", "each calibration: wall seconds, exit status, keys in its profile")
     recorder.table("merges", "per set, the merged parameters by the reason that decided "
                    "them; runs_out: (key, run) pairs the merge counted out")

@@ -236,7 +236,7 @@ def section(run: Mapping[str, Any], script: str) -> list[str]:
                                   target_groups(run["targets"])), ""]
     if run["summary"]:
         lines += [*markdown_table(("figure", "value"), run["summary"].items()), ""]
-    for view in VIEWS.get(run["benchmark"], ()):
+    for view in VIEWS.get(run["benchmark"], VIEWS.get(script, ())):
         table = run["tables"].get(view.table)
         if table is None:
             continue
