@@ -46,14 +46,14 @@ from results import Recorder, add_arguments, quiet_openblas
 
 from kerneltune.pipeline import bake
 from kerneltune.profiles.deployment import read_profiles
-from kerneltune.profiles.model import AGREE, CONFIRMED, COUNTED_OUT, DISAGREE
+from kerneltune.profiles.model import AGREE, BEATEN, CONFIRMED, COUNTED_OUT, DISAGREE
 
 KERNELS = ("Abs", "Add", "Tanh", "Sigmoid", "Gemm")
 SAMPLE = [(kernel, "FLOAT") for kernel in KERNELS if kernel != "Gemm"]
 RUNS_PER_SET = 3
 MERGED = "merged"
 #: the bake's merge reasons, as results fields
-REASONS = {AGREE: "agree", CONFIRMED: "confirmed", DISAGREE: "disagree",
+REASONS = {AGREE: "agree", CONFIRMED: "confirmed", BEATEN: "beaten", DISAGREE: "disagree",
            COUNTED_OUT: "counted_out"}
 
 

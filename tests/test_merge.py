@@ -27,7 +27,7 @@ from kerneltune.profiles.deployment import read_profiles
 from kerneltune.profiles.export import export_deployment_profile, report_digest
 from kerneltune.profiles.files import read_deployment_profile, write_deployment_profile
 from kerneltune.profiles.importer import import_deployment_profiles
-from kerneltune.profiles.model import AGREE, CONFIRMED, COUNTED_OUT, DISAGREE
+from kerneltune.profiles.model import AGREE, BEATEN, CONFIRMED, COUNTED_OUT, DISAGREE
 from kerneltune.tuning.explanation import explain
 from kerneltune.tuning.registry import KernelTuningRegistry, default_registry
 
@@ -157,10 +157,19 @@ def test_one_run_against_two_whose_searches_found_no_win_keeps_the_value_in_use(
     assert evidence.compared == 65536 and evidence.low >= 1 + MARGIN  # confirmed, outvoted
 
 
-def test_two_values_each_confirmed_by_their_own_machine_keep_the_value_in_use(tmp_path):
-    # no machine measured 65536 against 131072: the evidence cannot order them
+def test_every_run_raising_a_threshold_its_own_way_publishes_the_nearest_raise(tmp_path):
+    # no run measured 65536 against 131072, but each found the value in use slower
     paths = [_run(tmp_path, "zen4-a", value=65536, seed=7),
              _run(tmp_path, "zen4-b", value=131072, seed=8)]
+    _, profile = _merged(tmp_path, paths)
+    value, evidence = _evidence(profile)
+    assert (value, evidence.reason, evidence.agreed) == (65536, BEATEN, ("zen4-a",))
+    assert evidence.compared == 65536 and evidence.ratio > 1
+
+
+def test_runs_moving_a_threshold_both_ways_keep_the_value_in_use(tmp_path):
+    paths = [_run(tmp_path, "zen4-a", value=65536, seed=7),
+             _run(tmp_path, "zen4-b", value=8192, seed=8)]
     _, profile = _merged(tmp_path, paths)
     value, evidence = _evidence(profile)
     assert (value, evidence.reason, evidence.agreed) == (IN_USE, DISAGREE, ())

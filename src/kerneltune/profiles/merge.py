@@ -21,8 +21,11 @@ and parameter it decides from every machine's calibration report.
   machines' margins) decides. Each point's ratio is of one machine's samples: one
   machine's times are never set against another's. A machine whose search found
   no win keeps the value in use without a comparison, so it leaves nothing to
-  pool: the majority is its say. Otherwise the value in use stays: "machines
-  disagree".
+  pool: the majority is its say.
+- When every machine counted in confirmed a change of a number in one direction
+  (each lowered a threshold, to 4096 and to 8192), the change nearest the value in
+  use is published: the move every machine's evidence covers.
+- Otherwise the value in use stays: "machines disagree".
 
 Each merged entry records its :class:`~.model.Evidence` per parameter. The result
 does not depend on the order the profiles come in: machines are taken by name.
@@ -45,6 +48,7 @@ from ..tuning.schema import KernelTuningKey, TuningValue
 from .export import report_digest
 from .model import (
     AGREE,
+    BEATEN,
     CONFIRMED,
     COUNTED_OUT,
     DISAGREE,
@@ -223,7 +227,7 @@ def _merged_entry(key: KernelTuningKey, threads: tuple[int, int],
     problem = check(key, values) if check is not None else None
     if problem is not None:
         for name, found in evidence.items():
-            if found.reason == CONFIRMED:
+            if found.reason in (CONFIRMED, BEATEN):
                 evidence[name] = Evidence(DISAGREE, found.in_use, found.machines, (),
                                           found.counted_out, found.compared, found.ratio,
                                           found.low, found.high)
@@ -235,7 +239,7 @@ def _merged_entry(key: KernelTuningKey, threads: tuple[int, int],
 def _published(evidence: Evidence, entries: Mapping[str, ProfileEntry],
                parameter: str) -> TuningValue:
     """The value the evidence publishes: the agreeing machines' value, or the value in use."""
-    if evidence.reason in (AGREE, CONFIRMED):
+    if evidence.reason in (AGREE, CONFIRMED, BEATEN):
         return entries[evidence.agreed[0]].values[parameter]
     return evidence.in_use
 
@@ -338,11 +342,39 @@ def _decide(said: Mapping[str, _Measured], out: Mapping[str, str],
         (value,) = confirmed
         agreed = tuple(name for name in machines if values[name] == value)
         return _evidence(CONFIRMED, in_use, machines, agreed, out, value, pooled[repr(value)])
+    nearest = _nearest_move(said, in_use)
+    if nearest is not None:
+        agreed = tuple(name for name in machines if values[name] == nearest)
+        return _evidence(BEATEN, in_use, machines, agreed, out, nearest,
+                         _pooled(said, in_use, nearest))
     # the challenger most machines chose is the one the evidence speaks of
     challenger = max(challengers, key=lambda v: (chosen[repr(v)], -challengers.index(v)))
     agreed = tuple(name for name in machines if values[name] == in_use)
     return _evidence(DISAGREE, in_use, machines, agreed, out, challenger,
                      pooled[repr(challenger)])
+
+
+def _nearest_move(said: Mapping[str, _Measured], in_use: TuningValue) -> TuningValue | None:
+    """When every machine confirmed a change of a number in one direction from the value in
+    use, the change nearest to it: the move every machine's evidence covers (a threshold
+    lowered to 4096 by one machine and to 8192 by another is lowered to 8192 by both);
+    else None."""
+    numbers = [m.value for m in said.values()]
+    if not all(_is_number(v) for v in (*numbers, in_use)):
+        return None
+    if not all(m.comparison is not None and m.comparison.candidate == m.value
+               and m.comparison.in_use == in_use and m.comparison.confirmation.confirmed
+               for m in said.values()):
+        return None
+    if all(v > in_use for v in numbers):
+        return min(numbers)
+    if all(v < in_use for v in numbers):
+        return max(numbers)
+    return None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _evidence(reason: str, in_use: TuningValue, machines: tuple[str, ...],

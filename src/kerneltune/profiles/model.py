@@ -38,9 +38,10 @@ PROFILE_FORMAT = DocumentFormat(
 
 
 #: why a merged entry's value is the one published (see :mod:`.merge`)
-AGREE, CONFIRMED, DISAGREE, COUNTED_OUT = ("machines agree", "confirmed on the pooled samples",
-                                           "machines disagree", "every machine counted out")
-MERGE_REASONS = (AGREE, CONFIRMED, DISAGREE, COUNTED_OUT)
+AGREE, CONFIRMED, BEATEN, DISAGREE, COUNTED_OUT = (
+    "machines agree", "confirmed on the pooled samples", "every machine beat the value in use",
+    "machines disagree", "every machine counted out")
+MERGE_REASONS = (AGREE, CONFIRMED, BEATEN, DISAGREE, COUNTED_OUT)
 
 
 @dataclass(frozen=True)
