@@ -30,7 +30,7 @@ COMMANDS = (
     ("cache", "path"),
     ("cache", "inspect"),
     ("kernel", "--list"),
-    ("kernel", "--kernel", "Gemm", "--dtype", "FLOAT"),
+    ("kernel", "--kernel", "Gemm", "--element-type", "FLOAT"),
     ("profiles", "explain"),
     ("backend", "--help"),
 )

@@ -37,7 +37,7 @@ def test_kernel_tuning_options_are_the_api_defaults_unless_given():
     given = kernel._options(parser.parse_args(["kernel", "--kernel", "Abs", "--tune"]), None, ())
     assert given == CalibrationOptions()
     chosen = kernel._options(parser.parse_args(
-        ["kernel", "--kernel", "Abs", "--tune", "--max-duration", "3", "--max-memory", "4096",
+        ["kernel", "--kernel", "Abs", "--tune", "--time-budget", "3", "--memory-budget", "4096",
          "--margin", "0.5", "--effort", "quick", "--threads", "1"]), None, ())
     assert (chosen.time_budget, chosen.memory_budget, chosen.minimum_margin, chosen.effort,
             chosen.threads) == (3.0, 4096, 0.5, "quick", 1)

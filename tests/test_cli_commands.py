@@ -19,7 +19,7 @@ from kerneltune.machine.selector_files import NamedSelector, read_selector, writ
 from kerneltune.machine.selectors import CpuSelector
 
 #: one cheap calibratable key, tuned on one thread at quick effort
-QUICK = ("kernel", "--kernel", "Abs", "--dtype", "FLOAT", "--threads", "1", "--effort", "quick")
+QUICK = ("kernel", "--kernel", "Abs", "--element-type", "FLOAT", "--threads", "1", "--effort", "quick")
 
 
 def _json(done) -> object:
@@ -61,12 +61,13 @@ def test_the_top_level_help_lists_every_command_and_the_version_prints():
     (["cache"], "the following arguments are required: ACTION"),
     (["kernel", "--effort", "forever"], "invalid choice: 'forever'"),
     (["kernel"], "give --list, or --kernel NAME"),
-    (["kernel", "--list", "--kernel", "Abs"], "--list takes no --kernel"),
+    (["kernel", "--list", "--tune"], "--list takes no --tune"),
+    (["kernel", "--list", "--kernel", "Nope"], "no registered kernel matches --kernel Nope"),
     (["kernel", "--kernel", "Nope"], "no registered kernel matches --kernel Nope"),
-    (["kernel", "--kernel", "Abs", "--dtype", "NOTATYPE"], "NOTATYPE"),
+    (["kernel", "--kernel", "Abs", "--element-type", "NOTATYPE"], "NOTATYPE"),
     (["kernel", "--kernel", "Abs", "--parameter", "parallel.minimum_elements=default,4096"],
      "--parameter compares values while tuning: add --tune"),
-    (["kernel", "--kernel", "Abs", "--max-duration", "5"], "add --tune"),
+    (["kernel", "--kernel", "Abs", "--time-budget", "5"], "add --tune"),
     ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements=default,4096.5"],
      "'4096.5': expected an integer"),
     ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements=default,many"],
@@ -82,11 +83,11 @@ def test_the_top_level_help_lists_every_command_and_the_version_prints():
      "65 distinct values; at most 64"),
     ([*QUICK, "--tune", "--parameter", "tile=default,3"], "has no parameter 'tile'"),
     ([*QUICK, "--tune", "--parameter", "parallel.minimum_elements"], "expected NAME=default"),
-    (["cache", "set", "--kernel", "Abs", "--dtype", "FLOAT", "nothing"],
+    (["cache", "set", "--kernel", "Abs", "--element-type", "FLOAT", "nothing"],
      "expected NAME=VALUE, got 'nothing'"),
-    (["cache", "set", "--kernel", "Abs", "--dtype", "FLOAT", "parallel.minimum_elements=0"],
+    (["cache", "set", "--kernel", "Abs", "--element-type", "FLOAT", "parallel.minimum_elements=0"],
      "parallel.minimum_elements: must be a positive integer"),
-    (["cache", "set", "--kernel", "Nope", "--dtype", "FLOAT", "a=1"],
+    (["cache", "set", "--kernel", "Nope", "--element-type", "FLOAT", "a=1"],
      "no tuning schema is registered for kernel 'Nope'"),
     (["profiles", "export", "r.json", "--selector", "zen4", "--name", "x"],
      "the following arguments are required: --output"),
@@ -179,10 +180,10 @@ def test_kernel_list_names_every_registered_key():
 
 
 def test_kernel_shows_schema_defaults_cached_and_active_values(cache):
-    done = run_kerneltune("cache", "set", "--kernel", "Add", "--dtype", "FLOAT", "--threads", "1",
+    done = run_kerneltune("cache", "set", "--kernel", "Add", "--element-type", "FLOAT", "--threads", "1",
                           "parallel.minimum_elements=65536", cache=cache)
     assert done.returncode == 0, done.stderr
-    shown = _json(run_kerneltune("kernel", "--kernel", "Add", "--dtype", "FLOAT", "--threads",
+    shown = _json(run_kerneltune("kernel", "--kernel", "Add", "--element-type", "FLOAT", "--threads",
                                  "1", "--json", cache=cache))
     (row,) = shown["parameters"]
     assert row["cached"]["parallel.minimum_elements"] == 65536
@@ -190,7 +191,7 @@ def test_kernel_shows_schema_defaults_cached_and_active_values(cache):
     assert row["active"]["parallel.minimum_elements"] == 65536  # loaded at start-up
     assert row["active_source"]["tier"] == "calibrated"
     assert row["defaults"]["parallel.minimum_elements"] != 65536
-    text = run_kerneltune("kernel", "--kernel", "Add", "--dtype", "FLOAT", "--threads", "1",
+    text = run_kerneltune("kernel", "--kernel", "Add", "--element-type", "FLOAT", "--threads", "1",
                           cache=cache).stdout
     assert "cached for this execution: manual" in text
     line = next(line for line in text.splitlines()
@@ -239,7 +240,7 @@ def test_cache_path_follows_the_environment_and_the_option(tmp_path, cache):
 
 
 def test_cache_set_inspect_load_remove(cache):
-    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--dtype", "FLOAT",
+    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--element-type", "FLOAT",
                           "parallel.minimum_elements=4096", "--json", cache=cache)
     assert _json(done)["status"] == "updated"
     inspection = _json(run_kerneltune("cache", "inspect", "--json", cache=cache))
@@ -257,7 +258,7 @@ def test_cache_set_inspect_load_remove(cache):
 
 def test_cache_load_loads_the_file_its_path_names(tmp_path):
     other = tmp_path / "other.yaml"
-    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--dtype", "FLOAT",
+    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--element-type", "FLOAT",
                           "parallel.minimum_elements=4096", "--path", other)
     assert done.returncode == 0, done.stderr
     loaded = _json(run_kerneltune("cache", "load", "--path", other, "--json"))
@@ -272,7 +273,7 @@ def test_cache_commands_fail_on_a_file_they_cannot_read_naming_it_on_stderr(cach
         assert done.returncode == 1, (action, done.stdout, done.stderr)
         assert f"{cache}: malformed" in done.stdout
         assert f"kerneltune cache {action}: {cache}: not plain YAML" in done.stderr
-    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--dtype", "FLOAT",
+    done = run_kerneltune("cache", "set", "--kernel", "Abs", "--element-type", "FLOAT",
                           "parallel.minimum_elements=4096", cache=cache)
     assert done.returncode == 1 and cache.read_bytes() == before  # nothing lost
     assert f"kerneltune cache set: {cache}" in done.stderr and "not plain YAML" not in done.stdout
@@ -382,3 +383,54 @@ def test_a_broken_pipe_other_than_the_output_is_an_error_that_says_so(monkeypatc
     monkeypatch.setattr(cpu, "_cpu", broken)
     assert main(["cpu"]) == 1
     assert "kerneltune cpu: [Errno 32] Broken pipe: the worker's" in capsys.readouterr().err
+
+
+def test_one_spelling_per_option_and_the_former_ones_hidden():
+    import argparse
+
+    from kerneltune.cli import build_parser
+    from kerneltune.cli.common import FORMER_SPELLINGS
+
+    shown, hidden = set(), set()
+
+    def walk(parser):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for command in action.choices.values():
+                    walk(command)
+            else:
+                (hidden if action.help == argparse.SUPPRESS else shown).update(
+                    action.option_strings)
+
+    walk(build_parser())
+    assert not set(FORMER_SPELLINGS) & shown
+    assert set(FORMER_SPELLINGS) <= hidden
+
+
+def test_a_former_spelling_still_works_and_the_list_takes_the_filters():
+    former = run_kerneltune("kernel", "--list", "--kernel", "Abs", "--dtype", "FLOAT", "--json")
+    current = run_kerneltune("kernel", "--list", "--kernel", "Abs", "--element-type", "FLOAT",
+                             "--json")
+    assert former.returncode == current.returncode == 0, former.stderr
+    keys = [row["key"] for row in json.loads(current.stdout)["parameters"]]
+    assert keys and {(key["kernel"], key["element_type"]) for key in keys} == {("Abs", "FLOAT")}
+    assert json.loads(former.stdout) == json.loads(current.stdout)
+
+
+def test_an_option_that_must_be_given_is_asked_for_by_its_current_name():
+    done = run_kerneltune("cache", "set", "--kernel", "Abs", "parallel.minimum_elements=4096")
+    assert done.returncode == 2
+    assert "required: --element-type" in done.stderr
+
+
+def test_profiles_import_reads_the_variable_the_processes_read_when_given_no_file():
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[1] / "profiles" / "amd-x86-64-v4-25-17.yaml"
+    done = run_kerneltune("profiles", "import", "--json",
+                          KERNELTUNE_DEPLOYMENT_PROFILES=str(shipped))
+    assert done.returncode == 0, done.stderr
+    (file,) = json.loads(done.stdout)["files"]
+    assert file["path"] == str(shipped) and file["status"] == "imported"
+    refused = run_kerneltune("profiles", "import")
+    assert refused.returncode == 2 and "KERNELTUNE_DEPLOYMENT_PROFILES" in refused.stderr

@@ -24,7 +24,7 @@ from test_corpus_search import onnx_case, write_case
 
 MINIMUM = "parallel.minimum_elements"
 #: two onnx node cases that run Add FLOAT, measured quickly
-ADD = ("corpus", "^test_add$|^test_add_bcast$", "--kernel", "Add", "--dtype", "FLOAT")
+ADD = ("corpus", "^test_add$|^test_add_bcast$", "--kernel", "Add", "--element-type", "FLOAT")
 QUICK = ("--repeat", "2", "--warmup", "0")
 #: a progress line on stderr: "set 1 (2/2), case 3/4: test_add ok"
 PROGRESS = re.compile(r"^set (\d+) \((\d+)/(\d+)\), case (\d+)/(\d+): (\S+) (\S+)$", re.M)
@@ -113,7 +113,7 @@ def test_the_table_marks_the_selected_set_and_the_json_file_is_the_report(
         assert not report["confirmation"]["confirmed"]
         assert "selected: set 0: no set beats the values in use; nothing to change" in lines
     else:
-        assert f"  kerneltune cache set --kernel Add --dtype FLOAT {MINIMUM}=1" in lines
+        assert f"  kerneltune cache set --kernel Add --element-type FLOAT {MINIMUM}=1" in lines
     assert f"report written to {tmp_path / 'report.json'}" in lines
     assert len(PROGRESS.findall(done.stderr)) == 4
 
@@ -124,7 +124,7 @@ def test_wrong_outputs_print_the_table_then_the_failures_and_exit_1(tmp_path, te
     # the input itself as the expected output, not its absolute value
     write_case(tmp_path / "cases" / "wrong_abs", case.model, [(inputs, [np.asarray(inputs[0])])])
     done = run_kerneltune("corpus", "^wrong_abs$", "--cases", tmp_path / "cases",
-                          "--kernel", "Abs", "--dtype", "FLOAT", "--parameter", f"{MINIMUM}=1",
+                          "--kernel", "Abs", "--element-type", "FLOAT", "--parameter", f"{MINIMUM}=1",
                           "--repeat", "1", "--warmup", "0", TMPDIR=str(temporary))
     assert done.returncode == 1, done.stderr
     assert re.search(r"^0 +\d+ +no \(1 wrong_output\) +- ", done.stdout, re.M), done.stdout
@@ -135,7 +135,7 @@ def test_wrong_outputs_print_the_table_then_the_failures_and_exit_1(tmp_path, te
 
 
 def test_no_case_matching_is_a_failure():
-    done = run_kerneltune("corpus", "^test_abs$", "--kernel", "Add", "--dtype", "FLOAT",
+    done = run_kerneltune("corpus", "^test_abs$", "--kernel", "Add", "--element-type", "FLOAT",
                           "--parameter", f"{MINIMUM}=1")
     assert done.returncode == 1
     assert "no case matching '^test_abs$' runs Add FLOAT" in done.stderr
@@ -167,7 +167,7 @@ def test_no_case_matching_is_a_failure():
     (("--parameter", f"{MINIMUM}=1", "--timeout", "-5"), "timeout: must be a number of seconds"),
     (("--parameter", f"{MINIMUM}=1", "--kernel", "Nope"), "no tuning schema is registered for "
                                                           "kernel 'Nope'"),
-    (("--parameter", f"{MINIMUM}=1", "--dtype", "NOTATYPE"), "unknown element type 'NOTATYPE'"),
+    (("--parameter", f"{MINIMUM}=1", "--element-type", "NOTATYPE"), "unknown element type 'NOTATYPE'"),
 ])
 def test_every_usage_error_exits_2_before_measuring(tmp_path, arguments, message):
     # a valid --output first: the one given in ``arguments`` comes last and counts
@@ -180,7 +180,7 @@ def test_every_usage_error_exits_2_before_measuring(tmp_path, arguments, message
 
 @pytest.mark.parametrize("command", ["corpus", "backend"])
 def test_a_bad_case_pattern_is_a_usage_error_under_the_name_and_its_former_one(command):
-    done = run_kerneltune(command, "(", "--kernel", "Add", "--dtype", "FLOAT",
+    done = run_kerneltune(command, "(", "--kernel", "Add", "--element-type", "FLOAT",
                           "--parameter", f"{MINIMUM}=1")
     assert done.returncode == 2
     assert "kerneltune corpus: error: invalid case pattern '(': missing )" in done.stderr
@@ -224,7 +224,7 @@ def _report(criterion: str) -> CorpusSearchReport:
 
 
 def test_the_table_shows_incomplete_sets_and_the_command_that_keeps_the_selected_one(capsys):
-    args = argparse.Namespace(impl="x86_64_v4", threads=2)
+    args = argparse.Namespace(implementation="x86_64_v4", threads=2)
     report = _report("sum")
     corpus._print_report(args, report)
     lines = capsys.readouterr().out.splitlines()
@@ -233,8 +233,8 @@ def test_the_table_shows_incomplete_sets_and_the_command_that_keeps_the_selected
     assert rows["1"][7:] == ["2.000", "2.000", "2.000", "selected"]
     assert rows["2"] == ["2", "4096", "no", "(1", "timeout)", *["-"] * 7]
     assert f"selected: set 1: {MINIMUM}=1" in lines
-    assert (f"  kerneltune cache set --kernel Add --dtype FLOAT --impl {report.key.implementation}"
-            f" --threads 2 {MINIMUM}=1") in lines
+    assert (f"  kerneltune cache set --kernel Add --element-type FLOAT --implementation "
+            f"{report.key.implementation} --threads 2 {MINIMUM}=1") in lines
 
 
 def test_the_command_line_and_the_search_module_load_without_onnx():

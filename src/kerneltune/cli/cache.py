@@ -18,10 +18,12 @@ from .common import (
     FAILURE,
     add_command,
     add_json,
+    add_option,
     add_threads,
     assignment,
     parse_value,
     print_json,
+    require,
     table,
     warn,
 )
@@ -95,9 +97,11 @@ def _set(args: argparse.Namespace) -> int:
     from ..calibration.parameters import set_kernel_tuning_parameters
     from ..machine.detect import current_execution
 
+    require(args, "--element-type")
     values = {name: parse_value(text) for name, text in args.values}
     report = set_kernel_tuning_parameters(
-        args.kernel, args.dtype, values, args.impl, args.abi, args.path, load=False,
+        args.kernel, args.element_type, values, args.implementation, args.abi, args.path,
+        load=False,
         execution=current_execution(args.threads))
     _print(args, report, entries=(*report.added, *report.replaced))
     return 0 if report.status == "updated" else FAILURE
@@ -131,11 +135,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     setting = action(
         "set", "persist values of one kernel for this execution, by hand; they are checked "
                "against its schema first", _set,
-        ["kerneltune cache set --kernel Add --dtype FLOAT parallel.minimum_elements=65536",
-         "kerneltune cache set --kernel Gemm --dtype FLOAT --threads 8 algorithm.tile_m=96"])
+        ["kerneltune cache set --kernel Add --element-type FLOAT "
+         "parallel.minimum_elements=65536",
+         "kerneltune cache set --kernel Gemm --element-type FLOAT --threads 8 "
+         "algorithm.tile_m=96"])
     setting.add_argument("--kernel", required=True, help="the kernel, e.g. Add or Gemm")
-    setting.add_argument("--dtype", required=True, help="the element type, e.g. FLOAT")
-    setting.add_argument("--impl", help="the implementation, when several are registered")
+    add_option(setting, "--element-type", help="the element type, e.g. FLOAT (required)")
+    add_option(setting, "--implementation",
+               help="the implementation, when several are registered")
     setting.add_argument("--abi", type=int, help="the tuning ABI, when several are registered")
     add_threads(setting)
     setting.add_argument("values", nargs="+", type=assignment, metavar="NAME=VALUE")

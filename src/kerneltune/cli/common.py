@@ -46,6 +46,34 @@ def add_command(commands: Any, name: str, summary: str, run: Command,
     return parser
 
 
+#: former spellings of options, kept for a release as hidden aliases: old -> the API's name
+FORMER_SPELLINGS = {"--dtype": "--element-type", "--impl": "--implementation",
+                    "--max-duration": "--time-budget", "--max-memory": "--memory-budget"}
+
+
+def add_option(parser: argparse.ArgumentParser, name: str, **options: Any) -> None:
+    """An option spelled as the API names the concept, with its former spelling
+    (:data:`FORMER_SPELLINGS`) accepted beside it and left out of ``--help``.
+
+    An option that must be given is checked with :func:`require` after parsing: argparse
+    would otherwise refuse the former spelling as a missing option.
+    """
+    dest = name.lstrip("-").replace("-", "_")
+    parser.add_argument(name, dest=dest, **options)
+    hidden = {key: value for key, value in options.items() if key not in ("help", "default")}
+    for former, current in FORMER_SPELLINGS.items():
+        if current == name:
+            parser.add_argument(former, dest=dest, help=argparse.SUPPRESS, **hidden)
+
+
+def require(args: argparse.Namespace, *names: str) -> None:
+    """A usage error naming each option of ``names`` (``--element-type``) not given."""
+    missing = [name for name in names if getattr(args, name.lstrip("-").replace("-", "_"))
+               is None]
+    if missing:
+        raise UsageError(f"the following arguments are required: {', '.join(missing)}")
+
+
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the result as JSON (documented in docs/cli.md)")

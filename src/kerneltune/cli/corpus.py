@@ -29,10 +29,12 @@ from .common import (
     UsageError,
     add_command,
     add_json,
+    add_option,
     add_threads,
     assignment,
     parse_value,
     print_json,
+    require,
     table,
     warn,
 )
@@ -64,6 +66,7 @@ def _parameters(given: Sequence[tuple[str, list[object]]]) -> dict[str, list[obj
 
 def _check(args: argparse.Namespace) -> None:
     """What the search would only find out after collecting the cases, or after measuring."""
+    require(args, "--element-type")
     try:
         re.compile(args.pattern)
     except re.error as error:
@@ -117,10 +120,10 @@ def _persisting(args: argparse.Namespace, report: CorpusSearchReport,
                 values: Mapping[str, object]) -> str:
     """The command that keeps the searched values of the selected set in the user cache."""
     key = report.key
-    words = ["kerneltune", "cache", "set", "--kernel", key.kernel, "--dtype",
+    words = ["kerneltune", "cache", "set", "--kernel", key.kernel, "--element-type",
              key.element_type_name]
-    if args.impl is not None:
-        words += ["--impl", key.implementation]
+    if args.implementation is not None:
+        words += ["--implementation", key.implementation]
     if args.threads is not None:
         words += ["--threads", str(args.threads)]
     words += [f"{name}={values[name]}" for name in report.parameters]
@@ -171,8 +174,8 @@ def _corpus(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in API_OPTIONS
              if getattr(args, name) is not None}
     report = search_corpus_parameters(
-        args.pattern, parameters, args.kernel, args.dtype, cases_dirs=args.cases or (),
-        implementation=args.impl, threads=args.threads, progress=_progress, **given)
+        args.pattern, parameters, args.kernel, args.element_type, cases_dirs=args.cases or (),
+        implementation=args.implementation, threads=args.threads, progress=_progress, **given)
     if args.json:
         print_json(report.to_dict())
     else:
@@ -207,14 +210,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         commands, "corpus", "measure parameter sets of one kernel on a corpus of ONNX cases, "
                             "each set in its own worker, and advise the fastest", _corpus,
         description=DESCRIPTION, hidden_aliases=("backend",),
-        examples=["kerneltune corpus '^test_add' --kernel Add --dtype FLOAT "
+        examples=["kerneltune corpus '^test_add' --kernel Add --element-type FLOAT "
                   "--parameter parallel.minimum_elements=4096,65536",
-                  "kerneltune corpus '^test_add' --kernel Add --dtype FLOAT "
+                  "kerneltune corpus '^test_add' --kernel Add --element-type FLOAT "
                   "--parameter parallel.minimum_elements=4096,65536 "
                   "--parameter parallel.maximum_threads=1,2 --criterion median-speedup",
-                  "kerneltune corpus '^my_' --cases models/ --kernel Gemm --dtype FLOAT "
+                  "kerneltune corpus '^my_' --cases models/ --kernel Gemm --element-type FLOAT "
                   "--parameter algorithm.tile_m=32,64,96 --json > gemm.json",
-                  "kerneltune corpus '^test_add' --kernel Add --dtype FLOAT "
+                  "kerneltune corpus '^test_add' --kernel Add --element-type FLOAT "
                   "--parameter parallel.minimum_elements=1,4096 --output add.csv"])
     corpus.add_argument("pattern", metavar="REGEX",
                          help="the cases whose name this regular expression matches (re.search)")
@@ -223,8 +226,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="values of one parameter to try (repeatable: the sets are the "
                               f"Cartesian product, at most {MAX_SETS} with the active values)")
     corpus.add_argument("--kernel", required=True, help="the kernel, e.g. Add or Gemm")
-    corpus.add_argument("--dtype", required=True, help="the element type, e.g. FLOAT")
-    corpus.add_argument("--impl", help="the implementation, when several are registered")
+    add_option(corpus, "--element-type", help="the element type, e.g. FLOAT (required)")
+    add_option(corpus, "--implementation",
+               help="the implementation, when several are registered")
     corpus.add_argument("--criterion", choices=CRITERIA, metavar="CRITERION",
                          help=f"how the set is selected: a latency ({', '.join(LATENCY_CRITERIA)}; "
                               f"minimised) or a speedup over set 0 ({', '.join(SPEEDUP_CRITERIA)}; "

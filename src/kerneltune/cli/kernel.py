@@ -17,6 +17,7 @@ from .common import (
     UsageError,
     add_command,
     add_json,
+    add_option,
     add_threads,
     parse_value,
     print_json,
@@ -45,14 +46,15 @@ def _order(key: KernelTuningKey) -> tuple:
 
 
 def _selected(args: argparse.Namespace) -> list[KernelTuningKey]:
-    selection = KeyFilter.of(None, args.kernel or (), args.impl or (), args.dtype or ())
+    selection = KeyFilter.of(None, args.kernel or (), args.implementation or (),
+                             args.element_type or ())
     keys = sorted(filter(selection.matches, default_registry.snapshot().keys()), key=_order)
     if not keys:
         known = sorted({key.kernel for key in default_registry.snapshot().keys()})  # noqa: SIM118
         raise UnknownKernelError(
             f"no registered kernel matches --kernel {args.kernel}"
-            + (f" --dtype {args.dtype}" if args.dtype else "")
-            + (f" --impl {args.impl}" if args.impl else "")
+            + (f" --element-type {args.element_type}" if args.element_type else "")
+            + (f" --implementation {args.implementation}" if args.implementation else "")
             + f"; kernels: {', '.join(known)} (kerneltune kernel --list)")
     return keys
 
@@ -66,7 +68,10 @@ def _execution(args: argparse.Namespace) -> CpuExecutionDescriptor:
 def _list(args: argparse.Namespace) -> int:
     from ..calibration.parameters import kernel_tuning_parameters
 
-    report = kernel_tuning_parameters(execution=_execution(args))
+    if args.kernel or args.element_type or args.implementation:
+        _selected(args)  # a filter that matches nothing is a usage error, not an empty list
+    report = kernel_tuning_parameters(args.kernel, None, args.implementation,
+                                      args.element_type, execution=_execution(args))
     if args.json:
         print_json(report.to_dict())
         return 0
@@ -83,7 +88,8 @@ def _show(args: argparse.Namespace) -> int:
     from ..calibration.parameters import kernel_tuning_parameters
 
     _selected(args)  # an unknown kernel is a usage error, not an empty listing
-    report = kernel_tuning_parameters(args.kernel, None, args.impl, args.dtype, args.path,
+    report = kernel_tuning_parameters(args.kernel, None, args.implementation,
+                                      args.element_type, args.path,
                                       execution=_execution(args))
     if args.json:
         print_json(report.to_dict())
@@ -154,8 +160,9 @@ def _options(args: argparse.Namespace, parameter: str | None,
     """The API's options with what the command line gave over them (no second copy)."""
     from ..calibration import CalibrationOptions
 
-    given = {"effort": args.effort, "time_budget": args.max_duration,
-             "memory_budget": args.max_memory, "minimum_margin": args.margin,
+    given = {"effort": args.effort, "time_budget": args.time_budget,
+             "time_budget_per_key": args.time_budget_per_key,
+             "memory_budget": args.memory_budget, "minimum_margin": args.margin,
              "seed": args.seed}
     return CalibrationOptions(threads=args.threads, parameter=parameter, values=values,
                               **{name: value for name, value in given.items()
@@ -225,15 +232,17 @@ def _comparison_table(rows: Sequence[Mapping[str, object]], chosen: TuningValue)
 
 def _kernel(args: argparse.Namespace) -> int:
     if args.list:
-        if args.kernel or args.tune or args.parameter:
-            raise UsageError("--list takes no --kernel, --tune or --parameter")
+        if args.tune or args.parameter:
+            raise UsageError("--list takes no --tune or --parameter")
         return _list(args)
     if not args.kernel:
         raise UsageError("give --list, or --kernel NAME")
     if args.parameter is not None and not args.tune:
         raise UsageError("--parameter compares values while tuning: add --tune")
-    if not args.tune and (args.max_duration is not None or args.max_memory is not None):
-        raise UsageError("--max-duration and --max-memory limit tuning: add --tune")
+    budgets = (args.time_budget, args.time_budget_per_key, args.memory_budget)
+    if not args.tune and any(budget is not None for budget in budgets):
+        raise UsageError("--time-budget, --time-budget-per-key and --memory-budget limit "
+                         "tuning: add --tune")
     return _tune(args) if args.tune else _show(args)
 
 
@@ -245,15 +254,17 @@ def register(commands: argparse._SubParsersAction) -> None:
         commands, "kernel", "list the tunable kernels, show one kernel's values and where "
                             "they come from, tune it on this machine", _kernel,
         examples=["kerneltune kernel --list",
-                  "kerneltune kernel --kernel Gemm --dtype FLOAT",
+                  "kerneltune kernel --kernel Gemm --element-type FLOAT",
                   "kerneltune kernel --kernel Add --tune            # every element type, "
                   "persisted to the cache",
-                  "kerneltune kernel --kernel Add --dtype FLOAT --tune "
+                  "kerneltune kernel --kernel Add --element-type FLOAT --tune "
                   "--parameter parallel.minimum_elements=default,4096,65536"])
-    kernel.add_argument("--list", action="store_true", help="list every registered kernel key")
+    kernel.add_argument("--list", action="store_true",
+                        help="list the registered kernel keys (those --kernel, --element-type "
+                             "and --implementation select)")
     kernel.add_argument("--kernel", help="the kernel, e.g. Add or Gemm")
-    kernel.add_argument("--dtype", help="only this element type, e.g. FLOAT")
-    kernel.add_argument("--impl", help="only this implementation (ISA variant)")
+    add_option(kernel, "--element-type", help="only this element type, e.g. FLOAT")
+    add_option(kernel, "--implementation", help="only this implementation (ISA variant)")
     add_threads(kernel)
     kernel.add_argument("--path", help="the calibration cache (default: the user cache, "
                                        "KERNELTUNE_CACHE)")
@@ -265,11 +276,13 @@ def register(commands: argparse._SubParsersAction) -> None:
                              f"the baseline) and keep the fastest; 2 to {MAX_VALUES} values")
     kernel.add_argument("--effort", choices=tuple(EFFORTS),
                         help=f"how long to measure (default: {defaults.effort})")
-    kernel.add_argument("--max-duration", type=float, metavar="SECONDS",
-                        help="stop tuning after this long, keeping what is undecided")
-    kernel.add_argument("--max-memory", type=int, metavar="BYTES",
-                        help=f"bytes of inputs and output one case may take "
-                             f"(default: {defaults.memory_budget})")
+    add_option(kernel, "--time-budget", type=float, metavar="SECONDS",
+               help="stop tuning after this long, keeping what is undecided")
+    add_option(kernel, "--time-budget-per-key", type=float, metavar="SECONDS",
+               help="seconds per key (default: the effort's)")
+    add_option(kernel, "--memory-budget", type=int, metavar="BYTES",
+               help=f"bytes of inputs and output one case may take "
+                    f"(default: {defaults.memory_budget})")
     kernel.add_argument("--margin", type=float,
                         help=f"fraction a value must win by to replace the one in use "
                              f"(default: {defaults.minimum_margin})")

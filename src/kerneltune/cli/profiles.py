@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import FAILURE, add_command, add_json, add_threads, print_json, table, warn
+from .common import FAILURE, UsageError, add_command, add_json, add_threads, print_json, table, warn
 
 #: the gaps a bake prints for a person; --json has all of them
 SHOWN_GAPS = 10
@@ -96,10 +96,18 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from ..machine.detect import get_cpu_descriptor
+    from ..profiles.importer import ENVIRONMENT_VARIABLE, profile_paths
     from ..tuning.explanation import Explanation, explain
     from ..tuning.registry import default_registry
 
-    status, report = _imported(args.files, default_registry, args.json, "profiles import",
+    files = args.files
+    if not files:
+        spec = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+        if not spec:
+            raise UsageError(f"give the files to import, or set {ENVIRONMENT_VARIABLE} as "
+                             f"the processes that use them do")
+        files = [str(path) for path in profile_paths(spec)]
+    status, report = _imported(files, default_registry, args.json, "profiles import",
                                get_cpu_descriptor())
     if not args.json:
         names = {file.name for file in report.files if file.imported}
@@ -221,7 +229,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                            "given KERNELTUNE_DEPLOYMENT_PROFILES does, and show what every "
                            "kernel then gets", _import,
         examples=["kerneltune profiles import image/kerneltune.yaml"])
-    importing.add_argument("files", nargs="+")
+    importing.add_argument("files", nargs="*",
+                           help="profile or deployment files (default: those "
+                                "KERNELTUNE_DEPLOYMENT_PROFILES names)")
     add_threads(importing, "the threads of the process to show")
     add_json(importing)
 
@@ -229,7 +239,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         actions, "validate", "check profile or deployment files against this kerneltune; exit "
                              "1 on any problem (an image build step)", _validate,
         examples=["kerneltune profiles validate image/kerneltune.yaml || exit 1"])
-    validate.add_argument("files", nargs="+")
+    validate.add_argument("files", nargs="+", help="profile or deployment files")
     _add_reports(validate)
     add_json(validate)
 
