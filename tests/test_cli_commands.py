@@ -19,7 +19,8 @@ from kerneltune.machine.selector_files import NamedSelector, read_selector, writ
 from kerneltune.machine.selectors import CpuSelector
 
 #: one cheap calibratable key, tuned on one thread at quick effort
-QUICK = ("kernel", "--kernel", "Abs", "--element-type", "FLOAT", "--threads", "1", "--effort", "quick")
+QUICK = ("kernel", "--kernel", "Abs", "--element-type", "FLOAT", "--threads", "1", "--effort",
+         "quick")
 
 
 def _json(done) -> object:
@@ -180,11 +181,11 @@ def test_kernel_list_names_every_registered_key():
 
 
 def test_kernel_shows_schema_defaults_cached_and_active_values(cache):
-    done = run_kerneltune("cache", "set", "--kernel", "Add", "--element-type", "FLOAT", "--threads", "1",
-                          "parallel.minimum_elements=65536", cache=cache)
+    done = run_kerneltune("cache", "set", "--kernel", "Add", "--element-type", "FLOAT",
+                          "--threads", "1", "parallel.minimum_elements=65536", cache=cache)
     assert done.returncode == 0, done.stderr
-    shown = _json(run_kerneltune("kernel", "--kernel", "Add", "--element-type", "FLOAT", "--threads",
-                                 "1", "--json", cache=cache))
+    shown = _json(run_kerneltune("kernel", "--kernel", "Add", "--element-type", "FLOAT",
+                                 "--threads", "1", "--json", cache=cache))
     (row,) = shown["parameters"]
     assert row["cached"]["parallel.minimum_elements"] == 65536
     assert row["cached_source"] == "manual"

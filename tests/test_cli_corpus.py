@@ -124,8 +124,9 @@ def test_wrong_outputs_print_the_table_then_the_failures_and_exit_1(tmp_path, te
     # the input itself as the expected output, not its absolute value
     write_case(tmp_path / "cases" / "wrong_abs", case.model, [(inputs, [np.asarray(inputs[0])])])
     done = run_kerneltune("corpus", "^wrong_abs$", "--cases", tmp_path / "cases",
-                          "--kernel", "Abs", "--element-type", "FLOAT", "--parameter", f"{MINIMUM}=1",
-                          "--repeat", "1", "--warmup", "0", TMPDIR=str(temporary))
+                          "--kernel", "Abs", "--element-type", "FLOAT", "--parameter",
+                          f"{MINIMUM}=1", "--repeat", "1", "--warmup", "0",
+                          TMPDIR=str(temporary))
     assert done.returncode == 1, done.stderr
     assert re.search(r"^0 +\d+ +no \(1 wrong_output\) +- ", done.stdout, re.M), done.stdout
     assert "selected:" not in done.stdout
@@ -167,7 +168,8 @@ def test_no_case_matching_is_a_failure():
     (("--parameter", f"{MINIMUM}=1", "--timeout", "-5"), "timeout: must be a number of seconds"),
     (("--parameter", f"{MINIMUM}=1", "--kernel", "Nope"), "no tuning schema is registered for "
                                                           "kernel 'Nope'"),
-    (("--parameter", f"{MINIMUM}=1", "--element-type", "NOTATYPE"), "unknown element type 'NOTATYPE'"),
+    (("--parameter", f"{MINIMUM}=1", "--element-type", "NOTATYPE"),
+     "unknown element type 'NOTATYPE'"),
 ])
 def test_every_usage_error_exits_2_before_measuring(tmp_path, arguments, message):
     # a valid --output first: the one given in ``arguments`` comes last and counts

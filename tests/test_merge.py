@@ -306,6 +306,15 @@ def test_the_cli_bake_says_what_it_merged_and_report_shows_the_evidence(tmp_path
     assert main(["report", str(output)]) == 0
     out = capsys.readouterr().out
     assert "machines agree: 2 of 2 machines (zen4-a, zen4-b)" in out
+    # complete over what these runs calibrated; over everything, a line per kernel
+    scoped = tmp_path / "scoped.yaml"
+    assert main(["profiles", "bake", *map(str, paths), "--output", str(scoped),
+                 "--require-complete", "--kernel", "Abs", "--element-type", "FLOAT"]) == 0
+    assert main(["profiles", "bake", *map(str, paths), "--output", str(tmp_path / "x.yaml"),
+                 "--require-complete"]) == 1
+    errors = capsys.readouterr().err.splitlines()
+    kernels = {key.kernel for key in registered}
+    assert len([line for line in errors if "incomplete" in line]) <= len(kernels)
 
 
 def test_a_comparison_keeps_its_samples_through_its_report(tmp_path):

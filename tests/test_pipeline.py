@@ -827,3 +827,24 @@ def test_a_machine_outside_its_selector_refuses_before_measuring(tmp_path):
 
 if __name__ == "__main__":
     calibrate_slowly(*sys.argv[1:3])
+
+
+def test_require_complete_scoped_to_what_the_farm_calibrates_and_gaps_a_line_per_kernel(
+        tmp_path):
+    from kerneltune.pipeline.baking import summarise_gaps
+    from kerneltune.tuning.keyfilter import KeyFilter
+
+    a = _written(tmp_path / "a.yaml", ZEN4, _entries(keys=TOY_KEYS[:2]))  # Abs, both types
+    everything = _bake([a], tmp_path / "all.yaml", require_complete=True)
+    assert not everything.written
+    # one problem per profile and kernel, not one per key
+    (problem,) = everything.problems
+    assert problem == ("incomplete: a: test_library/Add/baseline: no entry for 2 element "
+                       "types (FLOAT, DOUBLE)")
+    assert len(everything.gaps) == 2 and summarise_gaps(everything.gaps) == [
+        problem.removeprefix("incomplete: ")]
+    scoped = _bake([a], tmp_path / "abs.yaml", require_complete=True,
+                   scope=KeyFilter.of(kernels=["Abs"]))
+    assert scoped.written and scoped.gaps == ()
+    assert list(scoped.coverage["a"]) == ["test_library/Abs/baseline/FLOAT",
+                                          "test_library/Abs/baseline/DOUBLE"]

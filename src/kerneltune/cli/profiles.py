@@ -5,7 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import FAILURE, UsageError, add_command, add_json, add_threads, print_json, table, warn
+from .common import (
+    FAILURE,
+    UsageError,
+    add_command,
+    add_json,
+    add_option,
+    add_threads,
+    print_json,
+    table,
+    warn,
+)
 
 #: the gaps a bake prints for a person; --json has all of them
 SHOWN_GAPS = 10
@@ -27,9 +37,14 @@ def _export(args: argparse.Namespace) -> int:
 
 def _bake(args: argparse.Namespace) -> int:
     from ..pipeline import bake
+    from ..pipeline.baking import summarise_gaps
+    from ..tuning.keyfilter import KeyFilter
 
+    scope = KeyFilter.of(args.library, tuple(args.kernel or ()), (),
+                         tuple(args.element_type or ()))
     report = bake(args.profiles, args.output, require_complete=args.require_complete,
-                  expected_selectors=args.expect or (), reports=args.reports or ())
+                  expected_selectors=args.expect or (), reports=args.reports or (),
+                  scope=scope)
     if args.json:
         print_json(report.to_dict())
     else:
@@ -38,10 +53,11 @@ def _bake(args: argparse.Namespace) -> int:
         for name, keys in report.coverage.items():
             covered = sum(1 for row in keys.values() if row["covered"])
             print(f"{name}: {covered} of {len(keys)} keys covered")
-        for gap in report.gaps[:SHOWN_GAPS]:
+        gaps = list(report.gaps) if args.verbose else summarise_gaps(report.gaps)
+        for gap in gaps[:None if args.verbose else SHOWN_GAPS]:
             print(f"  gap: {gap}")
-        if len(report.gaps) > SHOWN_GAPS:
-            print(f"  ... and {len(report.gaps) - SHOWN_GAPS} more gaps (--json lists every one)")
+        if len(gaps) > SHOWN_GAPS and not args.verbose:
+            print(f"  ... and {len(gaps) - SHOWN_GAPS} more (--verbose lists every gap)")
     for problem in report.problems:
         warn("profiles bake", problem)
     if not report.written:
@@ -221,6 +237,14 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="fail on any coverage gap or expected selector without a profile")
     baking.add_argument("--expect", action="append",
                         help="a selector (file or name) that must have a profile (repeatable)")
+    baking.add_argument("--kernel", action="append",
+                        help="cover only this kernel, e.g. Add (repeatable): what the farm "
+                             "calibrates")
+    add_option(baking, "--element-type", action="append",
+               help="cover only this element type, e.g. FLOAT (repeatable)")
+    baking.add_argument("--library", help="cover only this kernel library's keys")
+    baking.add_argument("--verbose", action="store_true",
+                        help="list every gap, not a line per profile and kernel")
     _add_reports(baking)
     add_json(baking)
 

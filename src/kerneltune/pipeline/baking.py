@@ -29,6 +29,7 @@ from ..profiles.deployment import read_profiles, write_deployment_file
 from ..profiles.importer import check_entries
 from ..profiles.merge import MachineRun, batches_of, merge_runs, mergeable, missing_reports
 from ..profiles.model import MERGE_REASONS, DeploymentProfile
+from ..tuning.keyfilter import KeyFilter
 from ..tuning.registry import KernelTuningRegistry, TuningSnapshot, default_registry
 from ..tuning.schema import KernelTuningKey, KernelTuningSchema, element_type_name
 
@@ -269,12 +270,15 @@ def bake(
     expected_selectors: Iterable[str | NamedSelector] = (),
     registry: KernelTuningRegistry | None = None,
     reports: Iterable[str | os.PathLike[str]] = (),
+    scope: KeyFilter | None = None,
 ) -> BakeReport:
     """Merge ``profiles`` into the deployment file ``output``, or write nothing and say why.
 
     ``require_complete`` fails on any coverage gap and on an expected selector
-    (a file or a shipped name) that no profile is bound to. Runs of one selector
-    are merged by the evidence of their calibration reports: those beside each
+    (a file or a shipped name) that no profile is bound to; the coverage is over the
+    registered keys ``scope`` selects by library, kernel and element type (all of them by
+    default: a farm that calibrates some kernels scopes it to those). Runs of one
+    selector are merged by the evidence of their calibration reports: those beside each
     profile (``NAME.reports.json``) and ``reports``.
     """
     registry = registry if registry is not None else default_registry
@@ -282,11 +286,11 @@ def bake(
     snapshot = registry.snapshot()
     found, checked = _checked(paths, snapshot, registry, reports)
     problems = list(checked.problems)
-    coverage, gaps = _coverage(found, snapshot)
+    coverage, gaps = _coverage(found, snapshot, scope or KeyFilter())
     # A whole machine without a profile first: it is the gap a person must not miss.
     gaps = _missing_selectors(found, [_named(s) for s in expected_selectors]) + gaps
     if require_complete:
-        problems += [f"incomplete: {gap}" for gap in gaps]
+        problems += [f"incomplete: {line}" for line in summarise_gaps(gaps)]
     report = BakeReport(str(output), tuple(map(str, paths)), coverage, tuple(gaps),
                         tuple(problems), merges=checked.merges)
     if problems:
@@ -387,10 +391,11 @@ def _example(a: CpuSelector, b: CpuSelector) -> str:
     return text or "any processor"
 
 
-def _coverage(profiles: Sequence[DeploymentProfile], snapshot: TuningSnapshot
-              ) -> tuple[dict[str, object], list[str]]:
-    """Per profile, per key of its variants: the thread ranges covered and the gaps."""
-    keys = snapshot.keys()
+def _coverage(profiles: Sequence[DeploymentProfile], snapshot: TuningSnapshot,
+              scope: KeyFilter) -> tuple[dict[str, object], list[str]]:
+    """Per profile, per key of its variants that ``scope`` selects: the thread ranges covered
+    and the gaps."""
+    keys = [key for key in snapshot.keys() if scope.matches(key)]  # noqa: SIM118
     registered = sorted({(k.library, k.kernel, k.element_type, k.device) for k in keys})
     coverage: dict[str, object] = {}
     gaps: list[str] = []
@@ -414,6 +419,31 @@ def _coverage(profiles: Sequence[DeploymentProfile], snapshot: TuningSnapshot
                 gaps += [f"{profile.name}: {label}: {hole}" for hole in holes]
         coverage[profile.name] = table
     return coverage, gaps
+
+
+def summarise_gaps(gaps: Sequence[str]) -> list[str]:
+    """The gaps a line per profile and kernel (``zen4: kerneltune_cpu/Abs/x86_64_v4: no entry
+    for 10 element types (UINT8, INT8, ...)``); gaps of another shape as they are."""
+    grouped: dict[tuple[str, str], dict[str, list[str]]] = {}
+    lines = []
+    for gap in gaps:
+        profile, _, rest = gap.partition(": ")
+        label, _, hole = rest.partition(": ")
+        if not hole or label.count("/") != 3:
+            lines.append(gap)
+            continue
+        kernel, _, element_type = label.rpartition("/")
+        grouped.setdefault((profile, kernel), {}).setdefault(hole, []).append(element_type)
+    for (profile, kernel), holes in grouped.items():
+        parts = [f"{hole} for {len(types)} element type{'s' * (len(types) != 1)} "
+                 f"({_some(types)})" for hole, types in holes.items()]
+        lines.append(f"{profile}: {kernel}: {'; '.join(parts)}")
+    return lines
+
+
+def _some(names: Sequence[str], shown: int = 4) -> str:
+    return ", ".join(names[:shown]) + (f", ... {len(names) - shown} more"
+                                       if len(names) > shown else "")
 
 
 def _holes(covered: Sequence[tuple[int, int]], top: int) -> list[str]:
