@@ -7,6 +7,7 @@ that cannot be used), 2 the arguments cannot be run.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -435,3 +436,39 @@ def test_profiles_import_reads_the_variable_the_processes_read_when_given_no_fil
     assert file["path"] == str(shipped) and file["status"] == "imported"
     refused = run_kerneltune("profiles", "import")
     assert refused.returncode == 2 and "KERNELTUNE_DEPLOYMENT_PROFILES" in refused.stderr
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "amd-x86-64-v4-25-17.yaml"
+
+
+def test_changed_shows_only_values_other_than_the_defaults_and_each_listing_a_summary(cache):
+    done = run_kerneltune("cache", "set", "--kernel", "Add", "--element-type", "FLOAT",
+                          "--threads", "1", "parallel.maximum_threads=2", cache=cache)
+    assert done.returncode == 0, done.stderr
+    listing = run_kerneltune("kernel", "--list", "--changed", "--threads", "1", cache=cache)
+    rows = [line for line in listing.stdout.splitlines() if "(default" in line]
+    assert len(rows) == 1 and rows[0].startswith("Add ")
+    assert "parallel.maximum_threads=2 (default 256)" in rows[0]
+    assert "keys, 1 with values other than the defaults (1 values)" in \
+        listing.stdout.splitlines()[-1]
+    shown = run_kerneltune("kernel", "--kernel", "Add", "--changed", "--threads", "1",
+                           cache=cache).stdout
+    assert "parallel.maximum_threads" in shown and "parallel.minimum_elements" not in shown
+    assert "1 with values other than the defaults" in shown.splitlines()[-1]
+    inspected = run_kerneltune("cache", "inspect", "--changed", cache=cache).stdout
+    assert "parallel.maximum_threads=2 (default 256)" in inspected
+    assert inspected.splitlines()[-1].startswith("1 entries (1 with values other than")
+    explained = run_kerneltune("profiles", "explain", "--changed", "--threads", "1",
+                               cache=cache).stdout.splitlines()
+    (key,) = [line for line in explained[1:-1] if not line.startswith(" ")]
+    assert "/Add/" in key and "parallel.maximum_threads=2 (default 256)" in key
+    assert explained[-1].endswith("warnings") and ", 1 with values other than" in explained[-1]
+
+
+def test_profiles_import_changed_shows_what_the_file_changes(tmp_path):
+    done = run_kerneltune("profiles", "import", str(SHIPPED), "--changed", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    keys = [line for line in lines if line.startswith("kerneltune_cpu/")]
+    assert keys and all("(default " in line for line in keys)
+    assert lines[-1].endswith("warnings")

@@ -14,6 +14,8 @@ from ..cache.kernel_tuning_cache import (
     load_kernel_tuning_cache,
     remove_kernel_tuning_cache,
 )
+from ..errors import UnknownKernelError
+from ..tuning.registry import default_registry
 from .common import (
     FAILURE,
     add_command,
@@ -36,11 +38,28 @@ def _where(path: str | None) -> str:
     return path or f"none: persistence is off ({ENVIRONMENT_VARIABLE}={DISABLED})"
 
 
-def _entries(entries: Iterable[CacheEntry]) -> str:
-    return table([("-" if entry.index is None else entry.index, entry.key,
-                   entry.execution.effective_threads, entry.source,
-                   ", ".join(f"{name}={value}" for name, value in entry.values.items()))
-                  for entry in entries], ("entry", "key", "threads", "source", "values"))
+def _entries(entries: Iterable[CacheEntry], changed_only: bool = False) -> str:
+    rows = []
+    for entry in entries:
+        defaults = _defaults(entry)
+        shown = {name: value for name, value in entry.values.items()
+                 if not changed_only or defaults.get(name, value) != value or not defaults}
+        if shown:
+            rows.append(("-" if entry.index is None else entry.index, entry.key,
+                         entry.execution.effective_threads, entry.source,
+                         ", ".join(f"{name}={value}" + (f" (default {defaults[name]})"
+                                                        if changed_only and name in defaults
+                                                        else "")
+                                   for name, value in shown.items())))
+    return table(rows, ("entry", "key", "threads", "source", "values"))
+
+
+def _defaults(entry: CacheEntry) -> dict[str, object]:
+    """The portable defaults of the entry's key (none when no schema is registered for it)."""
+    try:
+        return dict(default_registry.snapshot().schema(entry.key).default_values())
+    except UnknownKernelError:
+        return {}
 
 
 def _print(args: argparse.Namespace, report, summary: str = "",
@@ -50,9 +69,13 @@ def _print(args: argparse.Namespace, report, summary: str = "",
     if args.json:
         print_json(report.to_dict())
     else:
-        print(f"{_where(report.path)}: {report.status}{summary}")
-        if entries:
-            print(_entries(entries))
+        if entries:  # a listing ends with its summary
+            print(f"{_where(report.path)}: {report.status}")
+            print(_entries(entries, getattr(args, "changed", False)))
+            if summary:
+                print(summary.removeprefix(", "))
+        else:
+            print(f"{_where(report.path)}: {report.status}{summary}")
     command = f"cache {args.action}"
     for label in rejected:
         for entry in getattr(report, label):
@@ -73,8 +96,14 @@ def _path(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     inspection = inspect_kernel_tuning_cache(args.path)
-    _print(args, inspection, f", {len(inspection.entries)} entries", inspection.entries,
-           ("invalid", "duplicate"))
+    changed = sum(1 for entry in inspection.entries
+                  if any(_defaults(entry).get(name, value) != value
+                         for name, value in entry.values.items()))
+    _print(args, inspection, f", {len(inspection.entries)} entries ({changed} with values "
+                             f"other than the defaults), {len(inspection.invalid)} invalid, "
+                             f"{len(inspection.duplicate)} duplicate, "
+                             f"{len(inspection.problems)} problems",
+           inspection.entries, ("invalid", "duplicate"))
     return 0 if inspection.status in _READABLE else FAILURE
 
 
@@ -123,9 +152,13 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     action("path", "print the cache file this process uses", _path,
            ["kerneltune cache path", "KERNELTUNE_CACHE=/srv/tuning.yaml kerneltune cache path"])
-    action("inspect", "list what the cache holds, without publishing anything; exit 1 when "
-                      "the file cannot be read", _inspect,
-           ["kerneltune cache inspect", "kerneltune cache inspect --path farm.yaml --json"])
+    inspecting = action("inspect", "list what the cache holds, without publishing anything; "
+                                   "exit 1 when the file cannot be read", _inspect,
+                        ["kerneltune cache inspect", "kerneltune cache inspect --changed",
+                         "kerneltune cache inspect --path farm.yaml --json"])
+    inspecting.add_argument("--changed", action="store_true",
+                            help="only the values that differ from the portable defaults, "
+                                 "each with its default")
     action("load", "load the cache as a process does at import, and report what it "
                    "published and left out", _load,
            ["kerneltune cache load --path farm.yaml"])

@@ -78,10 +78,26 @@ def _list(args: argparse.Namespace) -> int:
     ordered = sorted(report.parameters, key=lambda row: _order(row.key))
     rows = [(row.key.kernel, row.key.element_type_name, row.key.implementation, row.key.library,
              row.key.tuning_abi, len(row.defaults), "yes" if row.calibratable else "no",
-             _source(row)) for row in ordered]
+             _source(row), ", ".join(f"{name}={row.active[name]} (default {default})"
+                                     for name, default in _changed(row).items()) or "-")
+            for row in ordered if _changed(row) or not args.changed]
     print(table(rows, ("kernel", "dtype", "implementation", "library", "abi", "parameters",
-                       "calibratable", "active")))
+                       "calibratable", "active", "changed")))
+    print(_summary(report.parameters))
     return 0
+
+
+def _changed(row) -> dict[str, TuningValue]:
+    """The default of each parameter whose active value differs from it."""
+    return {name: default for name, default in row.defaults.items()
+            if row.active.get(name) != default}
+
+
+def _summary(rows) -> str:
+    changed = [row for row in rows if _changed(row)]
+    return (f"{len(rows)} keys, {len(changed)} with values other than the defaults "
+            f"({sum(len(_changed(row)) for row in changed)} values), "
+            f"{sum(1 for row in rows if row.calibratable)} calibratable")
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -99,6 +115,8 @@ def _show(args: argparse.Namespace) -> int:
           f"{cache.status}")
     schema_of = default_registry.snapshot().schema
     for row in sorted(report.parameters, key=lambda row: _order(row.key)):
+        if args.changed and not _changed(row):
+            continue
         print(f"\n{row.key}")
         print(f"  active values from: {_source(row)}; cached for this execution: "
               f"{row.cached_source or 'nothing'}; "
@@ -107,8 +125,10 @@ def _show(args: argparse.Namespace) -> int:
         cached = row.cached or {}
         print(table([(p.name, _allowed(p), row.defaults[p.name],
                       cached.get(p.name, "-"), row.active[p.name])
-                     for p in schema_of(row.key).parameters.values()],
+                     for p in schema_of(row.key).parameters.values()
+                     if p.name in _changed(row) or not args.changed],
                     ("parameter", "allowed", "default", "cached", "active")))
+    print(f"\n{_summary(report.parameters)}")
     return 0
 
 
@@ -263,6 +283,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="list the registered kernel keys (those --kernel, --element-type "
                              "and --implementation select)")
     kernel.add_argument("--kernel", help="the kernel, e.g. Add or Gemm")
+    kernel.add_argument("--changed", action="store_true",
+                        help="only the keys and values that differ from the portable defaults, "
+                             "each with its default")
     add_option(kernel, "--element-type", help="only this element type, e.g. FLOAT")
     add_option(kernel, "--implementation", help="only this implementation (ISA variant)")
     add_threads(kernel)

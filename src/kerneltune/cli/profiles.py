@@ -131,7 +131,7 @@ def _import(args: argparse.Namespace) -> int:
         rows = tuple(row for row in everything.keys
                      if row.resolution.source.profile_name in names)
         print(f"{len(rows)} keys resolve from them here:")
-        print(Explanation(everything.execution, rows).table())
+        print(Explanation(everything.execution, rows).table(changed_only=args.changed))
     return status
 
 
@@ -143,7 +143,7 @@ def _explain(args: argparse.Namespace) -> int:
     if args.json:
         print_json(explanation.to_dict())
     else:
-        print(explanation.table())
+        print(explanation.table(changed_only=args.changed))
     return 0
 
 
@@ -185,6 +185,12 @@ def _verify(args: argparse.Namespace) -> int:
     for line in (*report.problems, *report.warnings):
         warn("profiles verify", line)
     return 0 if all(file.status == "imported" for file in report.files) else FAILURE
+
+
+def _add_changed(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--changed", action="store_true",
+                        help="only the keys whose values differ from the portable defaults, "
+                             "each value with its default")
 
 
 def _add_reports(parser: argparse.ArgumentParser) -> None:
@@ -257,6 +263,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                            help="profile or deployment files (default: those "
                                 "KERNELTUNE_DEPLOYMENT_PROFILES names)")
     add_threads(importing, "the threads of the process to show")
+    _add_changed(importing)
     add_json(importing)
 
     validate = add_command(
@@ -275,6 +282,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     explaining.add_argument("--descriptor",
                             help="a processor descriptor file (default: this machine)")
     add_threads(explaining)
+    _add_changed(explaining)
     add_json(explaining)
 
     verify = add_command(

@@ -11,8 +11,8 @@ calibrated with another BLAS library than this process's is flagged.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from ..machine.blas import blas_difference
 from ..machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
@@ -21,7 +21,10 @@ from ..machine.detect import current_execution
 from ..machine.selectors import Tier
 from .registry import KernelTuningRegistry, TuningSnapshot, default_registry
 from .resolution import KernelTuningProfile, Resolution
-from .schema import KernelTuningKey
+from .schema import KernelTuningKey, TuningValue
+
+#: rejections of profiles of another key (another element type or tuning ABI): not shown
+_OTHER_KEYS = ("element_type", "abi")
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,13 @@ class KeyExplanation:
     changed: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
+    #: the portable default of each changed parameter
+    defaults: Mapping[str, TuningValue] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {**self.resolution.to_dict(), "changed": list(self.changed),
-                "warnings": list(self.warnings), "evidence": list(self.evidence)}
+                "defaults": dict(self.defaults), "warnings": list(self.warnings),
+                "evidence": list(self.evidence)}
 
 
 @dataclass(frozen=True)
@@ -53,22 +59,39 @@ class Explanation:
     def to_dict(self) -> dict[str, object]:
         return {"execution": self.execution.to_dict(), "keys": [k.to_dict() for k in self.keys]}
 
-    def table(self) -> str:
-        """A readable table: a line per key, then its rejected profile candidates indented."""
+    def summary(self) -> str:
+        """One line: keys, those whose values differ from the defaults, candidates rejected,
+        warnings."""
+        changed = sum(1 for row in self.keys if row.changed)
+        rejected = sum(1 for row in self.keys for candidate in row.resolution.rejected
+                       if candidate.reason not in _OTHER_KEYS)
+        warnings = sum(len(row.warnings) for row in self.keys)
+        return (f"{len(self.keys)} keys, {changed} with values other than the defaults, "
+                f"{rejected} candidates rejected, {warnings} warnings")
+
+    def table(self, changed_only: bool = False) -> str:
+        """A readable table: a line per key (``changed_only``: per key whose values differ
+        from the defaults, each with its default), its rejected profile candidates
+        indented, and the :meth:`summary` last."""
         processor = self.execution.processor
         lines = [f"{processor.vendor} family {processor.family} model {processor.model} "
                  f"({processor.microarchitecture}), {self.execution.effective_threads} threads"]
         for row in self.keys:
+            if changed_only and not row.changed:
+                continue
             source = row.resolution.source
             where = f" {source.profile_name} ({source.origin})" if source.origin else ""
-            values = ", ".join(f"{name}={row.resolution.values[name]}" for name in row.changed)
+            values = ", ".join(f"{name}={row.resolution.values[name]}"
+                               + (f" (default {row.defaults[name]})" if changed_only else "")
+                               for name in row.changed)
             lines.append(f"{row.key}: {source.tier.label}{where}"
                          + (f": {values}" if values else ""))
             lines += [f"    rejected {candidate.profile_name} ({candidate.origin}): "
                       f"{candidate.reason}" for candidate in row.resolution.rejected
-                      if candidate.reason not in ("element_type", "abi")]
+                      if candidate.reason not in _OTHER_KEYS]
             lines += [f"    warning: {warning}" for warning in row.warnings]
             lines += [f"    evidence: {line}" for line in row.evidence]
+        lines.append(self.summary())
         return "\n".join(lines)
 
 
@@ -123,7 +146,8 @@ def _row(snapshot: TuningSnapshot, key: KernelTuningKey,
             warnings = _blas_warning(profile)
             found = (profile.provenance or {}).get("evidence") or {}
             evidence = tuple(f"{name}: {found[name].describe()}" for name in sorted(found))
-    return KeyExplanation(key, resolution, changed, warnings, evidence)
+    return KeyExplanation(key, resolution, changed, warnings, evidence,
+                          {name: defaults[name] for name in changed})
 
 
 def _blas_warning(profile: KernelTuningProfile) -> tuple[str, ...]:
