@@ -84,3 +84,16 @@ def test_a_bad_thread_count_is_refused_the_same_way_everywhere(bad):
             call(bad)
     with pytest.raises(ValueError, match="threads must be an int >= 1"):
         RuntimeSession(b"", threads=bad)
+
+
+def test_a_report_s_repr_is_one_short_line_and_to_dict_has_the_whole():
+    import kerneltune
+    from kerneltune.tuning.explanation import explain
+
+    reports = [kerneltune.startup_report(), explain(threads=1),
+               kerneltune.inspect_kernel_tuning_cache()]
+    for report in reports:
+        text = repr(report)
+        assert "\n" not in text and len(text) < 300, text
+        assert text.startswith(type(report).__name__ + "(")
+    assert len(reports[1].to_dict()["keys"]) == len(reports[1].keys)

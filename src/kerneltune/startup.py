@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ._support.reprs import brief_repr
 from .cache.kernel_tuning_cache import CacheLoadReport, load_kernel_tuning_cache
 from .errors import KerneltuneStartupWarning
 from .machine.detect import get_cpu_descriptor
@@ -37,6 +38,7 @@ from .tuning.registry import KernelTuningRegistry
 _QUIET_CACHE = ("loaded", "not_found", "disabled")
 
 
+@brief_repr
 @dataclass(frozen=True)
 class StartupReport:
     """The outcome of ``import kerneltune``: what was registered and loaded, what went wrong.

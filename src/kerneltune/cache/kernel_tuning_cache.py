@@ -54,6 +54,7 @@ from .._support.files import (
     user_file_path,
     write_atomically,
 )
+from .._support.reprs import brief_repr
 from ..errors import Problem, TuningValidationError
 from ..machine.descriptor import CpuExecutionDescriptor
 from ..machine.detect import current_execution
@@ -112,6 +113,7 @@ def _text(problems: Iterable[Problem]) -> list[str]:
     return [str(p) for p in problems]
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CacheInspection:
     """What the file holds, read without publishing anything.
@@ -135,6 +137,7 @@ class CacheInspection:
                 "problems": _text(self.problems)}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CacheLoadReport:
     """What a load published, and every entry it left out, by reason.
@@ -166,6 +169,7 @@ class CacheLoadReport:
                 "missing": [k.to_dict() for k in self.missing], "problems": _text(self.problems)}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CacheUpdateReport:
     """What an update wrote (or, ``read_only``, would have written).
@@ -196,6 +200,7 @@ class CacheUpdateReport:
                 "removed_temporaries": self.removed_temporaries}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CacheRemoveReport:
     status: str

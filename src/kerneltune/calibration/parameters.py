@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .._support.reprs import brief_repr
 from ..cache.kernel_tuning_cache import (
     CacheEntry,
     CacheInspection,
@@ -78,6 +79,7 @@ class KernelTuningParameters:
                 "calibratable": self.calibratable}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class KernelTuningParameterReport:
     execution: CpuExecutionDescriptor

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._support.reprs import brief_repr
 from ..tuning.schema import KernelTuningKey, TuningValue
 from .interference import KeyInterference
 from .measure import Measurement
@@ -116,6 +117,7 @@ class Decision:
                 "candidates": [c.to_dict() for c in self.candidates]}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CalibrationReport:
     """Everything one key's calibration did."""
@@ -179,6 +181,7 @@ class KeyOutcome:
                 "report": None if self.report is None else self.report.to_dict()}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CalibrationBatchReport:
     """The outcome of one batch: reports of calibrated keys, and the keys left out with reasons.

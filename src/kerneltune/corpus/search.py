@@ -41,6 +41,7 @@ import numpy as np
 
 from .._support.checks import is_count, is_positive_number
 from .._support.files import write_atomically
+from .._support.reprs import brief_repr
 from ..cache.kernel_tuning_cache import ENVIRONMENT_VARIABLE
 from ..calibration.confirmation import Confirmation, confirm
 from ..calibration.parameters import one_key, set_kernel_tuning_parameters
@@ -109,6 +110,7 @@ class CorpusProgress:
     sets_total: int
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CorpusSearchReport:
     """The sets (set 0: the active values, the baseline), every result and the analysis.

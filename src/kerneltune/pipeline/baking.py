@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._support.reprs import brief_repr
 from ..calibration.curves import ReportFileError, read_calibration_reports
 from ..errors import TuningValidationError
 from ..machine.selector_files import NamedSelector, read_selector
@@ -34,6 +35,7 @@ from ..tuning.registry import KernelTuningRegistry, TuningSnapshot, default_regi
 from ..tuning.schema import KernelTuningKey, KernelTuningSchema, element_type_name
 
 
+@brief_repr
 @dataclass(frozen=True)
 class BakeReport:
     """What a bake checked and wrote: the coverage, its gaps and every problem.
@@ -109,6 +111,7 @@ class FileCheck:
                 "entries": self.entries, "problems": list(self.problems)}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class ValidationReport:
     """Files checked as the bake checks its profiles: per file, and what is wrong between

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from .._support.files import write_atomically
+from .._support.reprs import brief_repr
 from ..calibration import (
     CalibrationOptions,
     InterferenceSource,
@@ -62,6 +63,7 @@ class ThreadSummary:
     steady: bool = True
 
 
+@brief_repr
 @dataclass(frozen=True)
 class MachineCalibration:
     """What a machine calibration left: the profile, its files and a summary per thread count."""

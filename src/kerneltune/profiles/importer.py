@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._support.reprs import brief_repr
 from ..errors import AmbiguousProfileError, Problem, ProfileError, TuningValidationError
 from ..machine.blas import blas_difference
 from ..machine.descriptor import CpuDescriptor
@@ -46,6 +47,7 @@ ENVIRONMENT_VARIABLE = "KERNELTUNE_DEPLOYMENT_PROFILES"
 IMPORTED = "imported"
 
 
+@brief_repr
 @dataclass(frozen=True)
 class ProfileFileReport:
     """What became of one file: its status, what it registered and every problem.
@@ -81,6 +83,7 @@ class ProfileFileReport:
                 "warnings": list(self.warnings)}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class ProfileImportReport:
     """The outcome of one import: a report per file, and the generation that holds them."""

@@ -34,6 +34,7 @@ from threadpoolctl import threadpool_limits
 
 from .._support.documents import Document, DocumentFormat, read_document
 from .._support.files import file_lock, write_atomically
+from .._support.reprs import brief_repr
 from ..cache.entries import VERIFICATION
 from ..cache.kernel_tuning_cache import (
     LOCK_TIMEOUT,
@@ -110,6 +111,7 @@ class KeyVerification:
                 "defaults": dict(self.defaults), "measured": self.measured}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class VerificationReport:
     """What a verification found per key, what it wrote, and every problem met.

@@ -20,6 +20,7 @@ import functools
 from dataclasses import dataclass, field
 
 from .._support.documents import kind
+from .._support.reprs import brief_repr
 from ..errors import Problem, TuningValidationError
 from .keys import CalibrationProfileKey, StructuralProperties, structure_of
 from .records import (
@@ -55,6 +56,7 @@ def _structure_text(properties: tuple[tuple[str, str], ...]) -> str:
     return "{" + ", ".join(f"{name}={value!r}" for name, value in properties) + "}"
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CalibrationProfileLookup:
     """The profile selected for a lookup (None when none fits), with the other profiles' reasons.

@@ -35,6 +35,7 @@ from .._support.files import (
     user_file_path,
     write_atomically,
 )
+from .._support.reprs import brief_repr
 from ..errors import Problem, TuningValidationError
 from .file import read_profiles, serialise
 from .keys import (
@@ -75,6 +76,7 @@ def _texts(problems: Iterable[Problem]) -> list[str]:
     return [str(problem) for problem in problems]
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CalibrationProfileLoadReport:
     """What a load found: its status, the profiles now in memory and the file's problems."""
@@ -89,6 +91,7 @@ class CalibrationProfileLoadReport:
                 "problems": _texts(self.problems)}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class CalibrationProfileUpdateReport:
     """What a mutation did: ``stored`` is the profile it stored or installed, ``removed`` the

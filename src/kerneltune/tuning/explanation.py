@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .._support.reprs import brief_repr
 from ..machine.blas import blas_difference
 from ..machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
 from ..machine.descriptor_files import read_cpu_descriptor
@@ -27,6 +28,7 @@ from .schema import KernelTuningKey, TuningValue
 _OTHER_KEYS = ("element_type", "abi")
 
 
+@brief_repr
 @dataclass(frozen=True)
 class KeyExplanation:
     """One key: its resolution (values, source, rejected candidates) and any warning.
@@ -49,6 +51,7 @@ class KeyExplanation:
                 "evidence": list(self.evidence)}
 
 
+@brief_repr
 @dataclass(frozen=True)
 class Explanation:
     """What every selected key resolves to on ``execution``."""
