@@ -149,6 +149,36 @@ def test_a_comparison_selects_the_setting_whose_values_were_chosen():
     assert [p.relative for p in curves.series[1].points] == [0.5, 0.5]
 
 
+def test_a_comparison_is_drawn_relative_to_the_value_in_use_whatever_was_measured_first():
+    # the candidate measured first is not the value in use (as a Gemm tile comparison
+    # measures them): the points are still relative to the value in use, as the axis says
+    labels = [f"{GRAIN}={v}" for v in (32768, 4096, 8192)]
+    candidates = tuple(Candidate("equal", size, {labels[1]: measurement_of(1.0),
+                                                 labels[0]: measurement_of(2.0),
+                                                 labels[2]: measurement_of(1.5)}, "measured")
+                       for size in (4096, 65536))
+    rows = [{"label": label, "values": {GRAIN: value}, "seconds": 1.0, "speedup": 1.0}
+            for label, value in zip(labels, (32768, 4096, 8192), strict=True)]
+    decision = Decision(GRAIN, 4096, 32768, "parallel.minimum_elements=4096 is 2.00x",
+                        candidates)
+    (curves,) = _only(_document([decision], comparison=rows)).decisions
+    assert curves.reference == labels[0]
+    relative = {series.label: [p.relative for p in series.points] for series in curves.series}
+    assert relative == {labels[0]: [1.0, 1.0], labels[1]: [0.5, 0.5], labels[2]: [0.75, 0.75]}
+
+
+def test_the_report_chooses_decisions_by_kernel_type_threads_and_change():
+    decisions = [Decision(GRAIN, 4096, 32768, "lowered",
+                          _crossover("equal", [(4096, 2.0, 1.0)])),
+                 Decision("parallel.maximum_threads", 256, 256, "kept", ())]
+    every = report_curves(_document(decisions), "r.json")
+    (entry,) = every.keys
+    changed = every.select(changed=True)
+    assert [d.parameter for k in changed.keys for d in k.decisions] == [GRAIN]
+    assert every.select(kernel="add", element_type="float", threads=2).keys == (entry,)
+    assert every.select(kernel="Mul").keys == () and every.select(threads=1).keys == ()
+
+
 def test_verification_and_unmeasured_decisions_are_told_apart():
     verified = (Candidate("equal", 65536, {"decided": measurement_of(2.0),
                                            "previous": measurement_of(1.0)}, "previous wins"),)

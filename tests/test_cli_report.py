@@ -155,6 +155,11 @@ def test_the_filters_choose_keys_and_parameters():
     done = run_kerneltune("report", RECORDED, "--key", "Gemm")
     assert done.returncode == 2
     assert "nothing in" in done.stderr and "--key 'Gemm'" in done.stderr
+    kept = json.loads(run_kerneltune("report", RECORDED, "--json", "--kernel", "add",
+                                     "--element-type", "FLOAT", "--threads", "2").stdout)
+    assert len(kept["keys"]) == 1
+    done = run_kerneltune("report", RECORDED, "--threads", "1", "--changed")
+    assert done.returncode == 2 and "--threads 1 and --changed" in done.stderr
 
 
 @pytest.mark.parametrize("fixture", ["report", "comparison", "recorded"])

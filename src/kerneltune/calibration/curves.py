@@ -177,17 +177,27 @@ class ReportCurves:
     path: str
     keys: tuple[KeyCurves, ...]
 
-    def select(self, key: str | None = None, parameter: str | None = None) -> ReportCurves:
-        """The keys whose name contains ``key`` and the decisions whose parameter contains
-        ``parameter`` (both case-insensitive); keys left without decisions drop out when a
-        parameter is given."""
+    def select(self, key: str | None = None, parameter: str | None = None, *,
+               kernel: str | None = None, element_type: str | None = None,
+               threads: int | None = None, changed: bool = False) -> ReportCurves:
+        """The keys whose name contains ``key`` (case-insensitive), of ``kernel``,
+        ``element_type`` and ``threads`` when given, and their decisions whose parameter
+        contains ``parameter`` (``changed``: that changed the value in use); keys left
+        without decisions drop out when the decisions are filtered."""
         keys = []
         for entry in self.keys:
             if key is not None and key.lower() not in str(entry.key).lower():
                 continue
-            if parameter is not None:
+            if (kernel is not None and entry.key.kernel.lower() != kernel.lower()
+                    or element_type is not None
+                    and entry.key.element_type_name != element_type.upper()
+                    or threads is not None and entry.threads != threads):
+                continue
+            if parameter is not None or changed:
                 decisions = tuple(d for d in entry.decisions
-                                  if parameter.lower() in d.parameter.lower())
+                                  if (parameter is None
+                                      or parameter.lower() in d.parameter.lower())
+                                  and (d.changed or not changed))
                 if not decisions:
                     continue
                 entry = dataclasses.replace(entry, decisions=decisions)
@@ -212,10 +222,11 @@ def _get(mapping: object, name: str, kind: type | tuple[type, ...], where: str) 
     return value
 
 
-def _series(candidates: Sequence[object], where: str) -> tuple[tuple[Series, ...], str | None]:
-    """The series of every (case, label) measured, and the reference label (the first)."""
+def _series(candidates: Sequence[object], where: str, reference: str | None = None
+            ) -> tuple[tuple[Series, ...], str | None]:
+    """The series of every (case, label) measured, each point relative to ``reference``'s
+    median there (by default the first label measured), and the reference label."""
     found: dict[tuple[str, str], list[CurvePoint]] = {}
-    reference = None
     for index, candidate in enumerate(candidates):
         at = f"{where}, candidates[{index}]"
         case = _get(candidate, "case", str, at)
@@ -303,7 +314,9 @@ def _decision(data: object, settings: Mapping[str, Mapping], values: Mapping[str
     marks = _axis_marks(parameter, value, baseline, _recorded_marks(data, where))
     selected = None
     if kind == COMPARISON:
+        # relative to the value in use, whatever label each point measured first
         reference = next(iter(settings))
+        series, _ = _series(candidates, where, reference)
         selected = next((label for label, chosen in settings.items()
                          if all(values.get(name) == v for name, v in chosen.items())), None)
     elif kind == THREADS:

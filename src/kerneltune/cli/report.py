@@ -42,8 +42,16 @@ from collections.abc import Sequence
 from ..calibration.curves import DecisionCurves, KeyCurves, read_report_curves
 from ..calibration.plot import MAXIMUM_PANELS, plot_report
 from ..profiles.deployment import read_profiles
-from ..profiles.model import DeploymentProfile
-from .common import UsageError, add_command, add_json, print_json, table
+from ..profiles.model import DeploymentProfile, ProfileEntry
+from .common import (
+    UsageError,
+    add_command,
+    add_json,
+    add_option,
+    positive_int,
+    print_json,
+    table,
+)
 
 #: the narrowest the reason column is wrapped to, however narrow the terminal
 _REASON_WIDTH = 40
@@ -94,6 +102,15 @@ def _matches(text: str, wanted: str | None) -> bool:
     return wanted is None or wanted.casefold() in text.casefold()
 
 
+def _entry_selected(args: argparse.Namespace, entry: ProfileEntry) -> bool:
+    key, (low, high) = entry.key, entry.threads
+    return (_matches(str(key), args.key)
+            and (args.kernel is None or key.kernel.lower() == args.kernel.lower())
+            and (args.element_type is None
+                 or key.element_type_name == args.element_type.upper())
+            and (args.threads is None or low <= args.threads <= high))
+
+
 def _profiles(args: argparse.Namespace, profiles: Sequence[DeploymentProfile]) -> int:
     """The evidence of each merged entry of ``profiles`` (a profile or deployment file)."""
     if args.plot:
@@ -104,8 +121,9 @@ def _profiles(args: argparse.Namespace, profiles: Sequence[DeploymentProfile]) -
     for profile in profiles:
         runs = sorted({str(p["profile"]) for p in profile.provenance if "profile" in p})
         chosen = [(entry, {name: evidence for name, evidence in sorted(entry.evidence.items())
-                           if _matches(name, args.parameter)})
-                  for entry in profile.entries if _matches(str(entry.key), args.key)]
+                           if _matches(name, args.parameter)
+                           and (entry.values[name] != evidence.in_use or not args.changed)})
+                  for entry in profile.entries if _entry_selected(args, entry)]
         chosen = [(entry, evidence) for entry, evidence in chosen if evidence]
         document["profiles"].append({"name": profile.name, "runs": runs, "entries": [
             {"key": entry.key.to_dict(), "name": str(entry.key), "threads": list(entry.threads),
@@ -119,7 +137,9 @@ def _profiles(args: argparse.Namespace, profiles: Sequence[DeploymentProfile]) -
             lines.append(f"  {entry.key}, threads {low if low == high else f'{low}-{high}'}")
             lines += [f"    {name} = {entry.values[name]}: {e.describe()}"
                       for name, e in evidence.items()]
-    if not any(p["entries"] for p in document["profiles"]) and (args.key or args.parameter):
+    filtered = (args.key, args.parameter, args.kernel, args.element_type, args.threads)
+    if not any(p["entries"] for p in document["profiles"]) and (
+            any(value is not None for value in filtered) or args.changed):
         raise UsageError(f"no merged entry of {args.file} matches the filters")
     if args.json:
         print_json(document)
@@ -133,10 +153,15 @@ def _report(args: argparse.Namespace) -> int:
     if read.status == "ok":
         return _profiles(args, read.profiles)
     every = read_report_curves(args.file)
-    curves = every.select(args.key, args.parameter)
+    curves = every.select(args.key, args.parameter, kernel=args.kernel,
+                          element_type=args.element_type, threads=args.threads,
+                          changed=args.changed)
     if not curves.keys:
-        wanted = " and ".join(f"{name} {value!r}" for name, value in
-                              (("--key", args.key), ("--parameter", args.parameter)) if value)
+        given = (("--key", args.key), ("--parameter", args.parameter),
+                 ("--kernel", args.kernel), ("--element-type", args.element_type),
+                 ("--threads", args.threads), ("--changed", args.changed or None))
+        wanted = " and ".join(f"{name} {value!r}" if value is not True else name
+                              for name, value in given if value is not None)
         raise UsageError(f"nothing in {args.file} matches {wanted}")
     drawn = None
     if args.plot:  # first: a missing matplotlib fails before anything is printed
@@ -155,8 +180,8 @@ def _report(args: argparse.Namespace) -> int:
         print(f"plot written to {drawn.path} ({panels} panel{'s' * (panels != 1)})",
               file=stream)
         if drawn.left_out:
-            print(f"{drawn.left_out} more measured decisions not drawn: choose with --key or "
-                  f"--parameter", file=stream)
+            print(f"{drawn.left_out} more measured decisions not drawn: choose with --kernel, "
+                  f"--element-type, --threads, --changed, --key or --parameter", file=stream)
     return 0
 
 
@@ -184,4 +209,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                                       "Gemm/x86_64_v4/FLOAT (case-insensitive)")
     report.add_argument("--parameter", help="only parameters whose name contains this, e.g. "
                                             "minimum_elements (case-insensitive)")
+    report.add_argument("--kernel", help="only this kernel's keys, e.g. Gemm")
+    add_option(report, "--element-type", help="only keys of this element type, e.g. FLOAT")
+    report.add_argument("--threads", type=positive_int,
+                        help="only the batch of this thread count")
+    report.add_argument("--changed", action="store_true",
+                        help="only the decisions that changed the value in use")
     add_json(report)
