@@ -472,3 +472,18 @@ def test_profiles_import_changed_shows_what_the_file_changes(tmp_path):
     keys = [line for line in lines if line.startswith("kerneltune_cpu/")]
     assert keys and all("(default " in line for line in keys)
     assert lines[-1].endswith("warnings")
+
+
+@pytest.mark.parametrize(("line", "offered", "not_offered"), [
+    ("kerneltune profiles ba", {"bake"}, set()),
+    ("kerneltune kernel --ele", {"--element-type"}, set()),
+    ("kerneltune kernel --", {"--element-type", "--changed"}, {"--dtype", "--impl"}),
+])
+def test_the_shell_completes_commands_and_options_but_not_former_spellings(
+        tmp_path, line, offered, not_offered):
+    answer = tmp_path / "completions"
+    done = run_kerneltune(_ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n", COMP_LINE=line,
+                          COMP_POINT=str(len(line)), _ARGCOMPLETE_STDOUT_FILENAME=str(answer))
+    assert done.returncode == 0, done.stderr
+    words = {word.strip() for word in answer.read_text().split("\n") if word.strip()}
+    assert offered <= words and not words & not_offered, words

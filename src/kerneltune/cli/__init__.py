@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this marker)
 """The ``kerneltune`` command line: a module per command group, each a thin shell over the API.
 
 Anything a command prints can also be had from Python, and its defaults are
@@ -38,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (docs/cli.md)
+        _complete(parser)
+    args = parser.parse_args(argv)
     name = args.parser.prog
     try:
         status = args.run(args) or 0
@@ -67,6 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+
+
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request and exit (argcomplete's protocol); without
+    argcomplete installed, there is nothing to answer with."""
+    try:
+        import argcomplete
+    except ImportError:
+        sys.exit(1)
+    argcomplete.autocomplete(parser)
 
 
 def _reader_gone() -> bool:
