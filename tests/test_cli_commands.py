@@ -177,8 +177,10 @@ def test_kernel_list_names_every_registered_key():
     assert {"Abs", "Add", "Gemm"} <= kernels
     text = run_kerneltune("kernel", "--list").stdout
     assert text.splitlines()[0].split() == ["kernel", "dtype", "implementation", "library", "abi",
-                                            "parameters", "calibratable", "active"]
-    assert len(text.splitlines()) == len(rows) + 2
+                                            "parameters", "calibratable", "active", "changed"]
+    # the header, its rule, a row per key and the summary
+    assert len(text.splitlines()) == len(rows) + 3
+    assert text.splitlines()[-1].startswith(f"{len(rows)} keys, ")
 
 
 def test_kernel_shows_schema_defaults_cached_and_active_values(cache):
@@ -249,7 +251,8 @@ def test_cache_set_inspect_load_remove(cache):
     (entry,) = inspection["entries"]
     assert entry["values"]["parallel.minimum_elements"] == 4096 and entry["source"] == "manual"
     text = run_kerneltune("cache", "inspect", cache=cache).stdout
-    assert f"{cache}: ok, 1 entries" in text and "parallel.minimum_elements=4096" in text
+    assert f"{cache}: ok\n" in text and "parallel.minimum_elements=4096" in text
+    assert text.splitlines()[-1].startswith("1 entries (1 with values other than the defaults)")
     loaded = _json(run_kerneltune("cache", "load", "--json", cache=cache))
     assert loaded["status"] == "loaded" and len(loaded["loaded"]) == 1
     removed = run_kerneltune("cache", "remove", cache=cache)
