@@ -25,13 +25,11 @@ default thresholds. numpy has no sigmoid: its peer is ``1 / (1 + exp(-x))``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
-from results import Recorder, add_arguments
+from results import Recorder, add_arguments, timed
 
 from kerneltune.kernels import catalog, library
 from kerneltune.tuning.dtypes import FLOATING, NUMPY_DTYPES
@@ -55,28 +53,6 @@ ELEMENTWISE = {
     "Tanh": (1, np.tanh),
     "Sigmoid": (1, numpy_sigmoid),
 }
-
-
-def timed(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median seconds per call of each contender over interleaved rounds."""
-    for run in contenders.values():  # warm-up: pages, OpenMP pool, caches
-        run()
-    calls = {}
-    for name, run in contenders.items():
-        start = time.perf_counter()
-        count = 0
-        while time.perf_counter() - start < 0.02:
-            run()
-            count += 1
-        calls[name] = max(1, count // 4)
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, run in contenders.items():
-            start = time.perf_counter()
-            for _ in range(calls[name]):
-                run()
-            samples[name].append((time.perf_counter() - start) / calls[name])
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def elementwise(rounds: int, sizes: tuple[int, ...], recorder: Recorder) -> list[str]:

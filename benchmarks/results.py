@@ -27,9 +27,11 @@ import operator
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -67,6 +69,28 @@ def quiet_openblas() -> None:
     if "OPENBLAS_THREAD_TIMEOUT" not in os.environ:
         os.execve(sys.executable, [sys.executable, *sys.argv],
                   {**os.environ, "OPENBLAS_THREAD_TIMEOUT": "4"})
+
+
+def timed(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median seconds per call of each contender over interleaved rounds."""
+    for run in contenders.values():  # warm-up: pages, OpenMP pool, caches
+        run()
+    calls = {}
+    for name, run in contenders.items():
+        start = time.perf_counter()
+        count = 0
+        while time.perf_counter() - start < 0.02:
+            run()
+            count += 1
+        calls[name] = max(1, count // 4)
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, run in contenders.items():
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                run()
+            samples[name].append((time.perf_counter() - start) / calls[name])
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def machine_slug(processor: dict[str, Any]) -> str:
