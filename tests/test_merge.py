@@ -339,3 +339,34 @@ def test_a_merged_profile_round_trips_and_damaged_evidence_names_entry_and_field
     (problem,) = raised.value.problems
     assert (problem.file, problem.field) == (str(written), f"evidence.{GRAIN}")
     assert "entry 1" in problem.entry and "reason" in problem.message
+
+
+def test_a_run_whose_report_of_a_key_is_damaged_is_counted_out_of_it_by_name(tmp_path):
+    paths = [_run(tmp_path, f"zen4-{i}", seed=i) for i in range(3)]
+    reports = paths[2].with_suffix(".reports.json")
+    batches = json.loads(reports.read_text())
+    batches[1]["calibrated"][0]["machine_probe"] = ["not", "an", "object"]
+    reports.write_text(json.dumps(batches))
+    # the profile names its reports by digest: the damaged batch is no longer its report
+    refused = bake(paths, tmp_path / "deployment.yaml", registry=_registry())
+    assert not refused.written
+    assert any(f"{paths[2]} has no calibration report of its thread counts 2" in p
+               for p in refused.problems)
+
+
+def test_merge_runs_counts_out_a_run_whose_report_does_not_read_as_calibration_writes(tmp_path):
+    from kerneltune.profiles.files import read_deployment_profile
+    from kerneltune.profiles.merge import MachineRun, merge_runs
+
+    runs = []
+    for index in range(3):
+        path = _run(tmp_path, f"zen4-{index}", seed=index)
+        batches = json.loads(path.with_suffix(".reports.json").read_text())
+        if index == 2:
+            for report in batches[1]["calibrated"]:
+                report["decisions"] = "none"
+        runs.append(MachineRun(read_deployment_profile(path), tuple(batches)))
+    merged = merge_runs(runs)
+    value, evidence = _evidence(merged)
+    assert value == 65536 and evidence.machines == ("zen4-0", "zen4-1")
+    assert "cannot be read ('decisions' is not a list" in evidence.counted_out["zen4-2"]

@@ -205,7 +205,11 @@ def _merged_entry(key: KernelTuningKey, threads: tuple[int, int],
     out = {name: "did not calibrate the key" for name in everyone if name not in entries}
     out |= {name: "no calibration report of the key" for name, report in reports.items()
             if report is None}
-    present = {name: report for name, report in reports.items() if report is not None}
+    out |= {name: f"its report of the key cannot be read ({why})"
+            for name, report in reports.items()
+            if report is not None and (why := _unreadable(report))}
+    present = {name: report for name, report in reports.items()
+               if report is not None and name not in out}
     for name, report in present.items():
         reason = _interference(report)
         if reason:
@@ -242,6 +246,19 @@ def _published(evidence: Evidence, entries: Mapping[str, ProfileEntry],
     if evidence.reason in (AGREE, CONFIRMED, BEATEN):
         return entries[evidence.agreed[0]].values[parameter]
     return evidence.in_use
+
+
+def _unreadable(report: object) -> str | None:
+    """What in a key report is not what calibration writes (None when it reads)."""
+    if not isinstance(report, Mapping):
+        return "not an object"
+    decisions = report.get("decisions", [])
+    if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
+        return "'decisions' is not a list of objects"
+    probes = report.get("machine_probe") or {}
+    if not isinstance(probes, Mapping) or not all(isinstance(r, list) for r in probes.values()):
+        return "'machine_probe' is not an object of lists"
+    return None
 
 
 def _interference(report: Mapping) -> str | None:
