@@ -8,8 +8,17 @@ the kernel library and every layer below them.
 
 from __future__ import annotations
 
-from .baking import BakeReport, FileCheck, ValidationReport, bake, validate_deployment_files
+from .baking import (
+    BakeReport,
+    FileCheck,
+    Merge,
+    ValidationReport,
+    bake,
+    summarise_gaps,
+    validate_deployment_files,
+)
 from .calibrate import MachineCalibration, ThreadSummary, calibrate_machine
 
-__all__ = ["BakeReport", "FileCheck", "MachineCalibration", "ThreadSummary", "ValidationReport",
-           "bake", "calibrate_machine", "validate_deployment_files"]
+__all__ = ["BakeReport", "FileCheck", "MachineCalibration", "Merge", "ThreadSummary",
+           "ValidationReport", "bake", "calibrate_machine", "summarise_gaps",
+           "validate_deployment_files"]

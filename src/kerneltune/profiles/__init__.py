@@ -2,7 +2,8 @@
 
 Owns the profile (:mod:`.model`), its export from calibration reports
 (:mod:`.export`), profile files (:mod:`.files`) and deployment files, several
-profiles baked into one (:mod:`.deployment`), the transactional import into a
+profiles baked into one (:mod:`.deployment`), runs of one selector merged by the
+evidence of their reports (:mod:`.merge`), the transactional import into a
 registry (:mod:`.importer`), and first-use verification on a host
 (:mod:`.verification`). May import :mod:`kerneltune.calibration`,
 :mod:`kerneltune.cache`, :mod:`kerneltune.tuning`, :mod:`kerneltune.machine`,
@@ -19,19 +20,24 @@ from .importer import (
     ProfileImportReport,
     import_deployment_profiles,
 )
-from .model import DeploymentProfile, ProfileEntry
+from .merge import MachineRun, merge_runs
+from .model import MERGE_REASONS, DeploymentProfile, Evidence, ProfileEntry
 from .verification import KeyVerification, VerificationReport, verify_deployment_profiles
 
 __all__ = [
     "ENVIRONMENT_VARIABLE",
+    "MERGE_REASONS",
     "DeploymentProfile",
+    "Evidence",
     "KeyVerification",
+    "MachineRun",
     "ProfileEntry",
     "ProfileFileReport",
     "ProfileImportReport",
     "VerificationReport",
     "export_deployment_profile",
     "import_deployment_profiles",
+    "merge_runs",
     "read_deployment_profile",
     "verify_deployment_profiles",
     "write_deployment_profile",
