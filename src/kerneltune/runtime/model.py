@@ -24,7 +24,7 @@ from .._support.aligned import aligned
 from ..errors import UnsupportedModelError
 from ..kernels import Kernel
 from ..tuning.schema import element_type_name
-from . import views
+from . import ml, views
 from .views import View
 
 #: node attributes each operator's kernel takes, with their ONNX defaults
@@ -121,7 +121,10 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
             types[proto_node.output[0]] = onnx.helper.np_dtype_to_tensor_dtype(
                 constants[proto_node.output[0]].dtype)
             continue
-        node, problem = _bind(proto_node, name, opsets, types, kernels)
+        if proto_node.domain == "ai.onnx.ml" and proto_node.op_type in ml.KERNEL_OF:
+            node, problem = _lowered(proto_node, name, opsets, types, kernels, constants)
+        else:
+            node, problem = _bind(proto_node, name, opsets, types, kernels)
         if problem:
             problems.append(problem)
         else:
@@ -134,6 +137,21 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
                  tuple(_signature(v) for v in graph.output),
                  # a weight is B of a MatMul, which reads it in place (_support.aligned says why)
                  {name: aligned(value) for name, value in constants.items()}, opset)
+
+
+def _lowered(node, name, opsets, types, kernels, constants) -> tuple[list[Node], str | None]:
+    """An ai.onnx.ml node bound to the kernel that computes it (see :mod:`.ml`), its
+    constants added to the model's."""
+    element_type = types.get(node.input[0])
+    described = (f"{name}: op {node.op_type}, domain ai.onnx.ml, opset "
+                 f"{opsets.get('ai.onnx.ml')}, input types {[_type_name(element_type)]}")
+    lowered, problem = ml.lower(node, element_type)
+    if problem:
+        return [], f"{described}: {problem}"
+    constants.update(lowered.constants)
+    kernel = kernels[ml.KERNEL_OF[node.op_type]]
+    return [Node(name, node.op_type, kernel, element_type, lowered.inputs, node.output[0],
+                 dict(lowered.attributes))], None
 
 
 def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
