@@ -28,7 +28,14 @@ from ..machine.selector_files import NamedSelector, read_selector
 from ..machine.selectors import CpuSelector, overlapping_pairs
 from ..profiles.deployment import read_profiles, write_deployment_file
 from ..profiles.importer import check_entries
-from ..profiles.merge import MachineRun, batches_of, merge_runs, mergeable, missing_reports
+from ..profiles.merge import (
+    MachineRun,
+    batches_of,
+    by_digest,
+    merge_runs,
+    mergeable,
+    missing_reports,
+)
 from ..profiles.model import MERGE_REASONS, DeploymentProfile
 from ..tuning.keyfilter import KeyFilter
 from ..tuning.registry import KernelTuningRegistry, TuningSnapshot, default_registry
@@ -189,7 +196,7 @@ def _merged(profiles: list[DeploymentProfile], reports: Sequence[Path], schemas:
     groups: dict[tuple[CpuSelector, int], list[DeploymentProfile]] = {}
     for profile in profiles:
         groups.setdefault((profile.selector, profile.priority), []).append(profile)
-    given: list[object] | None = None
+    given: dict[str, Mapping] | None = None
     result = [p for p in profiles if len(groups[p.selector, p.priority]) == 1]
     for group in groups.values():
         if len(group) == 1:
@@ -199,7 +206,7 @@ def _merged(profiles: list[DeploymentProfile], reports: Sequence[Path], schemas:
             continue
         why = mergeable(group)
         if why is None:
-            given = given if given is not None else _read_reports(reports, problems)
+            given = given if given is not None else by_digest(_read_reports(reports, problems))
             runs, missing = _runs(group, given, problems)
             why = missing
         if why is not None:
@@ -224,17 +231,18 @@ def _read_reports(paths: Sequence[Path], problems: list[str]) -> list[object]:
     return batches
 
 
-def _runs(group: Sequence[DeploymentProfile], given: Sequence[object],
+def _runs(group: Sequence[DeploymentProfile], given: Mapping[str, Mapping],
           problems: list[str]) -> tuple[list[MachineRun], str | None]:
-    """Each profile of ``group`` with its reports, or why some have none."""
+    """Each profile of ``group`` with its reports (``given`` by digest, or beside its file),
+    or why some have none."""
     runs, missing = [], []
     for profile in group:
         beside = (Path(profile.path).with_suffix(".reports.json")
                   if profile.path and profile.within is None else None)
-        candidates = list(given)
+        found = given
         if beside is not None and beside.exists():
-            candidates += _read_reports([beside], problems)
-        batches = batches_of(profile, candidates)
+            found = {**given, **by_digest(_read_reports([beside], problems))}
+        batches = batches_of(profile, found)
         absent = missing_reports(profile, batches)
         if absent:
             missing.append(f"{profile.place} has no calibration report of its thread counts "

@@ -121,12 +121,17 @@ def _describe_shape(profile: DeploymentProfile) -> str:
             f"{', '.join(f'{a}-{b}' if b > a else str(a) for a, b in sorted(ranges))}")
 
 
-def batches_of(profile: DeploymentProfile, batches: Sequence[object]) -> tuple[Mapping, ...]:
-    """The batch reports among ``batches`` that ``profile`` was exported from (its provenance
-    names their digests), in thread order."""
+def by_digest(batches: Sequence[object]) -> dict[str, Mapping]:
+    """Batch reports by the digest a profile's provenance names them by (each digest is a
+    whole report's serialisation: computed once per batch, whatever the profiles)."""
+    return {report_digest(batch): batch for batch in batches if isinstance(batch, Mapping)}
+
+
+def batches_of(profile: DeploymentProfile, found: Mapping[str, Mapping]) -> tuple[Mapping, ...]:
+    """The batch reports of ``found`` (:func:`by_digest`) that ``profile`` was exported from
+    (its provenance names their digests), in thread order."""
     wanted = {digest for provenance in profile.provenance
               for digest in dict(provenance.get("report_digests") or {}).values()}
-    found = {report_digest(batch): batch for batch in batches if isinstance(batch, Mapping)}
     return tuple(found[digest] for digest in sorted(wanted & found.keys(),
                                                     key=lambda d: _threads(found[d])))
 
@@ -360,10 +365,10 @@ def _decide(said: Mapping[str, _Measured], out: Mapping[str, str],
         agreed = tuple(name for name in machines if values[name] == value)
         return _evidence(CONFIRMED, in_use, machines, agreed, out, value, pooled[repr(value)])
     nearest = _nearest_move(said, in_use)
-    if nearest is not None:
+    if nearest is not None:  # one of the challengers: its pooled comparison is made
         agreed = tuple(name for name in machines if values[name] == nearest)
         return _evidence(BEATEN, in_use, machines, agreed, out, nearest,
-                         _pooled(said, in_use, nearest))
+                         pooled[repr(nearest)])
     # the challenger most machines chose is the one the evidence speaks of
     challenger = max(challengers, key=lambda v: (chosen[repr(v)], -challengers.index(v)))
     agreed = tuple(name for name in machines if values[name] == in_use)
