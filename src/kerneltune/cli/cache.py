@@ -42,8 +42,9 @@ def _entries(entries: Iterable[CacheEntry], changed_only: bool = False) -> str:
     rows = []
     for entry in entries:
         defaults = _defaults(entry)
+        differing = _differing(entry, defaults)
         shown = {name: value for name, value in entry.values.items()
-                 if not changed_only or defaults.get(name, value) != value or not defaults}
+                 if not changed_only or name in differing or not defaults}
         if shown:
             rows.append(("-" if entry.index is None else entry.index, entry.key,
                          entry.execution.effective_threads, entry.source,
@@ -52,6 +53,11 @@ def _entries(entries: Iterable[CacheEntry], changed_only: bool = False) -> str:
                                                         else "")
                                    for name, value in shown.items())))
     return table(rows, ("entry", "key", "threads", "source", "values"))
+
+
+def _differing(entry: CacheEntry, defaults: dict[str, object]) -> set[str]:
+    """The parameters whose cached value is not the portable default."""
+    return {name for name, value in entry.values.items() if defaults.get(name, value) != value}
 
 
 def _defaults(entry: CacheEntry) -> dict[str, object]:
@@ -96,9 +102,7 @@ def _path(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     inspection = inspect_kernel_tuning_cache(args.path)
-    changed = sum(1 for entry in inspection.entries
-                  if any(_defaults(entry).get(name, value) != value
-                         for name, value in entry.values.items()))
+    changed = sum(1 for entry in inspection.entries if _differing(entry, _defaults(entry)))
     _print(args, inspection, f", {len(inspection.entries)} entries ({changed} with values "
                              f"other than the defaults), {len(inspection.invalid)} invalid, "
                              f"{len(inspection.duplicate)} duplicate, "

@@ -139,12 +139,19 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
                  {name: aligned(value) for name, value in constants.items()}, opset)
 
 
+def _described(node, name, opsets, input_types) -> str:
+    """A node as a refusal names it; its opset is its domain's (ai.onnx.ml's for the classic
+    ML operators)."""
+    domain = node.domain or "ai.onnx"
+    return (f"{name}: op {node.op_type}, domain {domain}, opset {opsets.get(domain)}, "
+            f"input types {[_type_name(t) for t in input_types]}")
+
+
 def _lowered(node, name, opsets, types, kernels, constants) -> tuple[list[Node], str | None]:
     """An ai.onnx.ml node bound to the kernel that computes it (see :mod:`.ml`), its
     constants added to the model's."""
     element_type = types.get(node.input[0])
-    described = (f"{name}: op {node.op_type}, domain ai.onnx.ml, opset "
-                 f"{opsets.get('ai.onnx.ml')}, input types {[_type_name(element_type)]}")
+    described = _described(node, name, opsets, [element_type])
     lowered, problem = ml.lower(node, element_type)
     if problem:
         return [], f"{described}: {problem}"
@@ -157,11 +164,8 @@ def _lowered(node, name, opsets, types, kernels, constants) -> tuple[list[Node],
 def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
     present = tuple(i for i in node.input if i)  # an omitted optional input is ""
     input_types = [types.get(i) for i in present]
-    domain = node.domain or "ai.onnx"
-    # a node's opset is its domain's (ai.onnx.ml's for the classic ML operators)
-    opset = opsets.get(domain)
-    described = (f"{name}: op {node.op_type}, domain {domain}, opset {opset}, "
-                 f"input types {[_type_name(t) for t in input_types]}")
+    opset = opsets.get(node.domain or "ai.onnx")
+    described = _described(node, name, opsets, input_types)
     default_domain = node.domain in ("", "ai.onnx")
     kernel = kernels.get(node.op_type) if default_domain else None
     shape_only = default_domain and node.op_type in views.FUNCTIONS
