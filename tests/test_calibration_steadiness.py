@@ -195,19 +195,19 @@ def test_a_key_that_decided_fewer_threads_is_measured_again(toys, again):
 
 
 @needs_two_cpus
-def test_a_second_measurement_cut_short_leaves_the_first_standing(toys):
+def test_a_second_measurement_cut_short_leaves_the_first_standing(toys, monkeypatch):
     registry, keys, _, _ = toys
-    measured = []
+    monkeypatch.setattr(steadiness, "POLL_SECONDS", 0.01)
 
-    def calibrate(context):
-        measured.append(context.key)
-        if measured.count(context.key) > 1:
+    def value(context, count):
+        if count > 1:
             context.stop("per-key")
-            return {"parallel.minimum_elements": 1}
-        return {"parallel.minimum_elements": 5000}
+            return 1
+        return 5000
 
-    for key in keys:
-        register_kernel_calibration_function(key, calibrate, registry=registry)
+    # timed, as the other tests of measuring again are: an instant first pass leaves no time
+    # to measure again on a busy machine
+    measured = _register_timed(registry, keys, value)
     register_machine_probe("test_library", _scripted_probe([1.0, 1.0, 1.0, 0.7, 1.0]),
                            registry=registry)
     report = calibrate_toys(registry, library="test_library",
