@@ -1,11 +1,13 @@
 """What ``import kerneltune`` does, and the report of it.
 
-Import registers the kernel library's schemas with the process-wide registry,
-imports the deployment profiles ``KERNELTUNE_DEPLOYMENT_PROFILES`` names, then
-loads the compatible entries of the user calibration cache. Nothing it meets
-may stop the import: a missing compiled library (a source checkout that was
-never built, a variant that cannot load) costs the kernels, not the tuning
-API; a missing, corrupt or stale profile or cache costs only its values.
+Import registers every installed kernel library (the entry points of
+``kerneltune.kernel_libraries``, restricted by ``KERNELTUNE_KERNEL_LIBRARIES``)
+with the process-wide registry, imports the deployment profiles
+``KERNELTUNE_DEPLOYMENT_PROFILES`` names, then loads the compatible entries of
+the user calibration cache. Nothing it meets may stop the import: a library
+that fails to register (a variant that cannot load, a bug of its own) costs its
+kernels, not the tuning API or the other libraries; a missing, corrupt or stale
+profile or cache costs only its values.
 Every problem is kept in :func:`kerneltune.startup_report`, and :func:`announce`
 names them in one :class:`~kerneltune.KerneltuneStartupWarning`, so that a
 value that is not used is never a silent mystery.
@@ -32,6 +34,7 @@ from .profiles.importer import (
     import_deployment_profiles,
     profile_paths,
 )
+from .tuning.libraries import ENTRY_POINT_GROUP, FAILED, LibraryLoad, load_kernel_libraries
 from .tuning.registry import KernelTuningRegistry
 
 #: cache statuses that say nothing went wrong
@@ -43,29 +46,38 @@ _QUIET_CACHE = ("loaded", "not_found", "disabled")
 class StartupReport:
     """The outcome of ``import kerneltune``: what was registered and loaded, what went wrong.
 
-    ``cache`` is the load report of the default cache and ``profiles`` the
-    import report of ``KERNELTUNE_DEPLOYMENT_PROFILES`` (None when it is not
-    set, or when loading failed outright; the reason is then in ``problems``).
-    ``seconds`` is what each step took: ``library``, ``profiles``, ``cache``.
+    ``libraries`` says what became of each installed kernel library, ``cache``
+    is the load report of the default cache and ``profiles`` the import report
+    of ``KERNELTUNE_DEPLOYMENT_PROFILES`` (None when it is not set, or when
+    loading failed outright; the reason is then in ``problems``). ``seconds`` is
+    what each step took: ``libraries``, ``profiles``, ``cache``.
     """
 
-    implementation: str | None
-    schemas: int
+    libraries: tuple[LibraryLoad, ...]
     problems: tuple[str, ...]
     cache: CacheLoadReport | None = None
     profiles: ProfileImportReport | None = None
     seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
+    @property
+    def schemas(self) -> int:
+        """The tuning keys the libraries registered."""
+        return sum(library.keys for library in self.libraries)
 
-def _library(registry: KernelTuningRegistry) -> tuple[str | None, int, list[str]]:
-    try:
-        from . import kernels
+    @property
+    def implementations(self) -> dict[str, tuple[str, ...]]:
+        """Each loaded library's implementations for this processor (its ISA variant, say)."""
+        return {library.name: library.implementations for library in self.libraries
+                if library.implementations}
 
-        implementation = kernels.variants.selected_variant()
-        count = kernels.register_library(registry, implementation)
-    except Exception as error:  # noqa: BLE001 - any failure here must only be reported
-        return None, 0, [f"kernel library not registered: {type(error).__name__}: {error}"]
-    return implementation, count, []
+
+def _libraries(registry: KernelTuningRegistry) -> tuple[tuple[LibraryLoad, ...], list[str]]:
+    loads = load_kernel_libraries(registry)
+    if not loads:
+        return loads, [f"no kernel library is installed (no entry point of the group "
+                       f"{ENTRY_POINT_GROUP}): kerneltune itself was not installed?"]
+    return loads, [f"kernel library {load.name} (distribution {load.distribution}) not "
+                   f"registered: {load.problem}" for load in loads if load.status == FAILED]
 
 
 def _cache(registry: KernelTuningRegistry) -> tuple[CacheLoadReport | None, list[str]]:
@@ -100,13 +112,13 @@ def _profiles(registry: KernelTuningRegistry) -> tuple[ProfileImportReport | Non
 def initialise(registry: KernelTuningRegistry) -> StartupReport:
     seconds = {}
     start = time.perf_counter()
-    implementation, count, problems = _library(registry)
-    seconds["library"], start = time.perf_counter() - start, time.perf_counter()
+    libraries, problems = _libraries(registry)
+    seconds["libraries"], start = time.perf_counter() - start, time.perf_counter()
     profiles, profile_problems = _profiles(registry)
     seconds["profiles"], start = time.perf_counter() - start, time.perf_counter()
     cache, cache_problems = _cache(registry)
     seconds["cache"] = time.perf_counter() - start
-    return StartupReport(implementation, count,
+    return StartupReport(libraries,
                          tuple(problems + profile_problems + cache_problems), cache, profiles,
                          types.MappingProxyType(seconds))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .._support.documents import DocumentFormat, kind
@@ -39,7 +39,8 @@ _ENTRY_FIELDS = ("key", "execution", "values", "source", "versions", "report_dig
 _ENTRY_FIELD_SET = frozenset(_ENTRY_FIELDS)
 #: a hand-written entry may leave out its report digest (a manual one has none)
 _REQUIRED_ENTRY_FIELDS = _ENTRY_FIELD_SET - {"report_digest"}
-_VERSION_FIELDS = frozenset({"kerneltune"})
+#: kerneltune's version, and the version of the key's kernel library (where it said)
+_VERSION_FIELDS = frozenset({"kerneltune", "library"})
 
 
 @dataclass(frozen=True)
@@ -244,8 +245,11 @@ def serialise(entries: Iterable[CacheEntry]) -> str:
 
 
 def entries_from_profiles(profiles: Iterable[KernelTuningProfile], source: str,
-                          snapshot: TuningSnapshot) -> list[CacheEntry]:
-    """Cache entries for calibrated profiles, each validated against its schema.
+                          snapshot: TuningSnapshot,
+                          library_version: Callable[[str], str | None] = lambda name: None,
+                          ) -> list[CacheEntry]:
+    """Cache entries for calibrated profiles, each validated against its schema and stamped
+    with ``library_version(key.library)``.
 
     Raises :class:`TuningValidationError` with every problem (a selector
     profile, an unregistered key, an invalid value, two profiles for one key
@@ -274,7 +278,7 @@ def entries_from_profiles(profiles: Iterable[KernelTuningProfile], source: str,
             problems += error.located(entry=where).problems
             continue
         entry = CacheEntry(profile.key, profile.execution, types.MappingProxyType(values), source,
-                           types.MappingProxyType({"kerneltune": __version__}),
+                           types.MappingProxyType(_versions(library_version(profile.key.library))),
                            profile.report_digest)
         if entry.slot in slots:
             problems.append(Problem("", f"the same key and execution as profile "
@@ -285,3 +289,10 @@ def entries_from_profiles(profiles: Iterable[KernelTuningProfile], source: str,
     if problems:
         raise TuningValidationError(problems, context="kernel tuning cache not updated")
     return entries
+
+
+def _versions(library_version: str | None) -> dict[str, str]:
+    versions = {"kerneltune": __version__}
+    if library_version is not None:
+        versions["library"] = library_version
+    return versions

@@ -533,7 +533,7 @@ def update_kernel_tuning_cache(
     byte: remove it with :func:`remove_kernel_tuning_cache`.
     """
     snapshot = registry.snapshot()
-    entries = entries_from_profiles(profiles, SOURCES[0], snapshot)
+    entries = entries_from_profiles(profiles, SOURCES[0], snapshot, registry.library_version)
     stale = None
     if prune_stale_abis:
         newest = {base: max(abis) for base, abis in snapshot.tuning_abis().items()}

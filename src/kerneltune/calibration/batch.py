@@ -158,9 +158,10 @@ def spinning_blas_warning(threads: int) -> str | None:
             f"in the environment before numpy is imported")
 
 
-def _versions(key: KernelTuningKey) -> dict[str, object]:
+def _versions(key: KernelTuningKey, library_version: str | None) -> dict[str, object]:
     return {"kerneltune": __version__, "library": key.library,
-            "implementation": key.implementation, "tuning_abi": key.tuning_abi}
+            "library_version": library_version, "implementation": key.implementation,
+            "tuning_abi": key.tuning_abi}
 
 
 def _compare(context: CalibrationContext, fn: CalibrationFunction) -> None:
@@ -179,9 +180,11 @@ def _compare(context: CalibrationContext, fn: CalibrationFunction) -> None:
 def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSnapshot,
                execution: CpuExecutionDescriptor, options: CalibrationOptions,
                total: Deadline | None, inputs: dict, environment: Mapping[str, object],
-               interference: InterferenceSource | None) -> CalibrationReport:
+               interference: InterferenceSource | None, library_version: str | None
+               ) -> CalibrationReport:
     """One key: its function's searches, then each change confirmed against the values in
-    use (see :func:`.confirmation.confirm_decisions`), with what other processes took."""
+    use (see :func:`.confirmation.confirm_decisions`), with what other processes took;
+    ``library_version`` is its library's, recorded in the report's versions."""
     start = time.perf_counter()
     deadline = Deadline(start + options.seconds_per_key, "per-key")
     if total is not None and total.at < deadline.at:
@@ -214,7 +217,7 @@ def _calibrate(key: KernelTuningKey, fn: CalibrationFunction, snapshot: TuningSn
     return CalibrationReport(
         key=key, execution=execution, options=types.MappingProxyType(options.to_dict()),
         baseline=context.baseline, values=context.values, decisions=tuple(context.decisions),
-        seconds=time.perf_counter() - start, versions=_versions(key),
+        seconds=time.perf_counter() - start, versions=_versions(key, library_version),
         stopped_early=context.stopped_early, comparison=tuple(context.comparison),
         environment=environment, contradictions=tuple(context.contradictions),
         interference=lost)
@@ -466,7 +469,8 @@ def calibrate_kernel_thresholds(
         source = interference if interference is not None else ProcessInterference()
         reports, stopped, withheld, remeasured, unsettled = _measure_keys(
             queue, lambda key, inputs: _calibrate(key, queue[key], snapshot, execution, options,
-                                                  total, inputs, environment, source),
+                                                  total, inputs, environment, source,
+                                                  registry.library_version(key.library)),
             monitor, options.level.remeasure_factor, total, on_report)
         steadiness = monitor.finish(remeasured, unsettled)
     skipped += stopped

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 
 from .._support.version import __version__
 from ..errors import KernelTuningError, ProfileError, TuningValidationError, UnknownKernelError
-from . import cache, calibrate, corpus, cpu, kernel, profiles, report
+from . import cache, calibrate, corpus, cpu, kernel, libraries, profiles, report
 from .common import FAILURE, PARTIAL, USAGE, UsageError
 
 #: the command groups, in the order ``kerneltune --help`` lists them
-GROUPS = (cpu, kernel, calibrate, cache, profiles, corpus, report)
+GROUPS = (cpu, libraries, kernel, calibrate, cache, profiles, corpus, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

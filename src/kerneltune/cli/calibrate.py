@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 
 from .._support.files import write_atomically
 from ..machine.threads import available_threads
-from .common import FAILURE, PARTIAL, UsageError, add_command, parse_value, positive_int
+from .common import (
+    FAILURE,
+    PARTIAL,
+    UsageError,
+    add_command,
+    add_library,
+    parse_value,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from ..calibration import CalibrationOptions, CalibrationReport, Steadiness
@@ -48,7 +56,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         progress.start(count, 0)
         try:
             report = calibrate_registered_kernels(
-                kernels=args.kernel or (), implementations=args.implementation or (),
+                library=args.library, kernels=args.kernel or (),
+                implementations=args.implementation or (),
                 element_types=args.element_type or (), only_missing=args.only_missing,
                 options=options, on_report=lambda report: progress.advance(str(report.key)))
         finally:
@@ -139,13 +148,14 @@ def _check_selection(args: argparse.Namespace) -> int:
     from ..tuning.keyfilter import KeyFilter
     from ..tuning.registry import default_registry
 
-    selection = KeyFilter.of(None, tuple(args.kernel or ()), tuple(args.implementation or ()),
-                             tuple(args.element_type or ()))
+    selection = KeyFilter.of(args.library, tuple(args.kernel or ()),
+                             tuple(args.implementation or ()), tuple(args.element_type or ()))
     keys = default_registry.snapshot().keys()
     selected = sum(selection.matches(key) and is_calibratable(key) for key in keys)
     if not selected:
         given = ", ".join(f"--{name.replace('_', '-')} {' '.join(values)}" for name, values in
-                          (("kernel", args.kernel), ("implementation", args.implementation),
+                          (("library", [args.library] if args.library else None),
+                           ("kernel", args.kernel), ("implementation", args.implementation),
                            ("element_type", args.element_type)) if values)
         raise UsageError(f"no calibratable key matches {given}: `kerneltune kernel --list` "
                          f"lists them")
@@ -159,7 +169,7 @@ def _calibrate_profile(args: argparse.Namespace, threads: Sequence[int]) -> int:
         args.selector, output=args.output, name=args.name, threads=threads,
         options=_options(args, None), kernels=args.kernel or (),
         element_types=args.element_type or (), implementations=args.implementation or (),
-        restart=args.restart, require_steady=args.require_steady)
+        library=args.library, restart=args.restart, require_steady=args.require_steady)
     for note in result.notes:
         print(f"checkpoint {note}")
     print(result.table())
@@ -222,6 +232,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                                 "1, 2, 4, ... and the CPUs this process may use)")
     calibrate.add_argument("--effort", default=defaults.effort, choices=tuple(EFFORTS),
                            help="how long to measure (default: %(default)s)")
+    add_library(calibrate)
     calibrate.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
     calibrate.add_argument("--element-type", action="append",
                            help="only this element type, e.g. FLOAT (repeatable)")

@@ -79,6 +79,11 @@ def add_json(parser: argparse.ArgumentParser) -> None:
                         help="print the result as JSON (documented in docs/cli.md)")
 
 
+def add_library(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--library", help="only this kernel library's keys (kerneltune "
+                                          "libraries lists them), e.g. kerneltune_cpu")
+
+
 def positive_int(text: str) -> int:
     """An argument that counts something (threads): a usage error unless it is 1 or more."""
     try:

@@ -17,6 +17,7 @@ from .common import (
     UsageError,
     add_command,
     add_json,
+    add_library,
     add_option,
     add_threads,
     parse_value,
@@ -46,13 +47,15 @@ def _order(key: KernelTuningKey) -> tuple:
 
 
 def _selected(args: argparse.Namespace) -> list[KernelTuningKey]:
-    selection = KeyFilter.of(None, args.kernel or (), args.implementation or (),
+    selection = KeyFilter.of(args.library, args.kernel or (), args.implementation or (),
                              args.element_type or ())
     keys = sorted(filter(selection.matches, default_registry.snapshot().keys()), key=_order)
     if not keys:
         known = sorted({key.kernel for key in default_registry.snapshot().keys()})  # noqa: SIM118
         raise UnknownKernelError(
-            f"no registered kernel matches --kernel {args.kernel}"
+            "no registered kernel matches"
+            + (f" --library {args.library}" if args.library else "")
+            + (f" --kernel {args.kernel}" if args.kernel else "")
             + (f" --element-type {args.element_type}" if args.element_type else "")
             + (f" --implementation {args.implementation}" if args.implementation else "")
             + f"; kernels: {', '.join(known)} (kerneltune kernel --list)")
@@ -68,9 +71,9 @@ def _execution(args: argparse.Namespace) -> CpuExecutionDescriptor:
 def _list(args: argparse.Namespace) -> int:
     from ..calibration.parameters import kernel_tuning_parameters
 
-    if args.kernel or args.element_type or args.implementation:
+    if args.kernel or args.element_type or args.implementation or args.library:
         _selected(args)  # a filter that matches nothing is a usage error, not an empty list
-    report = kernel_tuning_parameters(args.kernel, None, args.implementation,
+    report = kernel_tuning_parameters(args.kernel, args.library, args.implementation,
                                       args.element_type, execution=_execution(args))
     if args.json:
         print_json(report.to_dict())
@@ -104,7 +107,7 @@ def _show(args: argparse.Namespace) -> int:
     from ..calibration.parameters import kernel_tuning_parameters
 
     _selected(args)  # an unknown kernel is a usage error, not an empty listing
-    report = kernel_tuning_parameters(args.kernel, None, args.implementation,
+    report = kernel_tuning_parameters(args.kernel, args.library, args.implementation,
                                       args.element_type, args.path,
                                       execution=_execution(args))
     if args.json:
@@ -283,6 +286,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="list the registered kernel keys (those --kernel, --element-type "
                              "and --implementation select)")
     kernel.add_argument("--kernel", help="the kernel, e.g. Add or Gemm")
+    add_library(kernel)
     kernel.add_argument("--changed", action="store_true",
                         help="only the keys and values that differ from the portable defaults, "
                              "each with its default")

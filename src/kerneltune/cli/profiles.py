@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 
 from .common import (
     FAILURE,
     UsageError,
     add_command,
     add_json,
+    add_library,
     add_option,
     add_threads,
     print_json,
@@ -79,22 +81,29 @@ def _imported(files: list[str], registry: object, as_json: bool, command: str,
         if not as_json:
             unread = (f", {len(file.unread)} profiles for other processors unread"
                       if file.unread else "")
+            other = file.not_applicable - sum(file.not_installed.values())
             print(f"{file.path}: {file.status}, {file.imported} entries for this machine, "
-                  f"{file.not_applicable} for other machines{unread}")
+                  f"{other} for other machines{unread}")
+            for line in _not_installed(file.not_installed):
+                print(f"  {line}")
         for line in (*file.problems, *file.warnings):
             warn(command, line)
     return (0 if all(file.status == "imported" for file in report.files) else FAILURE), report
 
 
-def _validate(args: argparse.Namespace) -> int:
-    from ..kernels import register_library
-    from ..pipeline import validate_deployment_files
-    from ..tuning.registry import KernelTuningRegistry
+def _not_installed(counts: Mapping[str, int]) -> list[str]:
+    """A line per kernel library whose entries wait for it to be installed here."""
+    return [f"{count} entries of kernel library {library} for this machine: library not "
+            f"installed (kerneltune libraries lists those that are)"
+            for library, count in sorted(counts.items())]
 
-    # A registry of the library alone: what the files hold is checked against this
+
+def _validate(args: argparse.Namespace) -> int:
+    from ..pipeline import validate_deployment_files
+
+    # A registry of the libraries alone: what the files hold is checked against this
     # kerneltune, not against the profiles and cache this process started with.
-    registry = KernelTuningRegistry()
-    register_library(registry)
+    registry = _libraries_alone()
     report = validate_deployment_files(args.files, registry=registry,
                                        reports=args.reports or ())
     if args.json:
@@ -136,10 +145,28 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from ..tuning.explanation import explain
+    import dataclasses
 
-    registry = None if args.descriptor is None else _described_registry(args.descriptor)
-    explanation = explain(descriptor=args.descriptor, threads=args.threads, registry=registry)
+    from .. import startup_report
+    from ..tuning.explanation import explain
+    from ..tuning.registry import default_registry
+
+    if args.descriptor is None:
+        registry, imported = default_registry, startup_report().profiles
+    else:
+        registry, imported = _described_registry(args.descriptor)
+    keys = [key for key in registry.snapshot().keys()  # noqa: SIM118
+            if args.library is None or key.library == args.library]
+    missing = {} if imported is None else imported.not_installed
+    if args.library is not None:
+        missing = {name: count for name, count in missing.items() if name == args.library}
+        if not keys and not missing:
+            raise UsageError(f"--library {args.library}: no key of that library is registered "
+                             f"and no deployment file holds one (kerneltune libraries lists "
+                             f"the libraries)")
+    explanation = explain(descriptor=args.descriptor, threads=args.threads, registry=registry,
+                          keys=keys)
+    explanation = dataclasses.replace(explanation, not_installed=missing)
     if args.json:
         print_json(explanation.to_dict())
     else:
@@ -147,23 +174,30 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _described_registry(descriptor: str) -> object:
-    """What a process on ``descriptor``'s processor would have registered at start-up: the
-    library and the deployment files, whose profiles for that processor this one left
-    unread (the user cache is this machine's)."""
-    from ..kernels import register_library
+def _described_registry(descriptor: str) -> tuple[object, object]:
+    """What a process on ``descriptor``'s processor would have registered at start-up (the
+    libraries and the deployment files, whose profiles for that processor this one left
+    unread; the user cache is this machine's), and the import's report (None: no files)."""
     from ..machine.descriptor_files import read_cpu_descriptor
     from ..profiles.importer import ENVIRONMENT_VARIABLE, import_deployment_profiles, profile_paths
-    from ..tuning.registry import KernelTuningRegistry
 
-    registry = KernelTuningRegistry()
-    register_library(registry)
+    registry, report = _libraries_alone(), None
     spec = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
     if spec:
         report = import_deployment_profiles(profile_paths(spec), registry=registry,
                                             processor=read_cpu_descriptor(descriptor))
         for line in report.problems:
             warn("profiles explain", line)
+    return registry, report
+
+
+def _libraries_alone() -> object:
+    """A registry of the kernel libraries ``import kerneltune`` loads, and nothing else."""
+    from ..tuning.libraries import load_kernel_libraries
+    from ..tuning.registry import KernelTuningRegistry
+
+    registry = KernelTuningRegistry()
+    load_kernel_libraries(registry)
     return registry
 
 
@@ -248,7 +282,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "calibrates")
     add_option(baking, "--element-type", action="append",
                help="cover only this element type, e.g. FLOAT (repeatable)")
-    baking.add_argument("--library", help="cover only this kernel library's keys")
+    add_library(baking)
     baking.add_argument("--verbose", action="store_true",
                         help="list every gap, not a line per profile and kernel")
     _add_reports(baking)
@@ -282,6 +316,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     explaining.add_argument("--descriptor",
                             help="a processor descriptor file (default: this machine)")
     add_threads(explaining)
+    add_library(explaining)
     _add_changed(explaining)
     add_json(explaining)
 

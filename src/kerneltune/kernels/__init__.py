@@ -3,8 +3,9 @@
 :func:`library` builds the kernels of one variant (by default the best one the
 processor can run); :func:`register_library` registers the schema and the
 calibration function of every (kernel, element type), and the library's
-machine probes, with a tuning registry, which ``import kerneltune`` does for
-the process-wide registry. A kernel library of the core's: it may import
+machine probes, with a tuning registry. :func:`register` is the library's entry
+point (group ``kerneltune.kernel_libraries``), through which ``import kerneltune``
+registers it as it does any installed library. A kernel library of the core's: it may import
 :mod:`kerneltune.calibration` and the layers below it, never the profiles, the
 runtime or the command line.
 """
@@ -16,7 +17,9 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from .._support.version import __version__
 from ..calibration import register_kernel_calibration_function, register_machine_probe
+from ..tuning.libraries import KernelLibraryInfo
 from ..tuning.registry import KernelTuningRegistry
 from ..tuning.schema import element_type_number
 from . import catalog, half
@@ -38,6 +41,7 @@ __all__ = [
     "PreparedKernel",
     "library",
     "output_pool_bytes",
+    "register",
     "register_library",
     "set_output_pool_limit",
 ]
@@ -119,6 +123,13 @@ def register_library(registry: KernelTuningRegistry, implementation: str | None 
     registry.register_implementations(LIBRARY, possible_variants())
     _register_calibrations(library(implementation).values(), registry)
     return len(items)
+
+
+def register(registry: KernelTuningRegistry) -> KernelLibraryInfo:
+    """The library's entry point: the variant this processor runs, registered in ``registry``."""
+    implementation = selected_variant()
+    register_library(registry, implementation)
+    return KernelLibraryInfo(LIBRARY, __version__, (implementation,))
 
 
 def _register_calibrations(kernels: Iterable[Kernel], registry: KernelTuningRegistry) -> None:

@@ -16,6 +16,7 @@ nothing; otherwise one deterministic, read-only deployment file is written.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -321,6 +322,7 @@ class _Schemas:
         self.snapshot = snapshot
         self.registry = registry
         self.keys = set(snapshot.keys())
+        self.libraries = {key.library for key in self.keys}
         self.siblings = {_variantless(key): key for key in self.keys}
         self.abis: dict[tuple, list[int]] = {}
         for key in self.keys:
@@ -333,6 +335,10 @@ class _Schemas:
                            f"one it can build)")
         if key in self.keys or _variantless(key) in self.siblings:
             return "ok", None
+        if key.library not in self.libraries:
+            return "bad", (f"kernel library {key.library} is not installed here (kerneltune "
+                           f"libraries lists those that are): the bake checks every entry "
+                           f"against its library's schemas")
         abis = self.abis.get(_variantless(key)[:-1])
         if abis:
             return "stale", (f"stale: tuning ABI {key.tuning_abi}; the registered schema has "
@@ -404,31 +410,40 @@ def _example(a: CpuSelector, b: CpuSelector) -> str:
 
 def _coverage(profiles: Sequence[DeploymentProfile], snapshot: TuningSnapshot,
               scope: KeyFilter) -> tuple[dict[str, object], list[str]]:
-    """Per profile, per key of its variants that ``scope`` selects: the thread ranges covered
-    and the gaps."""
+    """Per machine (the profiles of one selector and priority, named ``a+b`` when several
+    runs of disjoint keys give it, one per kernel library say), per key of its libraries'
+    implementations that ``scope`` selects: the thread ranges covered and the gaps. A
+    library of no entry there is a gap of every key of it (``library/kernel/-``)."""
     keys = [key for key in snapshot.keys() if scope.matches(key)]  # noqa: SIM118
     registered = sorted({(k.library, k.kernel, k.element_type, k.device) for k in keys})
+    machines: dict[str, list[DeploymentProfile]] = {}
+    for profile in profiles:
+        machines.setdefault(json.dumps([profile.selector.to_dict(), profile.priority],
+                                       sort_keys=True), []).append(profile)
     coverage: dict[str, object] = {}
     gaps: list[str] = []
-    for profile in sorted(profiles, key=lambda p: p.name):
+    for name, entries in sorted(("+".join(sorted(p.name for p in group)),
+                                 [entry for p in group for entry in p.entries])
+                                for group in machines.values()):
         ranges: dict[tuple, list[tuple[int, int]]] = {}
-        for entry in profile.entries:
+        implementations: dict[str, set[str]] = {}
+        for entry in entries:
             key = entry.key
             ranges.setdefault((key.library, key.kernel, key.element_type, key.device,
                                key.implementation), []).append(entry.threads)
-        implementations = sorted({entry.key.implementation for entry in profile.entries})
-        top = max((entry.threads[1] for entry in profile.entries), default=0)
+            implementations.setdefault(key.library, set()).add(key.implementation)
+        top = max((entry.threads[1] for entry in entries), default=0)
         table = {}
         for library, kernel, element_type, device in registered:
-            for implementation in implementations:
+            for implementation in sorted(implementations.get(library) or {"-"}):
                 covered = sorted(ranges.get((library, kernel, element_type, device,
                                              implementation), []))
                 holes = _holes(covered, top)
                 label = f"{library}/{kernel}/{implementation}/{element_type_name(element_type)}"
                 table[label] = {"covered": [f"{low}-{high}" if low != high else str(low)
                                             for low, high in covered], "gaps": holes}
-                gaps += [f"{profile.name}: {label}: {hole}" for hole in holes]
-        coverage[profile.name] = table
+                gaps += [f"{name}: {label}: {hole}" for hole in holes]
+        coverage[name] = table
     return coverage, gaps
 
 

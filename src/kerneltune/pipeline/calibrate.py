@@ -107,6 +107,7 @@ def calibrate_machine(
     kernels: Iterable[str] = (),
     element_types: Iterable[object] = (),
     implementations: Iterable[str] = (),
+    library: str | None = None,
     restart: bool = False,
     progress: IO[str] | None = None,
     registry: KernelTuningRegistry = default_registry,
@@ -140,7 +141,8 @@ def calibrate_machine(
     profile_path = Path(output) if output is not None else PROFILES_DIRECTORY / f"{name}.yaml"
     options = options or CalibrationOptions()
     matrix = sorted(set(threads or thread_counts(available_threads())))
-    selection = KeyFilter.of(None, tuple(kernels), tuple(implementations), tuple(element_types))
+    selection = KeyFilter.of(library, tuple(kernels), tuple(implementations),
+                             tuple(element_types))
     keys = list(filter(selection.matches, registry.snapshot().keys()))
     if not keys:
         raise ValueError("no registered key matches the selection: a profile of no entries "

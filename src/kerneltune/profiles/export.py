@@ -166,15 +166,19 @@ def _thread_ranges(counts: Iterable[int]) -> dict[int, tuple[int, int]]:
 
 def _entries(batch: Mapping, threads: tuple[int, int]) -> list[ProfileEntry]:
     """One entry per calibrated key: the values its decisions chose."""
-    decided = {report_digest(report): [d["parameter"] for d in report.get("decisions", ())]
-               for report in batch.get("calibrated", ())}
+    decided, versions = {}, {}
+    for report in batch.get("calibrated", ()):
+        digest = report_digest(report)
+        decided[digest] = [d["parameter"] for d in report.get("decisions", ())]
+        versions[digest] = (report.get("versions") or {}).get("library_version")
     entries = []
     for profile in batch.get("successful_profiles", ()):
         values = profile["values"]
         parameters = decided.get(profile.get("report_digest")) or list(values)
         entries.append(ProfileEntry(KernelTuningKey.from_dict(profile["key"]), threads,
                                     types.MappingProxyType({p: values[p] for p in parameters
-                                                            if p in values})))
+                                                            if p in values}),
+                                    library_version=versions.get(profile.get("report_digest"))))
     return entries
 
 
@@ -191,7 +195,7 @@ def _versions(batches: Sequence[Mapping]) -> dict[str, object]:
             versions = report.get("versions", {})
             if "library" in versions:
                 libraries.setdefault(versions["library"], set()).add(
-                    versions.get("kerneltune", __version__))
+                    versions.get("library_version") or versions.get("kerneltune", __version__))
     return {"kerneltune": __version__,
             "kernel_libraries": {name: sorted(found)[-1] for name, found in
                                  sorted(libraries.items())}}

@@ -30,7 +30,7 @@ from .model import PROFILE_FORMAT, DeploymentProfile, Evidence, ProfileEntry, pr
 
 _ENTRY_FIELDS = ("key", "threads", "values")
 #: what an entry merged from several machines adds (see .merge)
-_OPTIONAL_FIELDS = ("evidence",)
+_OPTIONAL_FIELDS = ("evidence", "library_version")
 
 
 # --- writing and reading --------------------------------------------------------------------
@@ -111,7 +111,8 @@ def _entry(index: int, raw: object, path: str, problems: list[Problem],
                                     f"got {kind(raw)}", entry=_entry_label(within, index),
                                 file=path))
         return None
-    found = [Problem(str(name), "unknown field; expected key, threads, values (and evidence)")
+    found = [Problem(str(name), "unknown field; expected key, threads, values (and "
+                                       "evidence, library_version)")
              for name in raw if name not in _ENTRY_FIELDS + _OPTIONAL_FIELDS]
     found += [Problem(name, "missing") for name in _ENTRY_FIELDS if name not in raw]
     key = None
@@ -129,12 +130,16 @@ def _entry(index: int, raw: object, path: str, problems: list[Problem],
     values = raw.get("values", {})
     found += value_problems(values)
     evidence = _evidence(raw.get("evidence", {}), values, found)
+    version = raw.get("library_version")
+    if not (version is None or (isinstance(version, str) and version)):
+        found.append(Problem("library_version", f"expected a version string, got "
+                                                f"{kind(version)}"))
     if found:
         where = _entry_label(within, index, key)
         problems += [p.located(entry=where, file=path) for p in found]
         return None
     return ProfileEntry(key, (threads[0], threads[1]), types.MappingProxyType(dict(values)),
-                        types.MappingProxyType(evidence))
+                        types.MappingProxyType(evidence), version)
 
 
 def _evidence(raw: object, values: object, found: list[Problem]) -> dict[str, Evidence]:

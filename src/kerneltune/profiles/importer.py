@@ -61,7 +61,10 @@ class ProfileFileReport:
     ``not_applicable`` counts where the file's index gives their number;
     ``stale`` names entries of another tuning ABI; ``warnings`` say what may
     make a value wrong here without making it invalid (a BLAS library other
-    than the calibrating one's).
+    than the calibrating one's). ``not_installed`` counts, per kernel library
+    this process has not registered (not installed, or not selected), the
+    entries for this processor that wait for it (they count in
+    ``not_applicable`` too).
     """
 
     path: str
@@ -74,11 +77,14 @@ class ProfileFileReport:
     problems: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     unread: tuple[str, ...] = ()
+    not_installed: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {"path": self.path, "status": self.status, "name": self.name,
                 "digest": self.digest, "imported": self.imported,
-                "not_applicable": self.not_applicable, "unread": list(self.unread),
+                "not_applicable": self.not_applicable,
+                "not_installed": dict(sorted(self.not_installed.items())),
+                "unread": list(self.unread),
                 "stale": list(self.stale), "problems": list(self.problems),
                 "warnings": list(self.warnings)}
 
@@ -98,6 +104,15 @@ class ProfileImportReport:
     @property
     def problems(self) -> tuple[str, ...]:
         return tuple(p for f in self.files for p in f.problems)
+
+    @property
+    def not_installed(self) -> dict[str, int]:
+        """Entries for this processor per kernel library not registered here, over the files."""
+        counts: dict[str, int] = {}
+        for file in self.files:
+            for library, count in file.not_installed.items():
+                counts[library] = counts.get(library, 0) + count
+        return dict(sorted(counts.items()))
 
     def to_dict(self) -> dict[str, object]:
         return {"generation": self.generation, "files": [f.to_dict() for f in self.files]}
@@ -177,7 +192,9 @@ class _Registered:
             return True
         if not selector.matches_processor(processor):
             return False
-        if not row.implementations:  # a profile file's header says nothing of its entries
+        if not row.implementations or not set(row.libraries) <= self.libraries:
+            # a profile file's header says nothing of its entries; entries of a library
+            # not registered here are counted per library (``not_installed``)
             return True
         possible = [self.possible.get(library) for library in row.libraries]
         if any(known is not None and implementation not in known for known in possible
@@ -187,11 +204,12 @@ class _Registered:
                    for implementation in row.implementations)
 
     def classify(self, key: KernelTuningKey) -> tuple[str, str | None]:
-        """``("ok", None)``, ``("skip", why)``, ``("stale", why)`` or ``("bad", why)``."""
+        """``("ok", None)``, ``("skip", why)``, ``("stale", why)``, ``("bad", why)`` or
+        ``("absent", library)`` for a key of a library not registered here."""
         if key in self.keys:
             return "ok", None
         if key.library not in self.libraries:
-            return "skip", f"library {key.library} is not registered here"
+            return "absent", key.library
         abis = self.abis.get(key.without_abi)
         if abis:
             return "stale", (f"stale: tuning ABI {key.tuning_abi}; the registered schema has "
@@ -244,41 +262,49 @@ def _check_file(path: Path, known: _Registered, snapshot: TuningSnapshot,
                                  problems=tuple(map(str, read.problems))), []
     found, digest = read.profiles, read.digest
     unread = tuple(row.name for row in read.unread)
-    problems, stale, profiles = [], [], []
+    problems, stale, profiles, absent = [], [], [], {}
     skipped = sum(row.entries for row in read.unread)
     for profile in found:
         checked = check_entries(profile, known.classify, snapshot.schema)
         problems += checked.problems
         stale += checked.stale
         skipped += checked.skipped
+        for library, count in checked.absent.items():
+            absent[library] = absent.get(library, 0) + count
         profiles += _registered_profiles(profile, checked.passing)
     report = ProfileFileReport(
         str(path), "rejected" if problems else IMPORTED,
         ", ".join([p.name for p in found] + list(unread)) or None,
         digest, 0 if problems else len(profiles), skipped, tuple(stale), tuple(problems),
-        () if problems else tuple(w for p in found for w in _blas_warnings(p)), unread)
+        () if problems else tuple(w for p in found for w in _blas_warnings(p)), unread,
+        types.MappingProxyType(absent))
     return report, ([] if problems else profiles)
 
 
 @dataclass(frozen=True)
 class CheckedEntries:
-    """A profile's entries against the schemas: those that pass (with their index), the rest."""
+    """A profile's entries against the schemas: those that pass (with their index), the rest.
+
+    ``absent`` counts the entries skipped for a library not registered, per library."""
 
     passing: list[tuple[int, ProfileEntry]]
     problems: list[str]
     stale: list[str]
     skipped: int
+    absent: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def check_entries(profile: DeploymentProfile,
                   classify: Callable[[KernelTuningKey], tuple[str, str | None]],
                   schema: Callable[[KernelTuningKey], KernelTuningSchema]) -> CheckedEntries:
     """Every entry classified (``classify``) and validated whole by its ``schema(key)``."""
-    passing, problems, stale, skipped = [], [], [], 0
+    passing, problems, stale, skipped, absent = [], [], [], 0, {}
     for index, entry in enumerate(profile.entries):
         verdict, why = classify(entry.key)
-        if verdict == "skip":
+        if verdict in ("skip", "absent"):
             skipped += 1
+            if verdict == "absent":
+                absent[why] = absent.get(why, 0) + 1
             continue
         if verdict != "ok":
             where = _entry_place(profile, index, entry)
@@ -295,7 +321,7 @@ def check_entries(profile: DeploymentProfile,
                             for p in error.problems)
             continue
         passing.append((index, entry))
-    return CheckedEntries(passing, problems, stale, skipped)
+    return CheckedEntries(passing, problems, stale, skipped, absent)
 
 
 def _entry_place(profile: DeploymentProfile, index: int, entry: ProfileEntry) -> str:
@@ -317,12 +343,14 @@ def _registered_profiles(profile: DeploymentProfile, entries: Iterable[tuple[int
             low, high = entry.threads
             selector = selectors[entry.threads] = dataclasses.replace(
                 profile.selector, minimum_threads=low, maximum_threads=high)
-        # a merged entry's evidence is its own; the rest of the provenance is shared
+        # an entry's evidence and library version are its own; the rest is shared
+        own = {name: value for name, value in (("evidence", entry.evidence),
+                                               ("library_version", entry.library_version))
+               if value}
         registered.append(KernelTuningProfile(
             entry.key, entry.values, selector=selector, priority=profile.priority,
             name=profile.name, origin=f"{profile.place}, entry {index}",
-            provenance=types.MappingProxyType({**provenance, "evidence": entry.evidence})
-            if entry.evidence else provenance))
+            provenance=types.MappingProxyType({**provenance, **own}) if own else provenance))
     return registered
 
 

@@ -241,8 +241,9 @@ def _merged_entry(key: KernelTuningKey, threads: tuple[int, int],
                                           found.counted_out, found.compared, found.ratio,
                                           found.low, found.high)
                 values[name] = found.in_use
+    versions = [entry.library_version for entry in entries.values() if entry.library_version]
     return ProfileEntry(key, threads, types.MappingProxyType(values),
-                        types.MappingProxyType(evidence))
+                        types.MappingProxyType(evidence), max(versions, default=None))
 
 
 def _published(evidence: Evidence, entries: Mapping[str, ProfileEntry],

@@ -106,17 +106,21 @@ class ProfileEntry:
     """The values of one key for the thread counts ``threads[0]`` to ``threads[1]``.
 
     ``evidence`` says, per parameter, what decided an entry merged from several
-    machines (empty for one machine's).
+    machines (empty for one machine's); ``library_version`` is the version of the
+    key's kernel library that calibrated it (None where the report did not say).
     """
 
     key: KernelTuningKey
     threads: tuple[int, int]
     values: Mapping[str, TuningValue]
     evidence: Mapping[str, Evidence] = field(default_factory=dict)
+    library_version: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         document = {"key": self.key.to_dict(), "threads": list(self.threads),
                     "values": dict(sorted(self.values.items()))}
+        if self.library_version is not None:
+            document["library_version"] = self.library_version
         if self.evidence:
             document["evidence"] = {name: evidence.to_dict()
                                     for name, evidence in sorted(self.evidence.items())}

@@ -93,7 +93,8 @@ class KeyVerification:
     SHA-256; ``shipped`` holds its values that differ from the kernel's
     ``defaults`` (shown for the same parameters); ``measured`` says whether
     this run measured the key (one decided by an earlier run, or with nothing
-    to verify, was not).
+    to verify, was not); ``library_version`` is the version of the key's kernel
+    library the shipped values were calibrated with (None where the file does not say).
     """
 
     key: KernelTuningKey
@@ -104,11 +105,13 @@ class KeyVerification:
     shipped: Mapping[str, TuningValue]
     defaults: Mapping[str, TuningValue]
     measured: bool = False
+    library_version: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {"key": self.key.to_dict(), "outcome": self.outcome, "reason": self.reason,
                 "file": self.file, "digest": self.digest, "shipped": dict(self.shipped),
-                "defaults": dict(self.defaults), "measured": self.measured}
+                "defaults": dict(self.defaults), "measured": self.measured,
+                "library_version": self.library_version}
 
 
 @brief_repr
@@ -180,10 +183,11 @@ class _Candidate:
     digest: str
     shipped: Mapping[str, TuningValue]
     defaults: Mapping[str, TuningValue]
+    library_version: str | None = None
 
     def row(self, outcome: str, reason: str, measured: bool = False) -> KeyVerification:
         return KeyVerification(self.key, outcome, reason, self.file, self.digest, self.shipped,
-                               self.defaults, measured)
+                               self.defaults, measured, self.library_version)
 
 
 class _NoOrder(Exception):
@@ -301,7 +305,8 @@ def _candidates(snapshot: TuningSnapshot, execution: CpuExecutionDescriptor,
         changed = {name: value for name, value in resolution.values.items()
                    if defaults[name] != value}
         found.append(_Candidate(key, file, digests[file], types.MappingProxyType(changed),
-                                types.MappingProxyType({n: defaults[n] for n in changed})))
+                                types.MappingProxyType({n: defaults[n] for n in changed}),
+                                profile.provenance.get("library_version")))
     return found
 
 

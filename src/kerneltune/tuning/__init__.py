@@ -2,8 +2,10 @@
 
 Owns :class:`KernelTuningKey` and the schemas derived from typed configs
 (:mod:`.schema`), the element types' numpy dtypes (:mod:`.dtypes`), key filters
-(:mod:`.keyfilter`), what the registry holds and answers (:mod:`.resolution`), the
-registry and its immutable generations (:mod:`.registry`), and why each key
+(:mod:`.keyfilter`), the kernel libraries installed (:mod:`.libraries`), what
+the registry holds and answers (:mod:`.resolution`), its access counters
+(:mod:`.counters`), the registry and its immutable generations
+(:mod:`.registry`), and why each key
 resolves as it does (:mod:`.explanation`). May import :mod:`kerneltune.machine`,
 :mod:`kerneltune._support` and :mod:`kerneltune.errors`.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from .explanation import Explanation, KeyExplanation, explain
 from .keyfilter import KeyFilter
+from .libraries import KernelLibraryInfo, LibraryLoad, load_kernel_libraries
 from .registry import (
     KernelTuningRegistry,
     TuningSnapshot,
@@ -49,8 +52,10 @@ __all__ = [
     "KernelTuningProfile",
     "KernelTuningRegistry",
     "KernelTuningSchema",
+    "KernelLibraryInfo",
     "KeyExplanation",
     "KeyFilter",
+    "LibraryLoad",
     "RejectedCandidate",
     "Resolution",
     "TuningParameter",
@@ -58,6 +63,7 @@ __all__ = [
     "TuningSource",
     "TuningValue",
     "access_counts",
+    "load_kernel_libraries",
     "default_registry",
     "element_type_name",
     "element_type_number",

@@ -35,6 +35,7 @@ class KeyExplanation:
 
     ``evidence`` says, a line per parameter, what decided the values of an entry a
     bake merged from several machines' calibrations (see ``kerneltune.profiles.merge``).
+    ``library_version`` is the installed version of the key's kernel library.
     """
 
     key: KernelTuningKey
@@ -44,23 +45,30 @@ class KeyExplanation:
     evidence: tuple[str, ...] = ()
     #: the portable default of each changed parameter
     defaults: Mapping[str, TuningValue] = field(default_factory=dict)
+    library_version: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {**self.resolution.to_dict(), "changed": list(self.changed),
-                "defaults": dict(self.defaults), "warnings": list(self.warnings),
-                "evidence": list(self.evidence)}
+        return {**self.resolution.to_dict(), "library_version": self.library_version,
+                "changed": list(self.changed), "defaults": dict(self.defaults),
+                "warnings": list(self.warnings), "evidence": list(self.evidence)}
 
 
 @brief_repr
 @dataclass(frozen=True)
 class Explanation:
-    """What every selected key resolves to on ``execution``."""
+    """What every selected key resolves to on ``execution``.
+
+    ``not_installed`` counts, per kernel library not installed here, the entries the
+    deployment files hold for this machine (they wait for the library, unused).
+    """
 
     execution: CpuExecutionDescriptor
     keys: tuple[KeyExplanation, ...]
+    not_installed: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {"execution": self.execution.to_dict(), "keys": [k.to_dict() for k in self.keys]}
+        return {"execution": self.execution.to_dict(), "keys": [k.to_dict() for k in self.keys],
+                "not_installed": dict(sorted(self.not_installed.items()))}
 
     def summary(self) -> str:
         """One line: keys, those whose values differ from the defaults, candidates rejected,
@@ -94,6 +102,8 @@ class Explanation:
                       if candidate.reason not in _OTHER_KEYS]
             lines += [f"    warning: {warning}" for warning in row.warnings]
             lines += [f"    evidence: {line}" for line in row.evidence]
+        lines += [f"{count} entries of kernel library {library}: library not installed"
+                  for library, count in sorted(self.not_installed.items())]
         lines.append(self.summary())
         return "\n".join(lines)
 
@@ -118,7 +128,9 @@ def explain(
                      else _described(descriptor, threads))
     snapshot = registry.snapshot()
     chosen = sorted(keys if keys is not None else snapshot.keys(), key=_order)
-    return Explanation(execution, tuple(_row(snapshot, key, execution) for key in chosen))
+    return Explanation(execution, tuple(_row(snapshot, key, execution,
+                                             registry.library_version(key.library))
+                                        for key in chosen))
 
 
 def _order(key: KernelTuningKey) -> tuple:
@@ -134,8 +146,8 @@ def _described(descriptor: CpuDescriptor | str | os.PathLike[str],
     return CpuExecutionDescriptor(processor, count, frozenset(range(count)), cores)
 
 
-def _row(snapshot: TuningSnapshot, key: KernelTuningKey,
-         execution: CpuExecutionDescriptor) -> KeyExplanation:
+def _row(snapshot: TuningSnapshot, key: KernelTuningKey, execution: CpuExecutionDescriptor,
+         library_version: str | None) -> KeyExplanation:
     resolution = snapshot.resolve(key, execution)
     defaults = snapshot.schema(key).default_values()
     changed = tuple(name for name, value in resolution.values.items()
@@ -146,11 +158,21 @@ def _row(snapshot: TuningSnapshot, key: KernelTuningKey,
         profile = next((p for p in snapshot.profiles(key)
                         if p.digest == resolution.source.digest), None)
         if profile is not None:
-            warnings = _blas_warning(profile)
+            warnings = _blas_warning(profile) + _version_note(profile, library_version)
             found = (profile.provenance or {}).get("evidence") or {}
             evidence = tuple(f"{name}: {found[name].describe()}" for name in sorted(found))
     return KeyExplanation(key, resolution, changed, warnings, evidence,
-                          {name: defaults[name] for name in changed})
+                          {name: defaults[name] for name in changed}, library_version)
+
+
+def _version_note(profile: KernelTuningProfile, installed: str | None) -> tuple[str, ...]:
+    """A note when the values were calibrated with another version of the key's library: they
+    still apply (the tuning ABI, not the version, says whether they mean the same)."""
+    calibrated = (profile.provenance or {}).get("library_version")
+    if calibrated is None or installed is None or calibrated == installed:
+        return ()
+    return (f"calibrated with {profile.key.library} {calibrated}, {installed} installed "
+            f"(same tuning ABI {profile.key.tuning_abi}: the values apply)",)
 
 
 def _blas_warning(profile: KernelTuningProfile) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from ..errors import (
     UnknownKernelError,
 )
 from ..machine.selectors import CpuSelector, Tier, overlapping_pairs
+from .counters import Counters
 from .resolution import (
     AccessCounts,
     KernelTuningProfile,
@@ -38,48 +39,9 @@ from .schema import KernelTuningKey, KernelTuningSchema, TuningValue
 
 if TYPE_CHECKING:
     from ..machine.descriptor import CpuExecutionDescriptor
+    from .libraries import KernelLibraryInfo
 
 TUNING_MODES = ("resolved", "portable")
-
-
-class _Counters:
-    """Per-thread tallies summed on read.
-
-    Each thread only ever increments its own list, so counting takes no lock
-    on the resolution path and stays exact with any number of threads; the
-    lock only guards the list of tallies when a thread first counts.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._local = threading.local()
-        self._tallies: list[list[int]] = []
-
-    def _tally(self) -> list[int]:
-        try:
-            return self._local.tally
-        except AttributeError:
-            tally = self._local.tally = [0, 0, 0]
-            with self._lock:
-                self._tallies.append(tally)
-            return tally
-
-    def snapshot(self) -> None:
-        self._tally()[0] += 1
-
-    def lookup(self) -> None:
-        self._tally()[1] += 1
-
-    def resolution(self) -> None:
-        """A resolution is also a lookup of its key."""
-        tally = self._tally()
-        tally[1] += 1
-        tally[2] += 1
-
-    def read(self) -> AccessCounts:
-        with self._lock:
-            tallies = list(self._tallies)
-        return AccessCounts(*(sum(t[i] for t in tallies) for i in range(3)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,7 +144,7 @@ class TuningSnapshot:
     """One immutable registry generation. Resolution never sees a later publication."""
 
     def __init__(self, number: int, keys: Mapping[KernelTuningKey, _KeyState],
-                 counters: _Counters):
+                 counters: Counters):
         self.number = number
         self._keys = keys
         self._counters = counters
@@ -329,12 +291,13 @@ class KernelTuningRegistry:
 
     def __init__(self) -> None:
         self._write_lock = threading.Lock()
-        self._counters = _Counters()
+        self._counters = Counters()
         self._generation = TuningSnapshot(0, types.MappingProxyType({}), self._counters)
         self._callables_lock = threading.Lock()
         self._calibration_functions: dict[KernelTuningKey, Callable[..., Any]] = {}
         self._machine_probes: dict[tuple[str, str], Callable[..., Any]] = {}
         self._implementations: dict[str, frozenset[str]] = {}
+        self._libraries: dict[str, KernelLibraryInfo] = {}
 
     def snapshot(self) -> TuningSnapshot:
         self._counters.snapshot()
@@ -497,6 +460,44 @@ class KernelTuningRegistry:
         with self._callables_lock:
             return {aspect: probe for (owner, aspect), probe in self._machine_probes.items()
                     if owner == library}
+
+
+    def add_library(self, info: KernelLibraryInfo, staging: KernelTuningRegistry) -> None:
+        """Publish what a library registered in ``staging``, its registry of its own, in one
+        generation: its schemas (with any profiles), calibration functions, machine probes and
+        implementations. Refused whole when any of them is another library's, or a key or the
+        library is registered here already (see :mod:`.libraries`)."""
+        keys = staging._generation._keys
+        owners = {key.library for key in keys} | {owner for owner, _ in staging._machine_probes}
+        owners |= set(staging._implementations)
+        if owners - {info.name}:
+            raise KernelTuningError(f"library {info.name} registered for another library: "
+                                    f"{', '.join(sorted(owners - {info.name}))}")
+        with self._write_lock, self._callables_lock:
+            if info.name in self._libraries:
+                raise KernelTuningError(f"library {info.name} is already registered")
+            published = dict(self._generation._keys)
+            taken = sorted(map(str, published.keys() & keys.keys()))
+            if taken:
+                raise KernelTuningError(f"a tuning schema is already registered for {taken[0]}"
+                                        + (f" and {len(taken) - 1} more keys" if taken[1:]
+                                           else ""))
+            self._publish({**published, **keys})
+            self._calibration_functions.update(staging._calibration_functions)
+            self._machine_probes.update(staging._machine_probes)
+            self._implementations.update(staging._implementations)
+            self._libraries[info.name] = info
+
+    def libraries(self) -> dict[str, KernelLibraryInfo]:
+        """The libraries :meth:`add_library` published, by name (a copy)."""
+        with self._callables_lock:
+            return dict(self._libraries)
+
+    def library_version(self, library: str) -> str | None:
+        """The version of a published library; None for one registered key by key."""
+        with self._callables_lock:
+            info = self._libraries.get(library)
+        return None if info is None else info.version
 
 
 def _where(index: int, profile: KernelTuningProfile) -> str:
