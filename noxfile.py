@@ -24,8 +24,25 @@ nox.options.error_on_missing_interpreters = True
 
 
 VARIANTS_OPTION = "--variants"
+#: a kernel library (path or requirement) the calibrate and bake sessions install too
+WITH_OPTION = "--with"
 #: Tells tests/test_variants.py which variants a restricted build compiled (default: all).
 EXPECTED_VARIANTS_VARIABLE = "KERNELTUNE_TEST_EXPECTED_VARIANTS"
+
+
+def _taken(option: str, arguments: list[str]) -> tuple[list[str], list[str]]:
+    """Every value of ``option`` (``--option=VALUE`` or ``--option VALUE``, repeatable) taken
+    out of ``arguments``, and the arguments left."""
+    values, rest = [], []
+    remaining = iter(arguments)
+    for argument in remaining:
+        if argument == option:
+            values.append(next(remaining, ""))
+        elif argument.startswith(option + "="):
+            values.append(argument.partition("=")[2])
+        else:
+            rest.append(argument)
+    return values, rest
 
 
 def _variant_selection(session: nox.Session) -> tuple[str | None, list[str]]:
@@ -34,18 +51,24 @@ def _variant_selection(session: nox.Session) -> tuple[str | None, list[str]]:
     Returns the comma-separated list (None when absent) and the remaining arguments, which
     belong to pytest or to `python -m build`.
     """
-    variants, rest = None, []
-    arguments = iter(session.posargs)
-    for argument in arguments:
-        if argument == VARIANTS_OPTION:
-            variants = next(arguments, "")
-        elif argument.startswith(VARIANTS_OPTION + "="):
-            variants = argument.partition("=")[2]
-        else:
-            rest.append(argument)
+    given, rest = _taken(VARIANTS_OPTION, list(session.posargs))
+    variants = given[-1] if given else None
     if variants is not None and not variants.strip():
         session.error(f"{VARIANTS_OPTION} needs a comma-separated list, e.g. baseline")
     return variants, rest
+
+
+def _install_libraries(session: nox.Session, arguments: list[str]) -> list[str]:
+    """Install the kernel libraries `--with` names (a path or a requirement, repeatable) into
+    the session beside kerneltune, so the farm calibrates and bakes them too
+    (docs/libraries.md); the arguments left go to the command."""
+    libraries, rest = _taken(WITH_OPTION, arguments)
+    if any(not library.strip() for library in libraries):
+        session.error(f"{WITH_OPTION} needs a path or a requirement, e.g. "
+                      f"examples/kernel_library")
+    if libraries:
+        session.install(*libraries)
+    return rest
 
 
 def _config_settings(variants: str | None) -> list[str]:
@@ -140,13 +163,16 @@ def calibrate(session: nox.Session) -> None:
     it); keys withheld or stopped by a budget (exit status 3) keep the values in use, the
     profile of the others is written, and the next run measures those keys. OpenBLAS's
     threads sleep right after each call (OPENBLAS_THREAD_TIMEOUT=4 unless the environment
-    sets it). Other arguments go to `kerneltune calibrate`:
+    sets it). `--with PATH` installs another kernel library beside kerneltune (repeatable).
+    Other arguments go to `kerneltune calibrate`:
 
         nox -s calibrate -- --selector selectors/zen4.yaml
         nox -s calibrate -- --effort quick --kernel Add --output profiles/test.yaml
+        nox -s calibrate -- --with examples/kernel_library --library example
     """
     variants, arguments = _variant_selection(session)
     session.install(*_config_settings(variants), str(ROOT))
+    arguments = _install_libraries(session, arguments)
     # OpenBLAS's threads must not spin into the compiled kernels measured after a BLAS call
     # (docs/kernels.md); the value, read when numpy loads, is the one deployments should use
     timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4")
@@ -160,11 +186,14 @@ def calibrate(session: nox.Session) -> None:
 def bake(session: nox.Session) -> None:
     """Merge profiles into one checked, read-only deployment file, with its coverage.
 
-    The entries are checked against the kernel library's schemas, which every ISA variant
-    shares, so only the baseline variant is compiled. Arguments go to `kerneltune profiles
-    bake`:
+    The entries are checked against the kernel libraries' schemas, which every ISA variant
+    shares, so only the baseline variant is compiled; `--with PATH` installs another kernel
+    library whose entries the files hold (repeatable). Other arguments go to `kerneltune
+    profiles bake`:
 
         nox -s bake -- profiles/*.yaml --output build/deployment.yaml --require-complete
+        nox -s bake -- --with examples/kernel_library profiles/*.yaml --output d.yaml
     """
     session.install(*_config_settings("baseline"), str(ROOT))
-    session.run("kerneltune", "profiles", "bake", *session.posargs)
+    arguments = _install_libraries(session, list(session.posargs))
+    session.run("kerneltune", "profiles", "bake", *arguments)

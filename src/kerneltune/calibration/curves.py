@@ -179,8 +179,9 @@ class ReportCurves:
 
     def select(self, key: str | None = None, parameter: str | None = None, *,
                kernel: str | None = None, element_type: str | None = None,
-               threads: int | None = None, changed: bool = False) -> ReportCurves:
-        """The keys whose name contains ``key`` (case-insensitive), of ``kernel``,
+               threads: int | None = None, changed: bool = False,
+               library: str | None = None) -> ReportCurves:
+        """The keys whose name contains ``key`` (case-insensitive), of ``library``, ``kernel``,
         ``element_type`` and ``threads`` when given, and their decisions whose parameter
         contains ``parameter`` (``changed``: that changed the value in use); keys left
         without decisions drop out when the decisions are filtered."""
@@ -188,7 +189,8 @@ class ReportCurves:
         for entry in self.keys:
             if key is not None and key.lower() not in str(entry.key).lower():
                 continue
-            if (kernel is not None and entry.key.kernel.lower() != kernel.lower()
+            if (library is not None and entry.key.library != library
+                    or kernel is not None and entry.key.kernel.lower() != kernel.lower()
                     or element_type is not None
                     and entry.key.element_type_name != element_type.upper()
                     or threads is not None and entry.threads != threads):

@@ -20,6 +20,7 @@ from .common import (
     FAILURE,
     add_command,
     add_json,
+    add_library,
     add_option,
     add_threads,
     assignment,
@@ -134,8 +135,7 @@ def _set(args: argparse.Namespace) -> int:
     values = {name: parse_value(text) for name, text in args.values}
     report = set_kernel_tuning_parameters(
         args.kernel, args.element_type, values, args.implementation, args.abi, args.path,
-        load=False,
-        execution=current_execution(args.threads))
+        load=False, library=args.library, execution=current_execution(args.threads))
     _print(args, report, entries=(*report.added, *report.replaced))
     return 0 if report.status == "updated" else FAILURE
 
@@ -177,6 +177,7 @@ def register(commands: argparse._SubParsersAction) -> None:
          "kerneltune cache set --kernel Gemm --element-type FLOAT --threads 8 "
          "algorithm.tile_m=96"])
     setting.add_argument("--kernel", required=True, help="the kernel, e.g. Add or Gemm")
+    add_library(setting)
     add_option(setting, "--element-type", help="the element type, e.g. FLOAT (required)")
     add_option(setting, "--implementation",
                help="the implementation, when several are registered")

@@ -47,6 +47,7 @@ from .common import (
     UsageError,
     add_command,
     add_json,
+    add_library,
     add_option,
     positive_int,
     print_json,
@@ -105,6 +106,7 @@ def _matches(text: str, wanted: str | None) -> bool:
 def _entry_selected(args: argparse.Namespace, entry: ProfileEntry) -> bool:
     key, (low, high) = entry.key, entry.threads
     return (_matches(str(key), args.key)
+            and (args.library is None or key.library == args.library)
             and (args.kernel is None or key.kernel.lower() == args.kernel.lower())
             and (args.element_type is None
                  or key.element_type_name == args.element_type.upper())
@@ -155,11 +157,12 @@ def _report(args: argparse.Namespace) -> int:
     every = read_report_curves(args.file)
     curves = every.select(args.key, args.parameter, kernel=args.kernel,
                           element_type=args.element_type, threads=args.threads,
-                          changed=args.changed)
+                          changed=args.changed, library=args.library)
     if not curves.keys:
         given = (("--key", args.key), ("--parameter", args.parameter),
-                 ("--kernel", args.kernel), ("--element-type", args.element_type),
-                 ("--threads", args.threads), ("--changed", args.changed or None))
+                 ("--library", args.library), ("--kernel", args.kernel),
+                 ("--element-type", args.element_type), ("--threads", args.threads),
+                 ("--changed", args.changed or None))
         wanted = " and ".join(f"{name} {value!r}" if value is not True else name
                               for name, value in given if value is not None)
         raise UsageError(f"nothing in {args.file} matches {wanted}")
@@ -209,6 +212,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                                       "Gemm/x86_64_v4/FLOAT (case-insensitive)")
     report.add_argument("--parameter", help="only parameters whose name contains this, e.g. "
                                             "minimum_elements (case-insensitive)")
+    add_library(report)
     report.add_argument("--kernel", help="only this kernel's keys, e.g. Gemm")
     add_option(report, "--element-type", help="only keys of this element type, e.g. FLOAT")
     report.add_argument("--threads", type=positive_int,
