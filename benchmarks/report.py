@@ -230,7 +230,11 @@ def provenance(run: Mapping[str, Any]) -> str:
     environment = ", ".join(f"{name}={value}" for name, value in run["environment"].items())
     arguments = ", ".join(f"{name}={value}" for name, value in run["arguments"].items()
                           if value is not None)
-    return (f"kerneltune {software['kerneltune']} ({software['implementation']} variant), "
+    # results before kernel libraries were plugins name one implementation
+    variant = software.get("implementation") or ", ".join(
+        implementation for implementations in software.get("implementations", {}).values()
+        for implementation in implementations)
+    return (f"kerneltune {software['kerneltune']} ({variant or 'no'} variant), "
             f"commit `{commit}`{' with uncommitted changes' if source['dirty'] else ''}, "
             f"{run['date']}, {number(float(run['seconds']))} s; "
             f"{run['machine']['logical_cpus_available']} logical CPUs; "

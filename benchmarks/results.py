@@ -147,7 +147,7 @@ def software() -> dict[str, Any]:
     startup = kerneltune.startup_report()
     peers = {name: metadata.version(name) for module, name in PEERS.items()
              if module in sys.modules}
-    return {"kerneltune": kerneltune.__version__, "implementation": startup.implementation,
+    return {"kerneltune": kerneltune.__version__, "implementations": startup.implementations,
             "user_cache": startup.cache.status, "python": platform.python_version(),
             "peers": peers,
             "thread_pools": [{field: pool.get(field) for field in POOL_FIELDS}

@@ -469,7 +469,17 @@ def test_changed_shows_only_values_other_than_the_defaults_and_each_listing_a_su
 
 
 def test_profiles_import_changed_shows_what_the_file_changes(tmp_path):
-    done = run_kerneltune("profiles", "import", str(SHIPPED), "--changed", "--threads", "1")
+    """The shipped profile, bound to this processor and its ISA variant, whatever they are."""
+    from kerneltune.kernels.variants import selected_variant
+    from kerneltune.machine.selector_files import processor_selector
+
+    profile = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    profile["selector"] = processor_selector(get_cpu_descriptor()).selector.to_dict()
+    for entry in profile["entries"]:
+        entry["key"]["implementation"] = selected_variant()
+    here = tmp_path / "here.yaml"
+    here.write_text(json.dumps(profile), encoding="utf-8")
+    done = run_kerneltune("profiles", "import", str(here), "--changed", "--threads", "1")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     keys = [line for line in lines if line.startswith("kerneltune_cpu/")]

@@ -214,6 +214,22 @@ def test_a_library_that_conflicts_is_refused_and_changes_nothing(conflict):
     assert list(registry.libraries()) == ["lib"]
 
 
+def test_a_cache_entry_records_its_library_version(tmp_path):
+    from conftest import execution
+    from kerneltune import __version__
+    from kerneltune.cache import inspect_kernel_tuning_cache, update_kernel_tuning_cache
+    from kerneltune.tuning.resolution import KernelTuningProfile
+
+    key = KernelTuningKey("lib", "A", "plain", "FLOAT")
+    registry = KernelTuningRegistry()
+    registry.add_library(*_library("lib", key))
+    profile = KernelTuningProfile(key, {"parallel.minimum_elements": 4096},
+                                  execution=execution())
+    update_kernel_tuning_cache([profile], tmp_path / "cache.yaml", registry=registry)
+    (entry,) = inspect_kernel_tuning_cache(tmp_path / "cache.yaml").entries
+    assert dict(entry.versions) == {"kerneltune": __version__, "library": "1.0"}
+
+
 def test_an_entry_point_that_returns_no_info_or_another_name_fails_alone():
     from importlib.metadata import EntryPoint
 

@@ -21,7 +21,7 @@ with warnings.catch_warnings(record=True) as caught:
     import kerneltune
 report = kerneltune.startup_report()
 print(json.dumps({
-    "problems": list(report.problems), "implementation": report.implementation,
+    "problems": list(report.problems), "implementations": report.implementations,
     "profiles": None if report.profiles is None else
                 [[f.path, f.status] for f in report.profiles.files],
     "warnings": [[w.category.__name__, str(w.message), issubclass(
@@ -57,7 +57,7 @@ def test_an_unknown_isa_variant_is_one_warning_naming_the_variable_and_the_insta
     assert "KERNELTUNE_ISA=no_such_variant" in done.stderr
     assert all(variant in done.stderr for variant in installed_variants())
     report = report_of(KERNELTUNE_ISA="no_such_variant")
-    assert report["implementation"] is None and len(report["problems"]) == 1
+    assert report["implementations"] == {} and len(report["problems"]) == 1
     (category, message, subclass), = report["warnings"]
     assert category == CATEGORY and subclass and report["problems"][0] in message
 
