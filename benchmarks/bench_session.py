@@ -1,38 +1,65 @@
-"""RuntimeSession against onnxruntime's CPU provider on single-node models.
+"""RuntimeSession against onnxruntime's CPU provider on single-node models, per ISA variant.
 
-Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements, and Gemm at 64,
-256 and 1024 squared, each run through a kerneltune RuntimeSession and an
-onnxruntime InferenceSession with the same intra-op thread count, in
-interleaved rounds; the figure is the median time per run. Two thread pools
-share this process on a small machine, so onnxruntime's threads do not spin
-after a run (``allow_spinning=0``): spinning, they would hold the core
-kerneltune's OpenMP thread needs next. The ratio is
-onnxruntime's time over ours (above 1: we are faster).
+Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements, Gemm and MatMul at 64,
+256 and 1024 squared. For each thread count (``--threads``, 1 and 2 by default) each
+runtime times every model in a fresh process of its own, as its users run it: a
+kerneltune ``RuntimeSession(model, threads=t)`` on the ISA variant ``--variant`` names
+(``KERNELTUNE_ISA``; by default the one this processor selects), and an onnxruntime
+``InferenceSession`` with ``intra_op_num_threads=t`` and otherwise its default options
+(graph optimisations on, intra-op threads spinning). ``ratio`` is onnxruntime's median
+time per run over kerneltune's (above 1: kerneltune is faster); it is the headline.
+``same_process_ratio`` is the same from a third process that holds both runtimes and
+times them in interleaved rounds, onnxruntime's threads not spinning
+(``allow_spinning=0``, :func:`onnxruntime_session`): spinning, they would hold the core
+kerneltune's thread needs next. Every model's outputs are checked against
+onnxruntime's there.
 
-Also the session's own cost: a one-node model's ``run`` against a direct call
-of the same prepared kernel on the same input, and what contention adds to it
-(the check every run makes for a due reading, and one reading).
+Also the session's own cost, in kerneltune's process on 2 threads: a one-node model's
+``run`` against a direct call of the same prepared kernel, and what contention adds (the
+check every run makes for a due reading, and one reading).
 
-    python benchmarks/bench_session.py [--threads 2] [--rounds 15] [--quick]
+Targets, per variant and thread count: every elementwise model from 1e5 elements up at
+least 1.0x onnxruntime, Gemm and MatMul at least 1.0x at every size, the geometric mean
+over the models at least 1.3x; the session's overhead at most 2 µs.
+
+``--all-variants`` runs this script once per ISA variant this machine can execute, each
+in a process of its own with ``--variant`` and the other arguments. The figures of the
+variant this processor picks are the machine's (``bench_session``); every other
+variant's go to a results file of their own (``bench_session-<variant>``).
+
+    python benchmarks/bench_session.py [--threads 1 --threads 2] [--rounds 15] [--quick]
+        [--variant NAME | --all-variants]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import subprocess
 import sys
 
 import numpy as np
-import onnxruntime
-from bench_kernels import report, timed
 from onnx import TensorProto, helper
-from results import Recorder, add_arguments
-
-from kerneltune.runtime import Contention, RuntimeSession
+from results import (
+    Recorder,
+    add_arguments,
+    add_variant_arguments,
+    each_variant,
+    in_variant,
+    timed,
+    variant_mode,
+)
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
-GEMM_SIZES = (64, 256, 1024)
+PRODUCT_SIZES = (64, 256, 1024)
 OVERHEAD_TARGET_US = 2.0
+#: per variant and thread count: each elementwise model from ELEMENTWISE_FROM elements up,
+#: each product, and the geometric mean, onnxruntime / kerneltune
+ELEMENTWISE_FROM = 100_000
+CASE_TARGET, GEOMEAN_TARGET = 1.0, 1.3
+RUNTIMES = ("kerneltune", "onnxruntime", "same-process")
 
 
 def single_node(op: str, shapes: list[tuple[int, ...]], output: tuple[int, ...]):
@@ -45,89 +72,177 @@ def single_node(op: str, shapes: list[tuple[int, ...]], output: tuple[int, ...])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def onnxruntime_session(model, threads: int):
+def onnxruntime_session(model, threads: int, spinning: bool = False):
+    """onnxruntime on ``threads`` intra-op threads; not spinning unless asked, for a process
+    it shares with kerneltune (its spinning threads would hold the cores kerneltune needs)."""
+    import onnxruntime
+
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    # Both runtimes live in this process: onnxruntime's threads spinning after a run would
-    # hold the core kerneltune's OpenMP thread needs (a stall of a scheduler time slice).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not spinning:
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(model.SerializeToString(), options,
                                         providers=["CPUExecutionProvider"])
 
 
 def cases(quick: bool):
+    """(model, size label, input shapes, output shape) of every single-node model."""
     for op, arity in (("Abs", 1), ("Add", 2), ("Tanh", 1), ("Sigmoid", 1)):
         for size in SIZES[:-1] if quick else SIZES:
-            yield op, f"{size}", [(size,)] * arity, (size,)
-    for n in GEMM_SIZES:
-        yield "Gemm", f"{n}^3", [(n, n), (n, n)], (n, n)
+            yield op, size, [(size,)] * arity, (size,)
+    for op in ("Gemm", "MatMul"):
+        for n in PRODUCT_SIZES:
+            yield op, n, [(n, n), (n, n)], (n, n)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--quick", action="store_true", help="sizes up to 1e6 only")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    recorder = Recorder(__file__, args)
-    recorder.table("models", "single-node FLOAT models; ratio: onnxruntime / kerneltune")
+def feeds(shapes: list[tuple[int, ...]]) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    ratios, misses = [], []
-    print(f"{'model':8} {'size':>10} {'ort us':>10} {'kerneltune us':>14} {'ort / kt':>9}")
-    for op, label, shapes, output in cases(args.quick):
-        model = single_node(op, shapes, output)
-        ours = RuntimeSession(model, threads=args.threads)
-        theirs = onnxruntime_session(model, args.threads)
-        feed = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
-        np.testing.assert_allclose(ours.run(None, feed)[0], theirs.run(None, feed)[0],
-                                   rtol=1e-4, atol=1e-4)
-        times = timed({"ort": lambda s=theirs, f=feed: s.run(None, f),
-                       "ours": lambda s=ours, f=feed: s.run(None, f)}, args.rounds)
-        ratio = times["ort"] / times["ours"]
-        ratios.append(ratio)
-        print(f"{op:8} {label:>10} {times['ort'] * 1e6:>10.1f} {times['ours'] * 1e6:>14.1f} "
-              f"{ratio:>9.2f}")
-        recorder.row("models", model=op, size=label, onnxruntime_us=times["ort"] * 1e6,
-                     kerneltune_us=times["ours"] * 1e6, ratio=ratio)
-        elements = math.prod(output)
-        if elements >= 1_000_000 and op != "Gemm" and not recorder.target(
-                "elementwise models at >= 1e6 elements, onnxruntime / kerneltune", ratio, ">=",
-                1.0, f"{op} {label}"):
-            misses.append(f"{op} at {label}: {ratio:.2f}x onnxruntime (target >= 1.0)")
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    print(f"geometric mean ort / kerneltune: {geomean:.2f} (target >= 0.9)")
-    recorder.figure("geomean_ratio", geomean)
-    if not recorder.target("geometric mean, onnxruntime / kerneltune", geomean, ">=", 0.9):
-        misses.append(f"geometric mean {geomean:.2f}x onnxruntime (target >= 0.9)")
+    return {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
 
-    model = single_node("Abs", [(1000,)], (1000,))
-    session = RuntimeSession(model, threads=args.threads)
+
+# -- the processes that time -------------------------------------------------------------------
+
+def child(runtime: str, threads: int, rounds: int, quick: bool) -> None:
+    """One fresh process: a JSON row per model, median microseconds per run."""
+    for op, size, shapes, output in cases(quick):
+        model, feed = single_node(op, shapes, output), feeds(shapes)
+        if runtime == "onnxruntime":
+            contenders = {"onnxruntime": onnxruntime_session(model, threads, spinning=True)}
+        else:
+            from kerneltune.runtime import RuntimeSession
+
+            contenders = {"kerneltune": RuntimeSession(model, threads=threads)}
+            if runtime == "same-process":
+                contenders["onnxruntime"] = onnxruntime_session(model, threads)
+                np.testing.assert_allclose(contenders["kerneltune"].run(None, feed)[0],
+                                           contenders["onnxruntime"].run(None, feed)[0],
+                                           rtol=1e-4, atol=1e-4, err_msg=f"{op} {size}")
+        times = timed({name: lambda s=s, f=feed: s.run(None, f)
+                       for name, s in contenders.items()},
+                      rounds)
+        prefix = "same_" if runtime == "same-process" else ""
+        print(json.dumps({"model": op, "size": size,
+                          **{f"{prefix}{name}_us": t * 1e6 for name, t in times.items()}}),
+              flush=True)
+    if runtime == "kerneltune" and threads == 2:
+        print(json.dumps({"overhead": overhead(threads, rounds)}), flush=True)
+
+
+def overhead(threads: int, rounds: int) -> dict[str, float]:
+    """The session's own cost over the bare kernel call, and contention's."""
+    from kerneltune.runtime import Contention, RuntimeSession
+
+    session = RuntimeSession(single_node("Abs", [(1000,)], (1000,)), threads=threads)
     prepared = session._steps[0][0]
-    x = rng.standard_normal(1000).astype(np.float32)
+    x = feeds([(1000,)])["x0"]
     reading = Contention(interval=0)
     waiting = Contention()
     waiting.next_reading = 1 << 62
     times = timed({"bare": lambda: prepared(x), "session": lambda: session.run(None, {"x0": x}),
-                   "reading": lambda: (reading.start(args.threads), reading.finish()),
+                   "reading": lambda: (reading.start(threads), reading.finish()),
                    # the test every run makes for a due reading, as session.run writes it
                    "check": lambda c=waiting: c.fewer or c.clock() >= c.next_reading,
-                   "nothing": lambda: None}, args.rounds)
-    overhead = (times["session"] - times["bare"]) * 1e6
-    check = (times["check"] - times["nothing"]) * 1e6
-    recorder.figure("contention_check_us", check)
-    recorder.figure("contention_reading_us", times["reading"] * 1e6)
-    print(f"contention: {check:.2f} us per run, {times['reading'] * 1e6:.1f} us per reading "
-          f"(one run in 10 ms)")
-    print(f"session overhead over the bare kernel call (Abs, 1000): {overhead:.2f} us "
-          f"(target <= {OVERHEAD_TARGET_US})")
-    recorder.figure("overhead_us", overhead)
-    if not recorder.target("session overhead over the bare kernel call, Abs 1000 (us)", overhead,
-                           "<=", OVERHEAD_TARGET_US):
-        misses.append(f"session overhead {overhead:.2f} us (target {OVERHEAD_TARGET_US} us)")
+                   "nothing": lambda: None}, rounds)
+    return {"overhead_us": (times["session"] - times["bare"]) * 1e6,
+            "contention_check_us": (times["check"] - times["nothing"]) * 1e6,
+            "contention_reading_us": times["reading"] * 1e6}
+
+
+def run_child(runtime: str, threads: int, args: argparse.Namespace, variant: str) -> list[dict]:
+    """:func:`child` in a fresh process; kerneltune's run the variant given."""
+    environment = {**os.environ, "KERNELTUNE_ISA": variant}
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", runtime, "--threads", str(threads),
+         "--rounds", str(args.rounds), *(["--quick"] if args.quick else [])],
+        env=environment, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.stderr.write(done.stderr)
+        raise SystemExit(f"the {runtime} process on {threads} threads failed")
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, action="append",
+                        help="a thread count (repeatable; default 1 and 2)")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--quick", action="store_true", help="sizes up to 1e6 only")
+    add_variant_arguments(parser)
+    parser.add_argument("--child", choices=RUNTIMES, help=argparse.SUPPRESS)
+    add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.threads[0], args.rounds, args.quick)
+        return 0
+    if args.all_variants:
+        return each_variant(__file__, argv)
+    args.variant = in_variant(args.variant)
+    recorder = Recorder(__file__, args, mode=variant_mode(args.variant))
+    recorder.table("models", "single-node FLOAT models; ratio: onnxruntime / kerneltune, each "
+                             "in a process of its own (onnxruntime with its default options); "
+                             "same_process_ratio: both in one process, onnxruntime not "
+                             "spinning")
+    misses = []
+    for threads in args.threads or [1, 2]:
+        measured: dict[tuple, dict] = {}
+        extra: dict[str, float] = {}
+        for runtime in RUNTIMES:
+            for row in run_child(runtime, threads, args, args.variant):
+                if "overhead" in row:
+                    extra = row["overhead"]
+                    continue
+                measured.setdefault((row.pop("model"), row.pop("size")), {}).update(row)
+        misses += _judged(recorder, args.variant, threads, measured)
+        for name, value in extra.items():
+            recorder.figure(name, value)
+        if extra:
+            print(f"session overhead over the bare kernel call (Abs, 1000): "
+                  f"{extra['overhead_us']:.2f} us; contention: {extra['contention_check_us']:.2f}"
+                  f" us per run, {extra['contention_reading_us']:.1f} us per reading")
+            if not recorder.target("session overhead over the bare kernel call, Abs 1000 (us)",
+                                   extra["overhead_us"], "<=", OVERHEAD_TARGET_US):
+                misses.append(f"session overhead {extra['overhead_us']:.2f} us")
     recorder.finish()
-    return report(misses)
+    for miss in misses:
+        print(f"missed: {miss}")
+    return 1 if misses else 0
+
+
+def _judged(recorder: Recorder, variant: str, threads: int, measured: dict) -> list[str]:
+    """Record one thread count's rows, figures and targets; the misses."""
+    print(f"{variant}, {threads} threads")
+    print(f"{'model':8} {'size':>10} {'ort us':>10} {'kt us':>10} {'ort / kt':>9} "
+          f"{'same process':>13}")
+    ratios, misses = [], []
+    for (model, size), row in measured.items():
+        ratio = row["onnxruntime_us"] / row["kerneltune_us"]
+        same = row["same_onnxruntime_us"] / row["same_kerneltune_us"]
+        ratios.append(ratio)
+        print(f"{model:8} {size:>10} {row['onnxruntime_us']:>10.1f} {row['kerneltune_us']:>10.1f} "
+              f"{ratio:>9.2f} {same:>13.2f}")
+        recorder.row("models", model=model, size=size, threads=threads,
+                     onnxruntime_us=row["onnxruntime_us"], kerneltune_us=row["kerneltune_us"],
+                     ratio=ratio, same_process_ratio=same)
+        product = model in ("Gemm", "MatMul")
+        if (product or size >= ELEMENTWISE_FROM) and not recorder.target(
+                f"{'products' if product else 'elementwise from 1e5 elements'}, onnxruntime / "
+                f"kerneltune, {threads} threads", ratio, ">=", CASE_TARGET, f"{model} {size}"):
+            misses.append(f"{model} {size} on {threads} threads: {ratio:.2f}x")
+    mean = geomean(ratios)
+    print(f"geometric mean onnxruntime / kerneltune: {mean:.2f} (target >= {GEOMEAN_TARGET})")
+    recorder.figure("geomean_ratio" if threads == 2 else f"geomean_ratio_{threads}_threads", mean)
+    if not recorder.target(f"geometric mean, onnxruntime / kerneltune, {threads} threads", mean,
+                           ">=", GEOMEAN_TARGET):
+        misses.append(f"geometric mean on {threads} threads: {mean:.2f}x")
+    return misses
 
 
 if __name__ == "__main__":

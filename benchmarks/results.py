@@ -43,8 +43,10 @@ from typing import Any
 FORMAT = "kerneltune-benchmark-results"
 SCHEMA_VERSION = 1
 FOLDER = Path(__file__).resolve().parent / "results"
-#: variables that change how the peers' and our thread pools behave
-ENVIRONMENT_PREFIXES = ("OMP_", "GOMP_", "OPENBLAS_")
+#: variables that change how the peers' and our thread pools behave, and our ISA variant
+ENVIRONMENT_PREFIXES = ("OMP_", "GOMP_", "OPENBLAS_", "KERNELTUNE_ISA")
+#: the variable that forces kerneltune's ISA variant
+VARIANT_VARIABLE = "KERNELTUNE_ISA"
 #: peer module -> its distribution, recorded when the benchmark imported it
 PEERS = {"numpy": "numpy", "onnxruntime": "onnxruntime", "onnx": "onnx", "yaml": "PyYAML"}
 #: what threadpoolctl reports of a library, without its file path (a machine path)
@@ -61,6 +63,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures to FILE")
     parser.add_argument("--save", action="store_true",
                         help="write them to benchmarks/results/<benchmark>-<machine>.json")
+
+
+def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--variant NAME`` and ``--all-variants``, the same in every benchmark that has them."""
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--variant", help=f"kerneltune's ISA variant ({VARIANT_VARIABLE}); a "
+                                          f"results file of its own")
+    chosen.add_argument("--all-variants", action="store_true",
+                        help="every variant this machine executes, each in a process of its "
+                             "own")
+
+
+def in_variant(variant: str | None) -> str:
+    """Start this script again with ``KERNELTUNE_ISA=variant`` unless the environment says so
+    (kerneltune picks its variant when imported, and the results describe this process);
+    the variant this process runs."""
+    if variant is not None and os.environ.get(VARIANT_VARIABLE) != variant:
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, VARIANT_VARIABLE: variant})
+    return variant or os.environ.get(VARIANT_VARIABLE) or own_variant()
+
+
+def runnable_variants() -> list[str]:
+    """The installed ISA variants this processor executes, most portable first."""
+    from kerneltune.errors import KernelTuningError
+    from kerneltune.kernels.variants import installed_variants, select_variant
+    from kerneltune.machine.detect import detect_cpu_descriptor
+
+    runnable = []
+    for variant in installed_variants():
+        try:
+            select_variant(detect_cpu_descriptor(), available=[variant], forced=variant)
+        except KernelTuningError:  # it would die of an illegal instruction here
+            continue
+        runnable.append(variant)
+    return runnable
+
+
+def own_variant() -> str:
+    """The variant kerneltune picks on this processor when nothing forces one."""
+    from kerneltune.kernels.variants import select_variant
+    from kerneltune.machine.detect import detect_cpu_descriptor
+
+    return select_variant(detect_cpu_descriptor())
+
+
+def variant_mode(variant: str) -> str | None:
+    """A results file's mode for a run on ``variant``: none for the processor's own variant
+    (the figures of this machine), the variant's name for any other."""
+    return None if variant == own_variant() else variant
+
+
+def each_variant(script: str, argv: list[str]) -> int:
+    """``script`` with ``argv`` (less ``--all-variants``) once per runnable variant, each in a
+    process of its own; the worst exit status."""
+    status = 0
+    for variant in runnable_variants():
+        print(f"== {variant}", flush=True)
+        status = max(status, subprocess.run(
+            [sys.executable, script, *(a for a in argv if a != "--all-variants"),
+             "--variant", variant], check=False).returncode)
+    return status
 
 
 def quiet_openblas() -> None:
