@@ -19,7 +19,13 @@ we are faster. "serial" is the kernel's forced serial path; "2 threads" is
 the kernel as a session would run it with a 2-thread budget and the portable
 default thresholds. numpy has no sigmoid: its peer is ``1 / (1 + exp(-x))``.
 
-    python benchmarks/bench_kernels.py [--rounds 15] [--quick]
+``--variant NAME`` runs kerneltune's ISA variant NAME (``KERNELTUNE_ISA``);
+``--all-variants`` runs this script once per variant this machine executes, each in a
+process of its own. The figures of the variant this processor picks are the machine's
+(``bench_kernels``); every other variant's go to a results file of their own
+(``bench_kernels-<variant>``).
+
+    python benchmarks/bench_kernels.py [--rounds 15] [--quick] [--variant NAME | --all-variants]
 """
 
 from __future__ import annotations
@@ -29,7 +35,15 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
-from results import Recorder, add_arguments, timed
+from results import (
+    Recorder,
+    add_arguments,
+    add_variant_arguments,
+    each_variant,
+    in_variant,
+    timed,
+    variant_mode,
+)
 
 from kerneltune.kernels import catalog, library
 from kerneltune.tuning.dtypes import FLOATING, NUMPY_DTYPES
@@ -344,9 +358,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per figure")
     parser.add_argument("--quick", action="store_true", help="sizes up to 1e6 only")
     parser.add_argument("--skip-gemm", action="store_true")
+    add_variant_arguments(parser)
     add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    recorder = Recorder(__file__, args)
+    if args.all_variants:
+        return each_variant(__file__, argv)
+    # a process whose variant is not the one asked for starts again (kerneltune, imported
+    # above, picked its variant then)
+    args.variant = in_variant(args.variant)
+    recorder = Recorder(__file__, args, mode=variant_mode(args.variant))
     print(f"kerneltune variant: {library()['Abs'].implementation}")
     misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES, recorder)
     misses += other_types(args.rounds, recorder)
