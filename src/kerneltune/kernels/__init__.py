@@ -44,6 +44,7 @@ __all__ = [
     "register",
     "register_library",
     "set_output_pool_limit",
+    "unary_functions",
 ]
 
 _BOOL = element_type_number("BOOL")
@@ -63,6 +64,18 @@ def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object
         if element_type in functions:
             functions[element_type] = _on_bits(functions[element_type])
     return functions
+
+
+def unary_functions(name: str, implementation: str) -> dict[str, tuple[str, ...]]:
+    """``catalog.UNARY``'s functions of an operator with ``catalog.VARIANT_UNARY``'s for the
+    variant ``implementation`` in their place."""
+    table = dict(catalog.UNARY[name])
+    for function, (variants, element_types) in catalog.VARIANT_UNARY.get(name, {}).items():
+        if implementation in variants:
+            table = {other: tuple(t for t in types if t not in element_types)
+                     for other, types in table.items()}
+            table[function] = element_types
+    return {function: types for function, types in table.items() if types}
 
 
 def _by_element_type(grains: Mapping[int, tuple[str, ...]]) -> dict[int, int]:
@@ -91,8 +104,10 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
     implementation = implementation or selected_variant()
     unary, binary = load_module("unary", implementation), load_module("binary", implementation)
     kernels: dict[str, Kernel] = {
-        name: UnaryKernel(name, implementation, _functions(unary, table), grains=_grains(name))
-        for name, table in catalog.UNARY.items()
+        name: UnaryKernel(name, implementation,
+                          _functions(unary, unary_functions(name, implementation)),
+                          grains=_grains(name))
+        for name in catalog.UNARY
     }
     # Pow also takes exponents of other types than its base's
     kinds = {"Pow": functools.partial(PowKernel, wide=_functions(binary, catalog.POW_WIDE))}
