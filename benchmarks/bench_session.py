@@ -27,8 +27,7 @@ in a process of its own with ``--variant`` and the other arguments. The figures 
 variant this processor picks are the machine's (``bench_session``); every other
 variant's go to a results file of their own (``bench_session-<variant>``).
 
-    python benchmarks/bench_session.py [--threads 1 --threads 2] [--rounds 15] [--quick]
-        [--variant NAME | --all-variants]
+    python benchmarks/bench_session.py [--threads N] [--quick] [--variant V | --all-variants]
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 from conftest import host_can_run
 from kerneltune.errors import TuningValidationError, UnknownKernelError
-from kerneltune.kernels import catalog, library
+from kerneltune.kernels import catalog, library, unary_functions
 from kerneltune.kernels.variants import installed_variants, load_module
 from kerneltune.tuning.schema import element_type_name, element_type_number
 
@@ -170,8 +170,12 @@ def test_unary_against_numpy(name, element_type):
         else:
             expected = reference(x)
     assert out.dtype == expected.dtype
-    if name in TRANSCENDENTAL:
-        assert ulps(out, expected) <= (1 if dtype in HALVES else 2)
+    if name in TRANSCENDENTAL and dtype in HALVES:
+        assert ulps(out, expected) <= 1
+    elif name in TRANSCENDENTAL:  # the bound of the function this variant runs, else 2
+        function, = (function for function, types in unary_functions(
+            name, LIBRARY[name].implementation).items() if element_type in types)
+        assert ulps(out, expected) <= FLOAT_TANH.get(function, 2)
     else:
         np.testing.assert_array_equal(out, expected)
 
@@ -193,17 +197,22 @@ def test_16_bit_abs_and_neg_touch_only_the_sign_bit_of_every_pattern(element_typ
             assert_same_bits(out, reference[-out.size:].view(x.dtype))
 
 
+#: the float tanh functions and the ulps each is within, on every variant
+FLOAT_TANH = {"tanhf": 1, "tanhf_rational": 6}
+
+
 @pytest.mark.parametrize("variant", installed_variants())
-def test_float_tanh_is_within_one_ulp_everywhere(variant):
+@pytest.mark.parametrize(("function", "bound"), FLOAT_TANH.items())
+def test_float_tanh_is_within_its_ulps_everywhere(variant, function, bound):
     """A sample of every float32 binade, both signs, each variant this host runs.
 
-    Float tanh is two rational approximations of kerneltune's own, so the sample
-    of the test above is not enough: this is dense where they meet (1.0) and
+    Float tanh is rational approximations of kerneltune's own, so the sample
+    of the test above is not enough: this is dense where two of them meet (1.0) and
     where tanh rounds to 1 (about 9.01), and reaches every exponent elsewhere.
     """
     if not host_can_run(variant):
         pytest.skip(f"this host cannot run {variant}")
-    tanhf = load_module("unary", variant).tanhf
+    tanhf = getattr(load_module("unary", variant), function)
     every_float = np.arange(0, 0x7F800001, 4099, dtype=np.int64)
     near_the_seams = np.concatenate([np.arange(bits - 50_000, bits + 50_000) for bits in (
         np.float32(1.0).view(np.int32), np.float32(9.01).view(np.int32))])
@@ -218,7 +227,7 @@ def test_float_tanh_is_within_one_ulp_everywhere(variant):
     for threads in (1, 2):
         out = np.empty_like(x)
         assert tanhf(x, out, threads) == threads
-        assert ulps(out, expected) <= 1
+        assert ulps(out, expected) <= bound
         assert np.array_equal(np.signbit(out[x == 0]), np.signbit(x[x == 0]))
         assert np.array_equal(np.isnan(out), np.isnan(x))
 
@@ -599,3 +608,19 @@ def test_broadcasting_matches_numpy_for_any_shapes(shapes, seed):
         "parallel.minimum_elements": 1, "parallel.broadcast_minimum_elements": 1}), threads=3)
     assert_same_bits(sub.run(a, b), np.subtract(a, b))
     assert_same_bits(sub.run_serial(a, b), np.subtract(a, b))
+
+
+def test_each_variant_runs_the_float_tanh_the_catalog_gives_it():
+    assert unary_functions("Tanh", "x86_64_v4") == dict(catalog.UNARY["Tanh"])
+    assert unary_functions("Abs", "x86_64_v3") == dict(catalog.UNARY["Abs"])
+    for variant in ("baseline", "x86_64_v3"):
+        assert unary_functions("Tanh", variant) == {"tanh": ("DOUBLE",),
+                                                    "tanhf_rational": ("FLOAT",)}
+    x = np.linspace(-10, 10, 100_003, dtype=np.float32)
+    for variant in filter(host_can_run, installed_variants()):
+        function = "tanhf" if variant == "x86_64_v4" else "tanhf_rational"
+        expected = np.empty_like(x)
+        getattr(load_module("unary", variant), function)(x, expected, 1)
+        kernel = library(variant)["Tanh"]
+        assert_same_bits(kernel.run([x], threads=1), expected)
+        assert_same_bits(kernel.run([x], threads=2), expected)

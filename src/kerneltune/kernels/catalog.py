@@ -35,7 +35,7 @@ UNARY = {
 #: operator -> {function: (ISA variants, element types)}: where a variant runs another
 #: function than ``UNARY``'s on those types, chosen by measurement against onnxruntime on
 #: each variant (docs/kernels.md, Formulations per variant). Float tanh by one rational
-#: (``tanhf_rational``, within 5 ulp) instead of two (within 1 ulp): on AVX-512 the two
+#: (``tanhf_rational``, within 6 ulp) instead of two (within 1 ulp): on AVX-512 the two
 #: are fast enough to keep the accuracy; on AVX2 and SSE2 they are not.
 VARIANT_UNARY = {"Tanh": {"tanhf_rational": (("baseline", "x86_64_v3"), ("FLOAT",))}}
 
