@@ -158,3 +158,19 @@ def test_a_view_of_a_batched_matmul_output_keeps_its_block():
     fresh[...] = -1
     assert not np.shares_memory(fresh, row)
     assert (row == 16).all()
+
+
+def test_a_recycled_output_starts_where_its_input_does_within_a_cache_line():
+    from kerneltune._support.aligned import aligned_empty
+
+    count = LARGE
+    storage = aligned_empty((count + 16,), np.float32)
+    for start in (0, 1, 4, 15):
+        x = storage[start:start + count]
+        out = outputs.empty(x.shape, np.float32, like=x)
+        assert out.ctypes.data % ALIGNMENT == x.ctypes.data % ALIGNMENT
+        assert out.shape == x.shape and out.flags.c_contiguous and out.flags.writeable
+        out[-1] = 1.0  # the whole array lies in its block
+        del out
+    placed = outputs.empty((count,), np.float32)
+    assert placed.ctypes.data % ALIGNMENT == 0  # without an input: on a cache line

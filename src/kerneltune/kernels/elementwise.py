@@ -130,7 +130,7 @@ class PreparedUnary(PreparedKernel):
 
     def _call(self, x, threads: int | None) -> np.ndarray:
         x = operand(x, self._dtype, "input")
-        out = outputs.empty(x.shape, self.out_dtype)
+        out = outputs.empty(x.shape, self.out_dtype, like=x)
         if x.size:
             self._function(x.reshape(-1), out.reshape(-1),
                            self._threads(x.size) if threads is None else threads)
@@ -176,7 +176,7 @@ class PreparedBinary(PreparedKernel):
         a = operand(a, self._dtype, "A")
         b = operand(b, self.b_dtype, "B")
         layout = broadcast.layout(a.shape, b.shape)
-        out = outputs.empty(layout.shape, self.out_dtype)
+        out = outputs.empty(layout.shape, self.out_dtype, like=a)
         if layout.size:
             self._function(a.reshape(-1), b.reshape(-1), out.reshape(-1), layout.a_offsets,
                            layout.b_offsets, layout.inner, layout.a_step, layout.b_step,
