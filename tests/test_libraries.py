@@ -358,7 +358,7 @@ def test_explain_and_verify_cover_the_library(farm, example):
     assert done.returncode in (0, 1), done.stderr
     rows = [row for row in json.loads(done.stdout)["keys"]
             if row["key"]["library"] == "example"]
-    assert len(rows) == 4
+    assert len(rows) == 4 and {row["library_version"] for row in rows} == {"1.0.0"}
     # every key whose shipped values are not the defaults was measured here
     assert all(row["measured"] for row in rows if row["outcome"] != "defaults"), rows
 
