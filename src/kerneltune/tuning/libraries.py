@@ -113,7 +113,8 @@ def load_kernel_libraries(
     points = installed_libraries() if entry_points is None else tuple(entry_points)
     loads = []
     for point in points:
-        distribution = point.dist.name if point.dist is not None else None
+        dist = getattr(point, "dist", None)  # None for an entry point made by hand
+        distribution = dist.name if dist is not None else None
         if wanted is not None and point.name not in wanted:
             loads.append(LibraryLoad(point.name, distribution, NOT_SELECTED))
             continue
