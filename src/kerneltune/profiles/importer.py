@@ -20,6 +20,7 @@ exact-execution values and session overrides.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -108,10 +109,9 @@ class ProfileImportReport:
     @property
     def not_installed(self) -> dict[str, int]:
         """Entries for this processor per kernel library not registered here, over the files."""
-        counts: dict[str, int] = {}
+        counts: collections.Counter[str] = collections.Counter()
         for file in self.files:
-            for library, count in file.not_installed.items():
-                counts[library] = counts.get(library, 0) + count
+            counts.update(file.not_installed)
         return dict(sorted(counts.items()))
 
     def to_dict(self) -> dict[str, object]:
@@ -262,22 +262,21 @@ def _check_file(path: Path, known: _Registered, snapshot: TuningSnapshot,
                                  problems=tuple(map(str, read.problems))), []
     found, digest = read.profiles, read.digest
     unread = tuple(row.name for row in read.unread)
-    problems, stale, profiles, absent = [], [], [], {}
+    problems, stale, profiles, absent = [], [], [], collections.Counter()
     skipped = sum(row.entries for row in read.unread)
     for profile in found:
         checked = check_entries(profile, known.classify, snapshot.schema)
         problems += checked.problems
         stale += checked.stale
         skipped += checked.skipped
-        for library, count in checked.absent.items():
-            absent[library] = absent.get(library, 0) + count
+        absent.update(checked.absent)
         profiles += _registered_profiles(profile, checked.passing)
     report = ProfileFileReport(
         str(path), "rejected" if problems else IMPORTED,
         ", ".join([p.name for p in found] + list(unread)) or None,
         digest, 0 if problems else len(profiles), skipped, tuple(stale), tuple(problems),
         () if problems else tuple(w for p in found for w in _blas_warnings(p)), unread,
-        types.MappingProxyType(absent))
+        types.MappingProxyType(dict(absent)))
     return report, ([] if problems else profiles)
 
 
@@ -298,13 +297,13 @@ def check_entries(profile: DeploymentProfile,
                   classify: Callable[[KernelTuningKey], tuple[str, str | None]],
                   schema: Callable[[KernelTuningKey], KernelTuningSchema]) -> CheckedEntries:
     """Every entry classified (``classify``) and validated whole by its ``schema(key)``."""
-    passing, problems, stale, skipped, absent = [], [], [], 0, {}
+    passing, problems, stale, skipped, absent = [], [], [], 0, collections.Counter()
     for index, entry in enumerate(profile.entries):
         verdict, why = classify(entry.key)
         if verdict in ("skip", "absent"):
             skipped += 1
             if verdict == "absent":
-                absent[why] = absent.get(why, 0) + 1
+                absent[why] += 1
             continue
         if verdict != "ok":
             where = _entry_place(profile, index, entry)
