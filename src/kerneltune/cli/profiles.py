@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
 
 from .common import (
     FAILURE,
@@ -73,6 +72,7 @@ def _bake(args: argparse.Namespace) -> int:
 def _imported(files: list[str], registry: object, as_json: bool, command: str,
               processor: object = None) -> tuple[int, object]:
     from ..profiles.importer import import_deployment_profiles
+    from ..tuning.libraries import not_installed_lines
 
     report = import_deployment_profiles(files, registry=registry, processor=processor)
     if as_json:
@@ -84,18 +84,11 @@ def _imported(files: list[str], registry: object, as_json: bool, command: str,
             other = file.not_applicable - sum(file.not_installed.values())
             print(f"{file.path}: {file.status}, {file.imported} entries for this machine, "
                   f"{other} for other machines{unread}")
-            for line in _not_installed(file.not_installed):
+            for line in not_installed_lines(file.not_installed):
                 print(f"  {line}")
         for line in (*file.problems, *file.warnings):
             warn(command, line)
     return (0 if all(file.status == "imported" for file in report.files) else FAILURE), report
-
-
-def _not_installed(counts: Mapping[str, int]) -> list[str]:
-    """A line per kernel library whose entries wait for it to be installed here."""
-    return [f"{count} entries of kernel library {library} for this machine: library not "
-            f"installed (kerneltune libraries lists those that are)"
-            for library, count in sorted(counts.items())]
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from ..machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
 from ..machine.descriptor_files import read_cpu_descriptor
 from ..machine.detect import current_execution
 from ..machine.selectors import Tier
+from .libraries import not_installed_lines
 from .registry import KernelTuningRegistry, TuningSnapshot, default_registry
 from .resolution import KernelTuningProfile, Resolution
 from .schema import KernelTuningKey, TuningValue
@@ -102,8 +103,7 @@ class Explanation:
                       if candidate.reason not in _OTHER_KEYS]
             lines += [f"    warning: {warning}" for warning in row.warnings]
             lines += [f"    evidence: {line}" for line in row.evidence]
-        lines += [f"{count} entries of kernel library {library}: library not installed"
-                  for library, count in sorted(self.not_installed.items())]
+        lines += not_installed_lines(self.not_installed)
         lines.append(self.summary())
         return "\n".join(lines)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .._support.reprs import brief_repr
@@ -80,6 +80,13 @@ class LibraryLoad:
                 "version": self.version, "implementations": list(self.implementations),
                 "keys": self.keys, "calibratable": self.calibratable,
                 "probes": list(self.probes), "problem": self.problem}
+
+
+def not_installed_lines(counts: Mapping[str, int]) -> list[str]:
+    """A line per kernel library whose entries for this machine wait for it to be installed."""
+    return [f"{count} entries of kernel library {library} for this machine: library not "
+            f"installed (kerneltune libraries lists those that are)"
+            for library, count in sorted(counts.items())]
 
 
 def selected_libraries(spec: str | None) -> frozenset[str] | None:
