@@ -215,8 +215,9 @@ def _tanhf(x, out):
 def _tanhf_rational(x, out):
     """tanh on float32 by one rational approximation: half the instructions of ``_tanhf``,
     within 6 ulp of the correctly rounded result, 5 where multiply-adds fuse (x86_64_v3
-    and v4): every float32 was checked, the tests sample every binade. The variants where it is faster than ``_tanhf`` by enough to be
-    worth the accuracy use it (``catalog.VARIANT_UNARY``).
+    and v4): every float32 was checked, the tests sample every binade. The variants where
+    it is faster than ``_tanhf`` by enough to be worth the accuracy use it
+    (``catalog.VARIANT_UNARY``).
 
     ``tanh(x) = x * P(x*x) / Q(x*x)`` on ``x`` clamped to [-9, 9] (beyond, tanh rounds to
     +-1), ``P`` and ``Q`` of degree 4 with positive coefficients, so that Horner's scheme
