@@ -147,6 +147,16 @@ def test_the_variable_restricts_which_libraries_load(broken, selection, loaded):
             if name not in loaded} == {NOT_SELECTED}
 
 
+def test_a_selected_name_no_library_has_is_a_problem_naming_the_installed_ones(broken):
+    report = start(broken, KERNELTUNE_KERNEL_LIBRARIES="good,godo")
+    assert report["keys"] == ["good"]
+    (problem,) = report["problems"]
+    assert "KERNELTUNE_KERNEL_LIBRARIES names godo" in problem
+    assert "(installed: bad_default, foreign, good, kerneltune_cpu, raises, twice)" in problem
+    (warning,) = report["warnings"]
+    assert problem in warning
+
+
 def test_the_libraries_command_lists_each_with_its_status(broken):
     done = run_kerneltune("libraries", "--json", PYTHONPATH=python_path(broken))
     assert done.returncode == 1, done.stderr  # one failed to load

@@ -34,7 +34,14 @@ from .profiles.importer import (
     import_deployment_profiles,
     profile_paths,
 )
-from .tuning.libraries import ENTRY_POINT_GROUP, FAILED, LibraryLoad, load_kernel_libraries
+from .tuning.libraries import (
+    ENTRY_POINT_GROUP,
+    FAILED,
+    LibraryLoad,
+    load_kernel_libraries,
+    selected_libraries,
+)
+from .tuning.libraries import ENVIRONMENT_VARIABLE as LIBRARIES_VARIABLE
 from .tuning.registry import KernelTuningRegistry
 
 #: cache statuses that say nothing went wrong
@@ -76,8 +83,16 @@ def _libraries(registry: KernelTuningRegistry) -> tuple[tuple[LibraryLoad, ...],
     if not loads:
         return loads, [f"no kernel library is installed (no entry point of the group "
                        f"{ENTRY_POINT_GROUP}): kerneltune itself was not installed?"]
-    return loads, [f"kernel library {load.name} (distribution {load.distribution}) not "
-                   f"registered: {load.problem}" for load in loads if load.status == FAILED]
+    problems = [f"kernel library {load.name} (distribution {load.distribution}) not "
+                f"registered: {load.problem}" for load in loads if load.status == FAILED]
+    # a name no library has is a typo that would leave its library out without a word
+    installed = {load.name for load in loads}
+    unknown = sorted((selected_libraries(os.environ.get(LIBRARIES_VARIABLE)) or set())
+                     - installed)
+    if unknown:
+        problems.append(f"{LIBRARIES_VARIABLE} names {', '.join(unknown)}, which no installed "
+                        f"kernel library is (installed: {', '.join(sorted(installed))})")
+    return loads, problems
 
 
 def _cache(registry: KernelTuningRegistry) -> tuple[CacheLoadReport | None, list[str]]:
