@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from kerneltune.kernels import library, register_library
+from kerneltune.machine.selectors import CpuSelector
 from kerneltune.runtime import Contention, RuntimeSession
-from kerneltune.runtime.contention import openmp_workers
+from kerneltune.runtime.contention import blas_workers, openmp_workers
+from kerneltune.tuning.registry import KernelTuningRegistry
 
 MS = 1_000_000  # nanoseconds
 WORKER = 999_991
@@ -60,6 +63,9 @@ def clock():
 
 
 def contention(threads, clock, workers=None, **options) -> Contention:
+    """A contention on ``threads``' files whose probes are never skipped unless
+    ``runnable`` says how many threads the machine runs."""
+    options.setdefault("runnable", lambda: None)
     return Contention(tasks=threads.root, clock=clock,
                       workers=workers or (lambda n: {WORKER}), **options)
 
@@ -156,6 +162,50 @@ def test_each_probe_that_waits_doubles_the_time_to_the_next_up_to_a_limit(thread
     assert c.fewer == 0
     # and a neighbour that comes back is probed for as soon as it first was
     assert probe_periods(c, threads, clock, 2) == [1, 2]
+
+
+def test_a_probe_waits_while_the_runnable_threads_fill_the_cpus(threads, clock):
+    cpus = len(os.sched_getaffinity(0))
+    runnable = [1 + cpus]  # this thread and a neighbour per CPU
+    c = contention(threads, clock, probe=0.5, runnable=lambda: runnable[0])
+    run(c, threads, clock, waited=MS)
+    run(c, threads, clock, waited=MS)
+    for _ in range(300):  # 3.3 s of runs: every due probe skipped, at no run's cost
+        assert run(c, threads, clock) == 1
+    skipped = c.statistics()["probes_skipped"]
+    assert skipped >= 5 and c.statistics()["probes"] == 0
+    runnable[0] = 1  # the neighbours left: the next probe comes within a probe period
+    answers = [run(c, threads, clock) for _ in range(50)]
+    assert answers[-1] == 2 and answers.index(2) < 50
+    assert c.statistics() == {"readings": 352, "waited": 2, "probes": 1, "probes_waited": 0,
+                              "probes_skipped": skipped, "fewer": 0}
+
+
+def test_the_threads_of_a_run_itself_are_not_its_neighbours(threads, clock):
+    # a run of 3 of 4 threads, its workers spinning: runnable 3 leaves 4 CPUs to a probe
+    c = contention(threads, clock, probe=0.5, runnable=lambda: 3)
+    c._cpus = 4
+    for _ in range(2):
+        run(c, threads, clock, waited=MS, wanted=4)
+    clock.advance(500 * MS)
+    assert run(c, threads, clock, wanted=4) == 4
+
+
+def test_a_run_that_may_take_the_blas_path_reads_the_blas_workers_too(tmp_path, clock):
+    blas_worker = 999_983
+    threads = Threads(tmp_path, tids=(WORKER, blas_worker))
+    asked = []
+    c = contention(threads, clock, blas=lambda n: asked.append(n) or {blas_worker})
+    for _ in range(2):  # the BLAS worker waits, in runs that never run BLAS: not read
+        assert run(c, threads, clock, waited=MS, tid=blas_worker) == 2
+    assert c.fewer == 0 and asked == []
+    for _ in range(2):
+        clock.advance(10 * MS)
+        assert c.start(2, blas=True) == (2, True)
+        threads.wait(MS, blas_worker)
+        clock.advance(MS)
+        c.finish()
+    assert c.fewer == 1 and asked == [2]  # asked once per thread count
 
 
 def test_unknown_workers_leave_the_threads_as_asked(threads, clock):
@@ -293,6 +343,32 @@ def test_a_run_on_fewer_threads_gives_the_same_bits(threads, clock, op, element_
     assert 1 in reduced._steps_by_threads and full._prepared[0].plan(*feed.values()).threads == 2
 
 
+def test_a_run_on_fewer_threads_takes_the_values_profiled_for_that_count(threads, clock):
+    registry = KernelTuningRegistry()
+    register_library(registry)
+    key = library()["Add"].tuning_key("FLOAT")
+    grain = "parallel.minimum_elements"
+    registry.register_profile(key, CpuSelector(maximum_threads=1), {grain: 4096}, name="one")
+    registry.register_profile(key, CpuSelector(minimum_threads=2), {grain: 8192}, name="two")
+    c = contention(threads, clock)
+    session = RuntimeSession(_model("Add"), threads=2, contention=c, registry=registry)
+    x = np.ones(100_000, np.float32)
+    session.run(None, {"A": x, "B": x})
+    assert session.contention_report["runs_on_fewer_threads"] == {}
+    for _ in range(2):
+        run(c, threads, clock, waited=MS)
+    for _ in range(3):
+        (z,) = session.run(None, {"A": x, "B": x})
+    assert z.tobytes() == (x + x).tobytes()
+    report = session.contention_report
+    assert report["threads"] == 2 and report["runs_on_fewer_threads"] == {1: 3}
+    assert report["sources"][2][str(key)]["profile_name"] == "two"
+    assert report["sources"][1][str(key)]["profile_name"] == "one"
+    assert report["contention"]["fewer"] == 1 and report["contention"]["waited"] == 2
+    assert session._configs[key, 1].minimum_elements == 4096
+    assert session._configs[key, 2].minimum_elements == 8192
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("interval", -0.01), ("interval", float("nan")), ("probe", True), ("probe", "0.5"),
 ])
@@ -349,6 +425,20 @@ def test_the_kernels_regions_run_on_the_workers_libgomp_names():
     for _ in range(3):
         session.run(None, {"A": x})
     assert _cpu_time(worker) > before
+
+
+@needs_schedstat
+def test_the_blas_workers_are_threads_a_blas_product_runs_on():
+    from threadpoolctl import threadpool_info
+
+    if max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"),
+           default=1) < 2:
+        pytest.skip("the BLAS library runs on one thread in this process")
+    workers = blas_workers(2)
+    assert workers - openmp_workers(2), "a thread of the BLAS library's own"
+    assert threading.get_native_id() not in workers
+    assert workers <= {int(tid) for tid in os.listdir("/proc/self/task")}
+    assert blas_workers(2, tasks="/nonexistent") is None
 
 
 @needs_schedstat

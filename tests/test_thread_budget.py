@@ -1,4 +1,5 @@
-"""A session given N threads runs on at most N, the BLAS path included.
+"""A session given N threads runs on at most N, the BLAS path included, and fewer while a
+contention source makes its threads wait.
 
 Each run is a fresh process (this file is its script, see ``__main__``) that reads, from
 /proc, the CPU time every thread of the process took during the session's runs: a
@@ -24,10 +25,12 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"),
                                 reason="reads threads' CPU time from /proc")
 
 
-def _child(threads: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, str(threads)], capture_output=True,
+def _child(threads: int, mode: str = "budget") -> dict:
+    # BLAS's workers sleep as soon as a product ends, so that only work takes their ticks
+    done = subprocess.run([sys.executable, __file__, str(threads), mode], capture_output=True,
                           text=True, timeout=300,
-                          env={**os.environ, "KERNELTUNE_CACHE": "off"})
+                          env={**os.environ, "KERNELTUNE_CACHE": "off",
+                               "OPENBLAS_THREAD_TIMEOUT": "4"})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -52,6 +55,19 @@ def test_a_session_of_two_threads_does_run_blas_on_its_second(tmp_path):
     assert found["other_ticks"] > 0, found
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a second CPU to run BLAS's thread")
+def test_under_contention_the_blas_path_takes_fewer_threads_and_they_come_back():
+    found = _child(2, "contended")
+    if found["blas_threads_before"] < 2:
+        pytest.skip("the BLAS library runs on one thread in this process")
+    # while the source makes the session's threads wait: one thread, BLAS included
+    assert found["reduced"]["fewer"] == 1 and found["reduced"]["other_ticks"] == 0, found
+    assert found["reduced"]["runs_on_fewer_threads"] >= RUNS
+    # the source stopped: the next probe gives BLAS its second thread again
+    assert found["back"]["fewer"] == 0 and found["back"]["other_ticks"] > 0, found
+    assert found["blas_threads_after"] == found["blas_threads_before"]
+
+
 def _ticks() -> dict[int, int]:
     """Clock ticks of user and system time per thread of this process."""
     ticks = {}
@@ -65,13 +81,9 @@ def _ticks() -> dict[int, int]:
     return ticks
 
 
-def _measure(threads: int) -> dict:
+def _model_and_input():
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
-    from threadpoolctl import threadpool_info
-
-    from kerneltune.kernels import library
-    from kerneltune.runtime import RuntimeSession
 
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array(rng.standard_normal((SIZE, SIZE)).astype(np.float32), "W")
@@ -80,19 +92,99 @@ def _measure(threads: int) -> dict:
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, [SIZE, SIZE])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [SIZE, SIZE])], [weight])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, numpy_helper.to_array(weight), rng.standard_normal((SIZE, SIZE)).astype(
+        np.float32)
+
+
+def _blas_threads() -> int:
+    from threadpoolctl import threadpool_info
+
+    return next(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+
+
+def _other_ticks(session, feed: dict, excluded: set[int]) -> int:
+    """Ticks threads other than the caller (and ``excluded``) took over RUNS runs."""
+    caller = threading.get_native_id()
+    start = _ticks()
+    for _ in range(RUNS):
+        session.run(None, feed)
+    end = _ticks()
+    return sum(end[t] - start.get(t, 0) for t in end if t != caller and t not in excluded)
+
+
+def _contended() -> dict:
+    """A 2-thread session on the BLAS path beside a contention source this process controls:
+    a thread that, while on, adds waits to the caller's schedstat in a task directory of
+    the process's threads."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from kerneltune.runtime import Contention, RuntimeSession
+    from kerneltune.runtime.contention import openmp_workers
+
+    model, _, x = _model_and_input()
+    before = _blas_threads()
+    openmp_workers(2)  # the OpenMP pool exists before the task directory is written
+    tasks = Path(tempfile.mkdtemp())
+    for tid in os.listdir("/proc/self/task"):
+        (tasks / tid).mkdir()
+        (tasks / tid / "schedstat").write_text(f"5000 {0:020d} 7\n")
+    skipped = [0]  # nanoseconds the clock jumps: to the probe, once the source stopped
+    contention = Contention(interval=0, probe=3600, tasks=tasks, runnable=lambda: None,
+                            clock=lambda: time.monotonic_ns() + skipped[0])
+    session = RuntimeSession(model, threads=2, contention=contention)
+    feed = {"X": x}
+    on = threading.Event()
+    on.set()
+
+    def source() -> None:  # rewritten in place, at one width: a reading never sees it torn
+        descriptor = os.open(tasks / str(threading.main_thread().native_id) / "schedstat",
+                             os.O_WRONLY)
+        wait = 0
+        while on.is_set():
+            wait += 10 ** 9
+            os.pwrite(descriptor, f"5000 {wait:020d} 7\n".encode(), 0)
+            time.sleep(0.0002)
+        os.close(descriptor)
+
+    writer = threading.Thread(target=source)
+    writer.start()
+    try:
+        for _ in range(10_000):
+            session.run(None, feed)
+            if contention.fewer:
+                break
+        time.sleep(0.2)  # the OpenMP worker's spin after the discovery's region ends
+        reduced = {"other_ticks": _other_ticks(session, feed, {writer.native_id}),
+                   "fewer": contention.fewer}
+    finally:
+        on.clear()
+        writer.join()
+    reduced["runs_on_fewer_threads"] = session.contention_report["runs_on_fewer_threads"][1]
+    skipped[0] = 3600 * 10 ** 9
+    for _ in range(3):
+        session.run(None, feed)
+    back = {"other_ticks": _other_ticks(session, feed, {writer.native_id}),
+            "fewer": contention.fewer}
+    return {"reduced": reduced, "back": back, "blas_threads_before": before,
+            "blas_threads_after": _blas_threads()}
+
+
+def _measure(threads: int) -> dict:
+    from onnx import TensorProto
+
+    from kerneltune.kernels import library
+    from kerneltune.runtime import RuntimeSession
+
+    model, weight, x = _model_and_input()
     session = RuntimeSession(model, threads=threads)
-    x = rng.standard_normal((SIZE, SIZE)).astype(np.float32)
-
-    def blas() -> int:
-        return next(pool["num_threads"] for pool in threadpool_info()
-                    if pool["user_api"] == "blas")
-
-    before = blas()
+    before = _blas_threads()
     # the plan of the session's product: its kernel prepared as the session prepares it
     kernel = library()["MatMul"]
     prepared = kernel.prepare(TensorProto.FLOAT, kernel.configure(TensorProto.FLOAT, {}),
                               threads)
-    plans = [prepared.plan(x, numpy_helper.to_array(weight))]
+    plans = [prepared.plan(x, weight)]
     session.run(None, {"X": x})
     caller = threading.get_native_id()
     start = _ticks()
@@ -103,8 +195,8 @@ def _measure(threads: int) -> dict:
             [step.threads for step in plans],
             "caller_ticks": end[caller] - start[caller],
             "other_ticks": sum(end[t] - start.get(t, 0) for t in end if t != caller),
-            "blas_threads_before": before, "blas_threads_after": blas()}
+            "blas_threads_before": before, "blas_threads_after": _blas_threads()}
 
 
 if __name__ == "__main__":
-    print(json.dumps(_measure(int(sys.argv[1]))))
+    print(json.dumps(_contended() if sys.argv[2] == "contended" else _measure(int(sys.argv[1]))))

@@ -105,6 +105,8 @@ class PreparedKernel(abc.ABC):
     key: KernelTuningKey
     config: Any
     threads: int
+    #: whether some calls run on the BLAS library's threads (whose waits contention reads)
+    uses_blas: bool = False
 
     @abc.abstractmethod
     def run(self, *inputs: object) -> np.ndarray:

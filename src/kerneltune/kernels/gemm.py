@@ -229,6 +229,8 @@ class PreparedGemm(PreparedKernel):
     plans, runs and MatMul all ask it.
     """
 
+    uses_blas = True
+
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
@@ -410,6 +412,8 @@ def _fast_run(p: PreparedGemm, checked):
 class PreparedMatMul(PreparedKernel):
     """``numpy.matmul`` over a prepared Gemm with alpha 1 and no bias."""
 
+    uses_blas = True
+
     def __init__(self, gemm: PreparedGemm):
         self.gemm = gemm
         self.key, self.config, self.threads = gemm.key, gemm.config, gemm.threads
@@ -501,6 +505,8 @@ class PreparedHalfGemm(PreparedKernel):
 
     The result is the float32 result rounded once to the 16-bit type.
     """
+
+    uses_blas = True
 
     def __init__(self, inner: PreparedGemm | PreparedMatMul, half_format: half.HalfFormat,
                  conversion_minimum: int):

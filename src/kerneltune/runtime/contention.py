@@ -21,9 +21,16 @@ the next region queues behind a neighbour's threads at no cost to anyone.
 The workers are the calling thread's OpenMP pool, which libgomp keeps from one
 region to the next: a region of libgomp's own (``GOMP_parallel``, found
 through the compiled kernels so that it is the runtime they use) asks each
-worker its thread id. Where the waits or the workers cannot be known (another
+worker its thread id. A run that may take the BLAS path counts the BLAS
+library's workers too: the threads that ran a BLAS product of the run's
+thread count. Where the waits or the workers cannot be known (another
 system, ``/proc`` hidden, kernels built without OpenMP), regions get the
 threads asked for.
+
+A probe is skipped, at no cost, while the machine's runnable threads
+(``/proc/loadavg``) leave fewer CPUs free than the probe would use: beside
+neighbours that stay, the threads stay reduced, and once they leave the next
+probe comes within ``probe`` seconds (docs/kernels.md, "On a busy host").
 """
 
 from __future__ import annotations
@@ -39,10 +46,14 @@ from dataclasses import dataclass
 from .._support.checks import is_non_negative_number
 
 Workers = Callable[[int], Collection[int] | None]
+#: the machine's runnable threads now, the caller's included (None: unknown)
+Runnable = Callable[[], int | None]
 #: a clock time no reading is due before
 _NEVER = 2 ** 63
 #: the longest time between probes, in ``probe`` periods
 BACKOFF = 16
+#: what :meth:`Contention.statistics` counts
+COUNTS = ("readings", "waited", "probes", "probes_waited", "probes_skipped")
 
 
 @dataclass(frozen=True)
@@ -61,8 +72,10 @@ class Contention:
 
     ``tasks`` is the directory of the process's threads; ``workers(threads)``
     gives the thread ids of the calling thread's OpenMP pool for a region of
-    ``threads`` (None: unknown, which turns the reduction off); ``clock`` is a
-    monotonic clock in nanoseconds. ``fewer`` is how many threads fewer than
+    ``threads`` (None: unknown, which turns the reduction off), ``blas(threads)``
+    those of the BLAS library's pool for a product on ``threads``; ``runnable()``
+    counts the machine's runnable threads (None: unknown, every due probe runs);
+    ``clock`` is a monotonic clock in nanoseconds. ``fewer`` is how many threads fewer than
     asked regions get now, and ``next_reading`` the clock's time of the next
     reading: a session calls :meth:`start` only when either says so, which
     keeps a small run's cost a comparison.
@@ -70,7 +83,8 @@ class Contention:
 
     def __init__(self, interval: float = 0.01, probe: float = 0.5, *,
                  tasks: str | os.PathLike[str] = "/proc/self/task",
-                 workers: Workers | None = None,
+                 workers: Workers | None = None, blas: Workers | None = None,
+                 runnable: Runnable | None = None,
                  clock: Callable[[], int] = time.monotonic_ns) -> None:
         for name, value in (("interval", interval), ("probe", probe)):
             if not is_non_negative_number(value):
@@ -79,6 +93,12 @@ class Contention:
         self.interval, self.probe = interval, probe
         self._tasks = os.fspath(tasks)
         self._workers = openmp_workers if workers is None else workers
+        self._blas = blas_workers if blas is None else blas
+        self._runnable = runnable or machine_runnable
+        # /proc/loadavg counts the machine's runnable threads: weighed against the CPUs
+        # only when the process may run on all of them
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+        self._cpus = cpus if cpus and (runnable or cpus == os.cpu_count()) else None
         self.clock = clock
         self._files: dict[int, int] = {}  # tid: its schedstat, kept open
         weakref.finalize(self, _close, self._files)
@@ -100,28 +120,50 @@ class Contention:
         self._settled = 0  # ``fewer`` before a probe, to return to when the probe waits
         self._next_probe = 0
         self._backoff = 1  # ``probe`` periods to the next probe
-        self._pools: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._pools: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+        self._counts = dict.fromkeys(COUNTS, 0)
 
-    def start(self, wanted: int) -> tuple[int, bool]:
-        """The threads for a run that asks for ``wanted``, and whether its waits are being
-        read: then :meth:`finish` ends the reading after the run."""
+    def start(self, wanted: int, blas: bool = False) -> tuple[int, bool]:
+        """The threads for a run that asks for ``wanted`` (``blas``: whose steps may run on
+        the BLAS library's threads), and whether its waits are being read: then
+        :meth:`finish` ends the reading after the run."""
         now = self.clock()
         if now < self.next_reading or not self._lock.acquire(blocking=False):
             return self._threads(wanted), False
         try:
             self.next_reading = now + int(self.interval * 1e9)
             if self.fewer and not self._probing and now >= self._next_probe:
-                self._settled, self.fewer, self._probing = self.fewer, 0, True
+                self._probe(wanted, now)
             threads = self._threads(wanted)
             # the workers of this run's regions: idle ones may spin, at no cost to the run
-            pool = self._pool(threads)
+            pool = self._pool(threads, blas)
             waits = None if pool is None else self._waits(pool)
             if waits is None:
                 return self._threads(wanted), False
             self._readings[pool[0]] = _Reading(pool, threads, wanted, now, waits)
+            self._counts["readings"] += 1
             return threads, True
         finally:
             self._lock.release()
+
+    def _probe(self, wanted: int, now: int) -> None:
+        """All threads for this run, unless the runnable threads leave too few CPUs free.
+
+        The runnable threads beyond this run's own (which may all be running or spinning)
+        are the neighbours'."""
+        runnable = None if self._cpus is None else self._runnable()
+        if runnable is not None and (self._cpus - max(0, runnable - self._threads(wanted))
+                                     < wanted):
+            self._counts["probes_skipped"] += 1
+            self._next_probe = now + int(self.probe * 1e9)
+            return
+        self._counts["probes"] += 1
+        self._settled, self.fewer, self._probing = self.fewer, 0, True
+
+    def statistics(self) -> dict[str, int]:
+        """What the readings found so far: runs read, those that waited, probes run, probes
+        that waited and probes skipped, and ``fewer`` now."""
+        return {**self._counts, "fewer": self.fewer}
 
     def finish(self) -> None:
         """End the reading :meth:`start` began for the calling thread's run."""
@@ -145,7 +187,9 @@ class Contention:
 
     def _waited(self, reading: _Reading, now: int) -> None:
         """A run that would have been as fast on a thread fewer."""
+        self._counts["waited"] += 1
         if self._probing:
+            self._counts["probes_waited"] += 1
             self.fewer, self._probing, self._stalled = self._settled, False, False
             self._backoff = min(2 * self._backoff, BACKOFF)
         elif self._stalled:  # twice running: a lone wait is the machine's noise
@@ -161,20 +205,24 @@ class Contention:
     def _threads(self, wanted: int) -> int:
         return wanted - self.fewer if self.fewer < wanted else 1
 
-    def _pool(self, threads: int) -> tuple[int, ...] | None:
-        """The calling thread, then its OpenMP workers for ``threads`` (asked once)."""
+    def _pool(self, threads: int, blas: bool) -> tuple[int, ...] | None:
+        """The calling thread, then its OpenMP workers for ``threads`` and with ``blas`` the
+        BLAS library's (asked once)."""
         caller = threading.get_native_id()
-        pool = self._pools.get((caller, threads))
+        pool = self._pools.get((caller, threads, blas))
         if pool is None:
             self._forget_ended()
             try:
                 workers = self._workers(threads) if threads > 1 else ()
+                if workers is not None and blas and threads > 1:
+                    workers = {*workers, *(self._blas(threads) or ())}
             except Exception:  # whatever goes wrong here may cost speed, never a run
                 workers = None
             if workers is None:
                 self._disable()
                 return None
-            pool = self._pools[caller, threads] = (caller, *sorted(set(workers) - {caller}))
+            pool = self._pools[caller, threads, blas] = (caller,
+                                                         *sorted(set(workers) - {caller}))
         return pool
 
     def _forget_ended(self) -> None:
@@ -249,6 +297,60 @@ def openmp_workers(threads: int) -> frozenset[int] | None:
     parallel.restype = None
     parallel(callback, None, threads, 0)
     return frozenset(seen) - {threading.get_native_id()}
+
+
+def blas_workers(threads: int, tasks: str = "/proc/self/task") -> frozenset[int] | None:
+    """The thread ids of the BLAS library's pool in a product on ``threads``.
+
+    The threads, the caller aside, whose CPU time grew during each of two BLAS products
+    of that count: a thread of the process that ran through both by chance is counted too,
+    which may take a thread where nothing needed it, never give one too many.
+    """
+    import numpy as np
+
+    from ..kernels.gemm import blas_matmul
+
+    matrix = np.ones((BLAS_PRODUCT, BLAS_PRODUCT), np.float32)
+    found: set[int] | None = None
+    for _ in range(2):
+        before = _cpu_times(tasks)
+        blas_matmul(matrix, matrix, threads)
+        after = _cpu_times(tasks)
+        if before is None or after is None:
+            return None
+        ran = {tid for tid, time_ in after.items() if time_ > before.get(tid, time_)}
+        found = ran if found is None else found & ran
+    return frozenset(found - {threading.get_native_id()})
+
+
+#: the side of the square product :func:`blas_workers` runs: large enough for every thread
+BLAS_PRODUCT = 256
+
+
+def _cpu_times(tasks: str) -> dict[int, int] | None:
+    """Each thread's CPU time in nanoseconds, through its CPU clock: up to date for a thread
+    running now, where schedstat's run time waits for the scheduler's next tick."""
+    try:
+        names = os.listdir(tasks)
+    except OSError:
+        return None
+    times = {}
+    for name in names:
+        try:  # Linux's clock id of a thread's CPU time: ~tid << 3 | per-thread | scheduler
+            times[int(name)] = time.clock_gettime_ns(~int(name) << 3 | 6)
+        except (OSError, ValueError, OverflowError):
+            continue  # a thread that ended meanwhile
+    return times
+
+
+def machine_runnable(path: str = "/proc/loadavg") -> int | None:
+    """The machine's runnable threads now: the fourth field of ``/proc/loadavg``, before
+    the slash (None where it cannot be read). Read at a probe only, so opened each time."""
+    try:
+        with open(path, "rb") as file:
+            return int(file.read(128).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 #: what every session reads unless given another (or None)

@@ -64,10 +64,20 @@ class RuntimeSession:
         started = time.perf_counter()
         snapshot = registry.snapshot()
         captured = time.perf_counter()
-        resolutions = self._resolve(snapshot, tuning, profile_name, profile_digest,
-                                    overrides or {})
+        self._snapshot = snapshot
+        self._mode = {"tuning": tuning, "profile_name": profile_name,
+                      "profile_digest": profile_digest}
+        _check_restriction(snapshot, profile_name, profile_digest)
+        self._keys = {node.kernel.tuning_key(node.element_type)
+                      for node in self._model.nodes if node.kernel is not None}
+        self._overrides = _overrides_by_key(overrides or {}, self._keys)
+        resolutions = self._resolve(self.threads)
         resolved = time.perf_counter()
         self._resolutions = resolutions
+        #: per thread count a run used, each key's resolution (fewer threads: at first use)
+        self._resolutions_by_threads = {self.threads: resolutions}
+        #: runs on fewer threads than ``threads``, per thread count
+        self._reduced_runs: dict[int, int] = {}
         self._statistics = {
             "generation": snapshot.number,
             "snapshot_seconds": captured - started,
@@ -82,18 +92,12 @@ class RuntimeSession:
 
     # -- construction -------------------------------------------------------------------------
 
-    def _resolve(self, snapshot: TuningSnapshot, tuning, profile_name, profile_digest,
-                 overrides) -> dict[KernelTuningKey, Resolution]:
-        execution = current_execution(self.threads)
-        keys = {node.kernel.tuning_key(node.element_type): node for node in self._model.nodes
-                if node.kernel is not None}
-        _check_restriction(snapshot, profile_name, profile_digest)
-        by_key = _overrides_by_key(overrides, keys)
-        return {
-            key: snapshot.resolve(key, execution, by_key.get(key), tuning=tuning,
-                                  profile_name=profile_name, profile_digest=profile_digest)
-            for key in keys
-        }
+    def _resolve(self, threads: int) -> dict[KernelTuningKey, Resolution]:
+        """Every key's resolution for a run on ``threads``, from the session's snapshot."""
+        execution = current_execution(threads)
+        return {key: self._snapshot.resolve(key, execution, self._overrides.get(key),
+                                            **self._mode)
+                for key in self._keys}
 
     def _build_plan(self) -> None:
         model = self._model
@@ -121,6 +125,7 @@ class RuntimeSession:
         self._slots = slots
         self._configs = {}
         self._steps, self._prepared = self._prepare(self.threads)
+        self._uses_blas = any(p.uses_blas for p in self._prepared)
         #: the steps per thread count: fewer than ``threads`` are prepared when first needed
         self._steps_by_threads = {self.threads: self._steps}
         self._template = [None] * len(slots)
@@ -139,11 +144,14 @@ class RuntimeSession:
                               self._slots[node.output]))
                 continue
             key = node.kernel.tuning_key(node.element_type)
-            if key not in self._configs:
-                self._configs[key] = node.kernel.configure(node.element_type,
-                                                           self._resolutions[key].values)
-            prepared = node.kernel.prepare(node.element_type, self._configs[key], threads,
-                                           **node.attributes)
+            if (key, threads) not in self._configs:
+                resolutions = self._resolutions_by_threads.get(threads)
+                if resolutions is None:
+                    resolutions = self._resolutions_by_threads[threads] = self._resolve(threads)
+                self._configs[key, threads] = node.kernel.configure(
+                    node.element_type, resolutions[key].values)
+            prepared = node.kernel.prepare(node.element_type, self._configs[key, threads],
+                                           threads, **node.attributes)
             steps.append((prepared.run, tuple(self._slots[i] for i in node.inputs),
                           self._slots[node.output]))
             prepared_kernels.append(prepared)
@@ -189,8 +197,10 @@ class RuntimeSession:
         steps, contention, reading = self._steps, self._contention, False
         if contention is not None and (contention.fewer
                                        or contention.clock() >= contention.next_reading):
-            threads, reading = contention.start(self.threads)
-            steps = self._steps_on(threads)
+            threads, reading = contention.start(self.threads, self._uses_blas)
+            if threads != self.threads:
+                steps = self._steps_on(threads)
+                self._reduced_runs[threads] = self._reduced_runs.get(threads, 0) + 1
         for run, arguments, output in steps:
             if len(arguments) == 1:
                 values[output] = run(values[arguments[0]])
@@ -238,6 +248,20 @@ class RuntimeSession:
             }
             for node in self._model.nodes if node.kernel is not None
         ]
+
+    @property
+    def contention_report(self) -> dict[str, Any]:
+        """How contention ran this session: its threads, the runs on fewer, where each
+        kernel's values came from on each thread count its runs used (a profile's values
+        are the quiet machine's for that count), and the readings of its contention."""
+        return {
+            "threads": self.threads,
+            "runs_on_fewer_threads": dict(sorted(self._reduced_runs.items())),
+            "sources": {threads: {str(key): resolution.source.to_dict()
+                                  for key, resolution in resolutions.items()}
+                        for threads, resolutions in sorted(self._resolutions_by_threads.items())},
+            "contention": None if self._contention is None else self._contention.statistics(),
+        }
 
     @property
     def tuning_resolution_statistics(self) -> dict[str, Any]:
