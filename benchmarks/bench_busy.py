@@ -1,0 +1,244 @@
+"""Sessions beside busy processes: kerneltune and onnxruntime, quiet and on a loaded host.
+
+The cases: bench_session's single-node FLOAT models (Abs, Add, Tanh and Sigmoid at 1e3
+... 1.6e7 elements, Gemm at 64, 256 and 1024 squared), MatMul at 256 squared on the
+blocked path and on the BLAS path (the thresholds set so, whatever a profile says), and
+bench_models' two transformer MLP blocks at 64 rows (``gelu_gemm``, ``silu_matmul``).
+
+Each load is a set of processes this script starts that loop in Python for as long as
+the load lasts: ``quiet`` none, ``busy-1`` one per CPU, ``busy-2`` two per CPU. Under
+each, every runtime times every case in a fresh process of its own, on ``--threads``
+threads, as its users run it: a kerneltune ``RuntimeSession(model, threads=t)`` on the
+ISA variant ``--variant`` names, and an onnxruntime ``InferenceSession`` with
+``intra_op_num_threads=t`` and otherwise its default options (intra-op threads
+spinning). A case is called back to back: for ``SETTLE`` seconds untimed (the first
+case longer, while contention finds its thread count), then timed call by call for
+``--seconds``. ``ratio`` is onnxruntime's median over kerneltune's (above 1:
+kerneltune is faster); ``kerneltune_p90_over_p50`` is kerneltune's tail over its own
+median. Quiet, a third process runs kerneltune with contention off
+(``contention=None``): ``quiet_cost`` is the median with contention on over it, what
+the policy costs where nothing competes. Each kerneltune process records its
+contention's statistics (runs read, runs that waited, probes run, probes that waited,
+probes skipped) at its end.
+
+Targets, beside busy processes: onnxruntime / kerneltune at least 0.8 in every case
+and at least 1.0 by geometric mean, kerneltune's p90 at most 3x its median; quiet, the
+geometric mean of ``quiet_cost`` at most 1.05.
+
+    python benchmarks/bench_busy.py [--threads 2] [--seconds 1] [--load busy-1]
+        [--variant V | --all-variants]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import numpy as np
+from bench_session import feeds, geomean, onnxruntime_session, single_node
+from results import (
+    Recorder,
+    add_arguments,
+    add_variant_arguments,
+    each_variant,
+    in_variant,
+    variant_mode,
+)
+
+LOADS = {"quiet": 0, "busy-1": 1, "busy-2": 2}
+SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
+PRODUCT_SIZES = (64, 256, 1024)
+MATMUL = 256
+ROWS = 64
+#: the thresholds that keep a product on one path, whatever a profile says
+PATHS = {
+    "blocked": dict.fromkeys(("algorithm.blas_minimum_fmas", "algorithm.skinny_blas_minimum_fmas",
+                              "algorithm.vector_blas_minimum_fmas"), 1 << 62),
+    "blas": dict.fromkeys(("algorithm.blas_minimum_fmas", "algorithm.skinny_blas_minimum_fmas",
+                           "algorithm.vector_blas_minimum_fmas"), 0),
+}
+SETTLE, FIRST_SETTLE = 0.5, 2.0
+RATIO_TARGET, GEOMEAN_TARGET, TAIL_TARGET, QUIET_COST_TARGET = 0.8, 1.0, 3.0, 1.05
+RUNTIMES = ("kerneltune", "onnxruntime", "kerneltune-fixed")
+
+
+def cases():
+    """(case name, size, model, feed, kerneltune's overrides) of every case."""
+    for op, arity in (("Abs", 1), ("Add", 2), ("Tanh", 1), ("Sigmoid", 1)):
+        for size in SIZES:
+            shapes = [(size,)] * arity
+            yield op, size, single_node(op, shapes, (size,)), feeds(shapes), None
+    for n in PRODUCT_SIZES:
+        yield "Gemm", n, single_node("Gemm", [(n, n)] * 2, (n, n)), feeds([(n, n)] * 2), None
+    for path, thresholds in PATHS.items():
+        shapes = [(MATMUL, MATMUL)] * 2
+        yield (f"MatMul {path}", MATMUL, single_node("MatMul", shapes, (MATMUL, MATMUL)),
+               feeds(shapes), {"MatMul": thresholds})
+    from bench_models import HIDDEN, block
+
+    x = np.random.default_rng(0).standard_normal((ROWS, HIDDEN)).astype(np.float32)
+    for name in ("gelu_gemm", "silu_matmul"):
+        yield name, ROWS, block(name), {"X": x}, None
+
+
+def latencies(run, settle: float, seconds: float) -> list[float]:
+    """Seconds per call, called back to back after ``settle`` seconds of calls."""
+    end = time.perf_counter() + settle
+    while time.perf_counter() < end:
+        run()
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < 20:
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return sorted(times)
+
+
+def child(runtime: str, threads: int, seconds: float) -> None:
+    """One fresh process: a JSON row per case (p50 and p90 in microseconds), then kerneltune's
+    contention statistics."""
+    from kerneltune.runtime import RuntimeSession, default_contention
+
+    settle = FIRST_SETTLE
+    for name, size, model, feed, overrides in cases():
+        if runtime == "onnxruntime":
+            session = onnxruntime_session(model, threads, spinning=True)
+        else:
+            session = RuntimeSession(model, threads=threads, overrides=overrides,
+                                     contention=None if runtime == "kerneltune-fixed"
+                                     else default_contention)
+        times = latencies(lambda s=session, f=feed: s.run(None, f), settle, seconds)
+        settle = SETTLE
+        print(json.dumps({"case": name, "size": size,
+                          "p50_us": times[len(times) // 2] * 1e6,
+                          "p90_us": times[int(len(times) * 0.9)] * 1e6, "calls": len(times)}),
+              flush=True)
+    if runtime == "kerneltune":
+        print(json.dumps({"contention": default_contention.statistics()}), flush=True)
+
+
+@contextmanager
+def load(per_cpu: int):
+    """``per_cpu`` processes per CPU that loop in Python while the block runs."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(per_cpu * len(os.sched_getaffinity(0)))]
+    try:
+        if busy:
+            time.sleep(1)  # the scheduler has them running
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+
+
+def run_child(runtime: str, threads: int, args: argparse.Namespace, variant: str) -> list[dict]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", runtime, "--threads", str(threads),
+         "--seconds", str(args.seconds)],
+        env={**os.environ, "KERNELTUNE_ISA": variant}, capture_output=True, text=True,
+        check=False)
+    if done.returncode:
+        sys.stderr.write(done.stderr)
+        raise SystemExit(f"the {runtime} process on {threads} threads failed")
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, action="append",
+                        help="a thread count (repeatable; default 2)")
+    parser.add_argument("--seconds", type=float, default=1.0,
+                        help="timed seconds per case and runtime")
+    parser.add_argument("--load", choices=LOADS, action="append",
+                        help="a load (repeatable; default all)")
+    add_variant_arguments(parser)
+    parser.add_argument("--child", choices=RUNTIMES, help=argparse.SUPPRESS)
+    add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.threads[0], args.seconds)
+        return 0
+    if args.all_variants:
+        return each_variant(__file__, argv)
+    args.variant = in_variant(args.variant)
+    recorder = Recorder(__file__, args, mode=variant_mode(args.variant))
+    recorder.table("cases", "per load and case: p50 and p90 µs per call, each runtime in a "
+                            "process of its own beside the load; ratio: onnxruntime's p50 over "
+                            "kerneltune's; quiet_cost: kerneltune's p50 over its p50 with "
+                            "contention off")
+    recorder.table("contention", "per load: kerneltune's contention statistics at the end of "
+                                 "its process")
+    misses: list[str] = []
+    for threads in args.threads or [2]:
+        for name in args.load or LOADS:
+            with load(LOADS[name]):
+                measured: dict[tuple, dict] = {}
+                for runtime in RUNTIMES:
+                    if runtime == "kerneltune-fixed" and name != "quiet":
+                        continue
+                    for row in run_child(runtime, threads, args, args.variant):
+                        if "contention" in row:
+                            recorder.row("contention", load=name, threads=threads,
+                                         **row["contention"])
+                            continue
+                        measured.setdefault((row["case"], row["size"]), {})[runtime] = row
+            misses += _judged(recorder, name, threads, measured)
+    recorder.finish()
+    for miss in misses:
+        print(f"missed: {miss}")
+    return 1 if misses else 0
+
+
+def _judged(recorder: Recorder, name: str, threads: int, measured: dict) -> list[str]:
+    """Record one load's rows, figures and targets; the misses."""
+    print(f"{name}, {threads} threads")
+    print(f"{'case':14} {'size':>9} {'ort p50':>9} {'kt p50':>9} {'kt p90':>9} {'ort / kt':>9}")
+    ratios, costs, misses = [], [], []
+    busy = name != "quiet"
+    for (case, size), row in measured.items():
+        kt, ort = row["kerneltune"], row["onnxruntime"]
+        ratio, tail = ort["p50_us"] / kt["p50_us"], kt["p90_us"] / kt["p50_us"]
+        ratios.append(ratio)
+        fields = {"load": name, "case": case, "size": size, "threads": threads,
+                  "onnxruntime_p50_us": ort["p50_us"], "onnxruntime_p90_us": ort["p90_us"],
+                  "kerneltune_p50_us": kt["p50_us"], "kerneltune_p90_us": kt["p90_us"],
+                  "ratio": ratio, "kerneltune_p90_over_p50": tail}
+        if "kerneltune-fixed" in row:
+            fields["quiet_cost"] = kt["p50_us"] / row["kerneltune-fixed"]["p50_us"]
+            costs.append(fields["quiet_cost"])
+        recorder.row("cases", **fields)
+        print(f"{case:14} {size:>9} {ort['p50_us']:>9.1f} {kt['p50_us']:>9.1f} "
+              f"{kt['p90_us']:>9.1f} {ratio:>9.2f}")
+        label = f"{case} {size}"
+        if busy and not recorder.target(f"{name}, onnxruntime / kerneltune, {threads} threads",
+                                        ratio, ">=", RATIO_TARGET, label):
+            misses.append(f"{name} {label}: {ratio:.2f}x")
+        if busy and not recorder.target(f"{name}, kerneltune p90 / p50, {threads} threads",
+                                        tail, "<=", TAIL_TARGET, label):
+            misses.append(f"{name} {label}: p90 {tail:.1f}x its median")
+    mean = geomean(ratios)
+    print(f"geometric mean onnxruntime / kerneltune: {mean:.2f}")
+    recorder.figure(f"geomean_ratio_{name}_{threads}_threads", mean)
+    if busy and not recorder.target(f"{name}, geometric mean, onnxruntime / kerneltune, "
+                                    f"{threads} threads", mean, ">=", GEOMEAN_TARGET):
+        misses.append(f"{name} geometric mean: {mean:.2f}x")
+    if costs:
+        cost = geomean(costs)
+        print(f"quiet: contention on / off, geometric mean {cost:.3f}")
+        recorder.figure(f"quiet_cost_{threads}_threads", cost)
+        if not recorder.target(f"quiet, contention on / off, geometric mean, {threads} threads",
+                               cost, "<=", QUIET_COST_TARGET):
+            misses.append(f"quiet cost {cost:.3f}")
+    return misses
+
+
+if __name__ == "__main__":
+    sys.exit(main())
