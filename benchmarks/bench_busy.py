@@ -13,20 +13,27 @@ ISA variant ``--variant`` names, and an onnxruntime ``InferenceSession`` with
 ``intra_op_num_threads=t`` and otherwise its default options (intra-op threads
 spinning). A case is called back to back: for ``SETTLE`` seconds untimed (the first
 case longer, while contention finds its thread count), then timed call by call for
-``--seconds``. ``ratio`` is onnxruntime's median over kerneltune's (above 1:
-kerneltune is faster); ``kerneltune_p90_over_p50`` is kerneltune's tail over its own
-median. Quiet, a third process runs kerneltune with contention off
-(``contention=None``): ``quiet_cost`` is the median with contention on over it, what
-the policy costs where nothing competes. Each kerneltune process records its
-contention's statistics (runs read, runs that waited, probes run, probes that waited,
-probes skipped) at its end.
+``--seconds``. Each process runs ``--repeats`` times, the runtimes alternating, and a
+case's p50 and p90 are the medians over them. ``ratio`` is onnxruntime's p50 over
+kerneltune's (above 1: kerneltune is faster); ``kerneltune_p90_over_p50`` is
+kerneltune's tail over its own median; ``values`` says where the session's Gemm and
+MatMul values came from on each thread count its runs used (``defaults``, a
+profile's tier, ``calibrated`` from the user's cache).
+
+Quiet, kerneltune also runs with contention off (``contention=None``;
+``contention_off_ratio`` is the p50 with it on over off) and, with ``--before SRC``,
+as the kerneltune package in ``SRC`` (the ``src`` folder of an earlier checkout whose
+compiled kernels are in place): ``quiet_cost`` is the p50 now over that one's, what
+this version's policy costs where nothing competes. Each kerneltune process records
+its contention's statistics (runs read, runs that waited, probes run, probes that
+waited, probes skipped) at its end.
 
 Targets, beside busy processes: onnxruntime / kerneltune at least 0.8 in every case
-and at least 1.0 by geometric mean, kerneltune's p90 at most 3x its median; quiet, the
-geometric mean of ``quiet_cost`` at most 1.05.
+and at least 1.0 by geometric mean, kerneltune's p90 at most 3x its median; quiet,
+the geometric mean of ``quiet_cost`` at most 1.05.
 
-    python benchmarks/bench_busy.py [--threads 2] [--seconds 1] [--load busy-1]
-        [--variant V | --all-variants]
+    python benchmarks/bench_busy.py [--threads 2] [--seconds 1] [--repeats 3]
+        [--load busy-1] [--before SRC] [--variant V | --all-variants]
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -64,7 +72,9 @@ PATHS = {
 }
 SETTLE, FIRST_SETTLE = 0.5, 2.0
 RATIO_TARGET, GEOMEAN_TARGET, TAIL_TARGET, QUIET_COST_TARGET = 0.8, 1.0, 3.0, 1.05
-RUNTIMES = ("kerneltune", "onnxruntime", "kerneltune-fixed")
+RUNTIMES = ("kerneltune", "onnxruntime", "kerneltune-off", "kerneltune-before")
+#: the runtimes that run beside a load, not only quiet
+UNDER_LOAD = ("kerneltune", "onnxruntime")
 
 
 def cases():
@@ -111,16 +121,26 @@ def child(runtime: str, threads: int, seconds: float) -> None:
             session = onnxruntime_session(model, threads, spinning=True)
         else:
             session = RuntimeSession(model, threads=threads, overrides=overrides,
-                                     contention=None if runtime == "kerneltune-fixed"
+                                     contention=None if runtime == "kerneltune-off"
                                      else default_contention)
         times = latencies(lambda s=session, f=feed: s.run(None, f), settle, seconds)
         settle = SETTLE
-        print(json.dumps({"case": name, "size": size,
-                          "p50_us": times[len(times) // 2] * 1e6,
-                          "p90_us": times[int(len(times) * 0.9)] * 1e6, "calls": len(times)}),
-              flush=True)
-    if runtime == "kerneltune":
+        row = {"case": name, "size": size, "p50_us": times[len(times) // 2] * 1e6,
+               "p90_us": times[int(len(times) * 0.9)] * 1e6}
+        if runtime == "kerneltune" and hasattr(session, "contention_report"):
+            row["values"] = products_values(session.contention_report)
+        print(json.dumps(row), flush=True)
+    if runtime == "kerneltune" and hasattr(default_contention, "statistics"):
         print(json.dumps({"contention": default_contention.statistics()}), flush=True)
+
+
+def products_values(report: dict) -> str:
+    """Where each Gemm and MatMul key's values came from, per thread count the runs used."""
+    return "; ".join(
+        f"{threads}: " + ", ".join(sorted({source["tier"] for key, source in sources.items()
+                                           if "/Gemm/" in key or "/MatMul/" in key}))
+        for threads, sources in report["sources"].items()
+        if any("/Gemm/" in key or "/MatMul/" in key for key in sources))
 
 
 @contextmanager
@@ -139,11 +159,14 @@ def load(per_cpu: int):
 
 
 def run_child(runtime: str, threads: int, args: argparse.Namespace, variant: str) -> list[dict]:
+    environment = {**os.environ, "KERNELTUNE_ISA": variant}
+    if runtime == "kerneltune-before":
+        environment["PYTHONPATH"] = os.pathsep.join(
+            [str(args.before), *filter(None, [os.environ.get("PYTHONPATH")])])
     done = subprocess.run(
-        [sys.executable, __file__, "--child", runtime, "--threads", str(threads),
-         "--seconds", str(args.seconds)],
-        env={**os.environ, "KERNELTUNE_ISA": variant}, capture_output=True, text=True,
-        check=False)
+        [sys.executable, __file__, "--child", "kerneltune" if runtime == "kerneltune-before"
+         else runtime, "--threads", str(threads), "--seconds", str(args.seconds)],
+        env=environment, capture_output=True, text=True, check=False)
     if done.returncode:
         sys.stderr.write(done.stderr)
         raise SystemExit(f"the {runtime} process on {threads} threads failed")
@@ -156,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="a thread count (repeatable; default 2)")
     parser.add_argument("--seconds", type=float, default=1.0,
                         help="timed seconds per case and runtime")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="processes per runtime and load, alternating (default 1)")
     parser.add_argument("--load", choices=LOADS, action="append",
                         help="a load (repeatable; default all)")
+    parser.add_argument("--before", type=os.path.abspath,
+                        help="the src folder of an earlier kerneltune, compared quiet")
     add_variant_arguments(parser)
     parser.add_argument("--child", choices=RUNTIMES, help=argparse.SUPPRESS)
     add_arguments(parser)
@@ -171,30 +198,43 @@ def main(argv: list[str] | None = None) -> int:
     args.variant = in_variant(args.variant)
     recorder = Recorder(__file__, args, mode=variant_mode(args.variant))
     recorder.table("cases", "per load and case: p50 and p90 µs per call, each runtime in a "
-                            "process of its own beside the load; ratio: onnxruntime's p50 over "
-                            "kerneltune's; quiet_cost: kerneltune's p50 over its p50 with "
-                            "contention off")
+                            "process of its own beside the load (medians over the repeats); "
+                            "ratio: onnxruntime's p50 over kerneltune's; quiet_cost: "
+                            "kerneltune's p50 over the earlier version's; contention_off_ratio: "
+                            "over its own with contention off; values: where the products' "
+                            "values came from per thread count")
     recorder.table("contention", "per load: kerneltune's contention statistics at the end of "
                                  "its process")
     misses: list[str] = []
     for threads in args.threads or [2]:
         for name in args.load or LOADS:
+            runtimes = [r for r in RUNTIMES if r in UNDER_LOAD or name == "quiet"
+                        and (r != "kerneltune-before" or args.before)]
+            samples: dict[tuple, dict[str, list[dict]]] = {}
             with load(LOADS[name]):
-                measured: dict[tuple, dict] = {}
-                for runtime in RUNTIMES:
-                    if runtime == "kerneltune-fixed" and name != "quiet":
-                        continue
-                    for row in run_child(runtime, threads, args, args.variant):
-                        if "contention" in row:
-                            recorder.row("contention", load=name, threads=threads,
-                                         **row["contention"])
-                            continue
-                        measured.setdefault((row["case"], row["size"]), {})[runtime] = row
+                for _ in range(args.repeats):
+                    for runtime in runtimes:
+                        for row in run_child(runtime, threads, args, args.variant):
+                            if "contention" in row:
+                                if runtime == "kerneltune":
+                                    recorder.row("contention", load=name, threads=threads,
+                                                 **row["contention"])
+                                continue
+                            samples.setdefault((row["case"], row["size"]), {}).setdefault(
+                                runtime, []).append(row)
+            measured = {case: {runtime: medians(rows) for runtime, rows in by_runtime.items()}
+                        for case, by_runtime in samples.items()}
             misses += _judged(recorder, name, threads, measured)
     recorder.finish()
     for miss in misses:
         print(f"missed: {miss}")
     return 1 if misses else 0
+
+
+def medians(rows: list[dict]) -> dict:
+    """One runtime's row of a case over its processes: the medians of p50 and p90."""
+    return {**rows[0], **{field: statistics.median(row[field] for row in rows)
+                          for field in ("p50_us", "p90_us")}}
 
 
 def _judged(recorder: Recorder, name: str, threads: int, measured: dict) -> list[str]:
@@ -210,9 +250,11 @@ def _judged(recorder: Recorder, name: str, threads: int, measured: dict) -> list
         fields = {"load": name, "case": case, "size": size, "threads": threads,
                   "onnxruntime_p50_us": ort["p50_us"], "onnxruntime_p90_us": ort["p90_us"],
                   "kerneltune_p50_us": kt["p50_us"], "kerneltune_p90_us": kt["p90_us"],
-                  "ratio": ratio, "kerneltune_p90_over_p50": tail}
-        if "kerneltune-fixed" in row:
-            fields["quiet_cost"] = kt["p50_us"] / row["kerneltune-fixed"]["p50_us"]
+                  "ratio": ratio, "kerneltune_p90_over_p50": tail, "values": kt["values"]}
+        if "kerneltune-off" in row:
+            fields["contention_off_ratio"] = kt["p50_us"] / row["kerneltune-off"]["p50_us"]
+        if "kerneltune-before" in row:
+            fields["quiet_cost"] = kt["p50_us"] / row["kerneltune-before"]["p50_us"]
             costs.append(fields["quiet_cost"])
         recorder.row("cases", **fields)
         print(f"{case:14} {size:>9} {ort['p50_us']:>9.1f} {kt['p50_us']:>9.1f} "
@@ -232,9 +274,9 @@ def _judged(recorder: Recorder, name: str, threads: int, measured: dict) -> list
         misses.append(f"{name} geometric mean: {mean:.2f}x")
     if costs:
         cost = geomean(costs)
-        print(f"quiet: contention on / off, geometric mean {cost:.3f}")
+        print(f"quiet: now / before, geometric mean {cost:.3f}")
         recorder.figure(f"quiet_cost_{threads}_threads", cost)
-        if not recorder.target(f"quiet, contention on / off, geometric mean, {threads} threads",
+        if not recorder.target(f"quiet, now / before, geometric mean, {threads} threads",
                                cost, "<=", QUIET_COST_TARGET):
             misses.append(f"quiet cost {cost:.3f}")
     return misses
