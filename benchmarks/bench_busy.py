@@ -53,9 +53,7 @@ from results import (
     Recorder,
     add_arguments,
     add_variant_arguments,
-    each_variant,
-    in_variant,
-    variant_mode,
+    variant_recorder,
 )
 
 LOADS = {"quiet": 0, "busy-1": 1, "busy-2": 2}
@@ -193,10 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child, args.threads[0], args.seconds)
         return 0
-    if args.all_variants:
-        return each_variant(__file__, argv)
-    args.variant = in_variant(args.variant)
-    recorder = Recorder(__file__, args, mode=variant_mode(args.variant))
+    recorder = variant_recorder(__file__, args, argv)
+    if isinstance(recorder, int):  # --all-variants: each variant ran in a process of its own
+        return recorder
     recorder.table("cases", "per load and case: p50 and p90 µs per call, each runtime in a "
                             "process of its own beside the load (medians over the repeats); "
                             "ratio: onnxruntime's p50 over kerneltune's; quiet_cost: "

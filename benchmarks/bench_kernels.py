@@ -39,10 +39,8 @@ from results import (
     Recorder,
     add_arguments,
     add_variant_arguments,
-    each_variant,
-    in_variant,
     timed,
-    variant_mode,
+    variant_recorder,
 )
 
 from kerneltune.kernels import catalog, library
@@ -362,12 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    if args.all_variants:
-        return each_variant(__file__, argv)
-    # a process whose variant is not the one asked for starts again (kerneltune, imported
-    # above, picked its variant then)
-    args.variant = in_variant(args.variant)
-    recorder = Recorder(__file__, args, mode=variant_mode(args.variant))
+    recorder = variant_recorder(__file__, args, argv)
+    if isinstance(recorder, int):  # --all-variants: each variant ran in a process of its own
+        return recorder
     print(f"kerneltune variant: {library()['Abs'].implementation}")
     misses = elementwise(args.rounds, SIZES[:-1] if args.quick else SIZES, recorder)
     misses += other_types(args.rounds, recorder)

@@ -45,10 +45,8 @@ from results import (
     Recorder,
     add_arguments,
     add_variant_arguments,
-    each_variant,
-    in_variant,
     timed,
-    variant_mode,
+    variant_recorder,
 )
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
@@ -181,10 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child, args.threads[0], args.rounds, args.quick)
         return 0
-    if args.all_variants:
-        return each_variant(__file__, argv)
-    args.variant = in_variant(args.variant)
-    recorder = Recorder(__file__, args, mode=variant_mode(args.variant))
+    recorder = variant_recorder(__file__, args, argv)
+    if isinstance(recorder, int):  # --all-variants: each variant ran in a process of its own
+        return recorder
     recorder.table("models", "single-node FLOAT models; ratio: onnxruntime / kerneltune, each "
                              "in a process of its own (onnxruntime with its default options); "
                              "same_process_ratio: both in one process, onnxruntime not "

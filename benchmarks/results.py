@@ -127,6 +127,16 @@ def each_variant(script: str, argv: list[str]) -> int:
     return status
 
 
+def variant_recorder(script: str, args: argparse.Namespace, argv: list[str]) -> Recorder | int:
+    """The recorder of a run on the variant ``args.variant`` names, in a process of that
+    variant (this one starts again when it is not); with ``--all-variants``, instead, the
+    worst exit status of ``script`` run once per variant."""
+    if args.all_variants:
+        return each_variant(script, argv)
+    args.variant = in_variant(args.variant)
+    return Recorder(script, args, mode=variant_mode(args.variant))
+
+
 def quiet_openblas() -> None:
     """Start this script again with ``OPENBLAS_THREAD_TIMEOUT=4`` unless the environment sets
     it, as ``nox -s calibrate`` runs: OpenBLAS reads it once, when numpy loads."""
