@@ -178,7 +178,8 @@ def _measure(threads: int) -> dict:
     from kerneltune.runtime import RuntimeSession
 
     model, weight, x = _model_and_input()
-    session = RuntimeSession(model, threads=threads)
+    # contention off: beside busy processes it would rightly hold a 2-thread session to one
+    session = RuntimeSession(model, threads=threads, contention=None)
     before = _blas_threads()
     # the plan of the session's product: its kernel prepared as the session prepares it
     kernel = library()["MatMul"]
