@@ -207,6 +207,17 @@ def test_a_run_that_may_take_the_blas_path_reads_the_blas_workers_too(tmp_path, 
         c.finish()
     assert c.fewer == 1 and asked == [2]  # asked once per thread count
 
+    def other_caller() -> None:  # the BLAS pool is the process's: not asked again
+        Threads(threads.root, tids=())
+        clock.advance(10 * MS)
+        c.start(2, blas=True)
+        c.finish()
+
+    other = threading.Thread(target=other_caller)
+    other.start()
+    other.join()
+    assert asked == [2]
+
 
 def test_unknown_workers_leave_the_threads_as_asked(threads, clock):
     c = contention(threads, clock, workers=lambda n: None)

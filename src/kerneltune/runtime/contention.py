@@ -121,6 +121,8 @@ class Contention:
         self._next_probe = 0
         self._backoff = 1  # ``probe`` periods to the next probe
         self._pools: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+        # the BLAS library's pool is the process's, whichever thread calls: asked once per count
+        self._blas_pools: dict[int, Collection[int]] = {}
         self._counts = dict.fromkeys(COUNTS, 0)
 
     def start(self, wanted: int, blas: bool = False) -> tuple[int, bool]:
@@ -215,7 +217,9 @@ class Contention:
             try:
                 workers = self._workers(threads) if threads > 1 else ()
                 if workers is not None and blas and threads > 1:
-                    workers = {*workers, *(self._blas(threads) or ())}
+                    if threads not in self._blas_pools:
+                        self._blas_pools[threads] = self._blas(threads) or ()
+                    workers = {*workers, *self._blas_pools[threads]}
             except Exception:  # whatever goes wrong here may cost speed, never a run
                 workers = None
             if workers is None:
@@ -244,8 +248,10 @@ class Contention:
             if wait is None:
                 if tid == pool[0]:
                     self._disable()
-                else:  # a worker of an ended thread whose id the caller now has: ask again
+                else:  # a worker that ended (or an ended thread whose id it has): ask again
                     self._pools = {k: v for k, v in self._pools.items() if v != pool}
+                    self._blas_pools = {n: w for n, w in self._blas_pools.items()
+                                        if tid not in w}
                 return None
             waits += wait
         return waits

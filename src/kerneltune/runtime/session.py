@@ -73,7 +73,6 @@ class RuntimeSession:
         self._overrides = _overrides_by_key(overrides or {}, self._keys)
         resolutions = self._resolve(self.threads)
         resolved = time.perf_counter()
-        self._resolutions = resolutions
         #: per thread count a run used, each key's resolution (fewer threads: at first use)
         self._resolutions_by_threads = {self.threads: resolutions}
         #: runs on fewer threads than ``threads``, per thread count
@@ -244,7 +243,8 @@ class RuntimeSession:
             {
                 "node": node.name,
                 "op_type": node.op_type,
-                **self._resolutions[node.kernel.tuning_key(node.element_type)].to_dict(),
+                **self._resolutions_by_threads[self.threads][
+                    node.kernel.tuning_key(node.element_type)].to_dict(),
             }
             for node in self._model.nodes if node.kernel is not None
         ]
