@@ -189,6 +189,13 @@ def refusal(error: Exception) -> tuple[str, list[str], list[str]]:
     return lines[0], ops, nodes
 
 
+def values(output) -> np.ndarray:
+    """An output as an array: ZipMap's list of {label: probability} dicts as rows."""
+    if isinstance(output, list):
+        return np.array([[row[label] for label in sorted(row)] for row in output])
+    return output
+
+
 def check(path: Path, batches) -> dict:
     """Whether kerneltune accepts the model and matches onnxruntime's default session."""
     import onnxruntime
@@ -207,7 +214,8 @@ def check(path: Path, batches) -> dict:
     for batch, feed in feeds(reference.get_inputs()[0], batches):
         expected = reference.run(None, feed)
         for threads, session in sessions.items():
-            for ours, theirs in zip(session.run(None, feed), expected, strict=True):
+            for ours, theirs in zip(map(values, session.run(None, feed)), map(values, expected),
+                                    strict=True):
                 if ours.shape == theirs.shape and ours.size:
                     largest = max(largest, float(np.max(np.abs(
                         ours.astype(np.float64) - theirs.astype(np.float64)))))

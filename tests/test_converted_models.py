@@ -1,10 +1,9 @@
 """Models as a real converter writes them: skl2onnx over scikit-learn estimators.
 
 The corpus is committed in tests/data/converted (``make_models.py`` there writes it
-again), so these tests need neither scikit-learn nor skl2onnx. The multi-layer
-perceptron regressors run, with onnxruntime's results; the models whose operators the
-library does not have yet are refused at construction, every such node named with its
-domain's opset. A LinearRegressor runs on the Gemm kernel.
+again), so these tests need neither scikit-learn nor skl2onnx. Every model runs, with
+onnxruntime's results: the regressors' values, the classifiers' labels and probabilities
+(ZipMap's dicts too). The ai.onnx.ml operators run on the kernels they lower to.
 """
 
 from __future__ import annotations
@@ -20,38 +19,32 @@ from kerneltune.errors import UnsupportedModelError
 from kerneltune.runtime import RuntimeSession
 
 CORPUS = Path(__file__).resolve().parent / "data" / "converted"
-RUNS = ("mlp_regressor_relu", "mlp_regressor_tanh", "mlp_regressor_logistic",
-        "linear_regression", "ridge")
-#: the nodes of each refused model that the library has no kernel for yet
-REFUSED = {
-    "mlp_classifier_zipmap": {"ArgMax", "ArrayFeatureExtractor", "Cast", "Softmax",
-                              "ZipMap"},
-    "mlp_classifier_no_zipmap": {"ArgMax", "ArrayFeatureExtractor", "Cast", "Softmax"},
-    "mlp_classifier_tanh_no_zipmap": {"ArgMax", "ArrayFeatureExtractor", "Cast", "Concat"},
-    "logistic_regression_zipmap": {"LinearClassifier", "Normalizer", "ZipMap"},
-    "logistic_regression_no_zipmap": {"LinearClassifier", "Normalizer"},
-    # the Cast after the Scaler: shape inference leaves its input's type unknown
-    "scaler_mlp_regressor": {"Scaler", "Cast"},
-    "scaler_logistic_regression": {"Scaler", "LinearClassifier", "ZipMap"},
-}
-ML_OPERATORS = {"ArrayFeatureExtractor", "LinearClassifier", "Normalizer", "Scaler", "ZipMap"}
+REGRESSORS = ("mlp_regressor_relu", "mlp_regressor_tanh", "mlp_regressor_logistic",
+              "linear_regression", "ridge", "scaler_mlp_regressor")
+CLASSIFIERS = ("mlp_classifier_zipmap", "mlp_classifier_no_zipmap",
+               "mlp_classifier_tanh_no_zipmap", "logistic_regression_zipmap",
+               "logistic_regression_no_zipmap", "scaler_logistic_regression")
 
 
 def _features(rows: int) -> np.ndarray:
     return np.random.default_rng(rows).standard_normal((rows, 8)).astype(np.float32)
 
 
+def _onnxruntime(path: Path, x: np.ndarray) -> list:
+    return onnxruntime.InferenceSession(
+        str(path), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+
+
 def test_the_corpus_is_every_model_here():
-    assert {path.stem for path in CORPUS.glob("*.onnx")} == {*RUNS, *REFUSED}
+    assert {path.stem for path in CORPUS.glob("*.onnx")} == {*REGRESSORS, *CLASSIFIERS}
 
 
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", REGRESSORS)
 @pytest.mark.parametrize("rows", [1, 64, 300])
 def test_a_regressor_skl2onnx_wrote_runs_with_onnxruntime_s_results(name, rows):
     path = CORPUS / f"{name}.onnx"
     x = _features(rows)
-    (expected,) = onnxruntime.InferenceSession(
-        str(path), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    (expected,) = _onnxruntime(path, x)
     results = {threads: RuntimeSession(path, threads=threads).run(None, {"X": x})[0]
                for threads in (1, 2)}
     assert results[1].shape == expected.shape == (rows, 1)
@@ -61,19 +54,28 @@ def test_a_regressor_skl2onnx_wrote_runs_with_onnxruntime_s_results(name, rows):
     assert results[1].tobytes() == results[2].tobytes()
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_a_model_with_operators_the_library_lacks_is_refused_naming_each_node(name):
-    model = onnx.load(CORPUS / f"{name}.onnx")
-    with pytest.raises(UnsupportedModelError) as refused:
-        RuntimeSession(model)
-    lines = str(refused.value).splitlines()[1:]
-    named = {line.split(": op ")[1].split(",")[0] for line in lines}
-    assert named == REFUSED[name]
-    ml = {o.domain: o.version for o in model.opset_import}["ai.onnx.ml"]
-    for line in lines:
-        domain = "ai.onnx.ml" if line.split(": op ")[1].split(",")[0] in ML_OPERATORS \
-            else "ai.onnx"
-        assert f"domain {domain}, opset {ml if domain == 'ai.onnx.ml' else 17}," in line
+@pytest.mark.parametrize("name", CLASSIFIERS)
+@pytest.mark.parametrize("rows", [1, 64, 3000])
+def test_a_classifier_skl2onnx_wrote_gives_onnxruntime_s_labels_and_probabilities(name, rows):
+    path = CORPUS / f"{name}.onnx"
+    x = _features(rows)
+    label, probabilities = _onnxruntime(path, x)
+    session = RuntimeSession(path, threads=2)
+    assert [s.type for s in session.get_outputs()] == [
+        o.type for o in onnxruntime.InferenceSession(
+            str(path), providers=["CPUExecutionProvider"]).get_outputs()]
+    ours_label, ours_probabilities = session.run(None, {"X": x})
+    assert ours_label.dtype == label.dtype == np.int64
+    np.testing.assert_array_equal(ours_label, label)
+    if isinstance(probabilities, list):  # ZipMap: a {label: probability} dict per row
+        assert isinstance(ours_probabilities, list) and len(ours_probabilities) == rows
+        for ours, theirs in zip(ours_probabilities, probabilities, strict=True):
+            assert ours.keys() == theirs.keys()
+            np.testing.assert_allclose([ours[k] for k in theirs], list(theirs.values()),
+                                       rtol=1e-5, atol=1e-6)
+    else:
+        assert ours_probabilities.shape == probabilities.shape
+        np.testing.assert_allclose(ours_probabilities, probabilities, rtol=1e-5, atol=1e-6)
 
 
 def _regressor(input_type=onnx.TensorProto.FLOAT, **attributes) -> onnx.ModelProto:
@@ -106,5 +108,95 @@ def test_a_linear_regressor_of_several_targets_runs_as_a_gemm_with_its_constants
      "another input type than FLOAT"),
 ])
 def test_a_linear_regressor_the_gemm_cannot_compute_is_refused_by_name(model, words):
+    with pytest.raises(UnsupportedModelError, match=words):
+        RuntimeSession(model)
+
+
+def _ml_model(op_type: str, inputs: dict[str, tuple[int, list]],
+              outputs: dict[str, tuple[int, list]], **attributes) -> onnx.ModelProto:
+    node = onnx.helper.make_node(op_type, list(inputs), list(outputs), domain="ai.onnx.ml",
+                                 **attributes)
+    graph = onnx.helper.make_graph(
+        [node], op_type,
+        [onnx.helper.make_tensor_value_info(n, t, shape) for n, (t, shape) in inputs.items()],
+        [onnx.helper.make_tensor_value_info(n, t, shape) for n, (t, shape) in outputs.items()])
+    return onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("ai.onnx.ml", 1)])
+
+
+def _same_as_onnxruntime(model: onnx.ModelProto, feed: dict) -> list:
+    ours = RuntimeSession(model, threads=2).run(None, feed)
+    theirs = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    return ours
+
+
+FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+
+
+@pytest.mark.parametrize("transform", ["NONE", "LOGISTIC", "SOFTMAX"])
+@pytest.mark.parametrize("multi_class", [0, 1])
+def test_a_linear_classifier_gives_onnxruntime_s_labels_and_scores(transform, multi_class):
+    rng = np.random.default_rng(1)
+    model = _ml_model("LinearClassifier", {"X": (FLOAT, ["N", 5])},
+                      {"Y": (INT64, ["N"]), "Z": (FLOAT, ["N", 4])},
+                      classlabels_ints=[3, 7, 11, 12],
+                      coefficients=rng.standard_normal(20).tolist(),
+                      intercepts=rng.standard_normal(4).tolist(),
+                      post_transform=transform, multi_class=multi_class)
+    x = rng.standard_normal((200, 5)).astype(np.float32)
+    labels, _ = _same_as_onnxruntime(model, {"X": x})
+    assert set(labels.tolist()) <= {3, 7, 11, 12}
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_a_normalizer_matches_onnxruntime_a_row_of_zeros_included(norm):
+    x = np.random.default_rng(2).standard_normal((50, 6)).astype(np.float32)
+    x[3] = 0
+    model = _ml_model("Normalizer", {"X": (FLOAT, ["N", 6])}, {"Y": (FLOAT, ["N", 6])},
+                      norm=norm)
+    _same_as_onnxruntime(model, {"X": x})
+
+
+@pytest.mark.parametrize(("offset", "scale"), [([0.5], [2.0]), ([0.1, 0.2, 0.3], [1, 2, 3])])
+def test_a_scaler_matches_onnxruntime(offset, scale):
+    x = np.random.default_rng(3).standard_normal((10, 3)).astype(np.float32)
+    model = _ml_model("Scaler", {"X": (FLOAT, ["N", 3])}, {"Y": (FLOAT, ["N", 3])},
+                      offset=offset, scale=[float(s) for s in scale])
+    _same_as_onnxruntime(model, {"X": x})
+
+
+@pytest.mark.parametrize("shape", [(6,), (4, 6)])
+def test_an_array_feature_extractor_matches_onnxruntime(shape):
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    model = _ml_model("ArrayFeatureExtractor", {"X": (FLOAT, list(shape)),
+                                                "I": (INT64, [3])},
+                      {"Y": (FLOAT, [1 if len(shape) == 1 else 4, 3])})
+    (y,) = _same_as_onnxruntime(model, {"X": x, "I": np.array([5, 0, 2], np.int64)})
+    assert y.shape == (1, 3) if len(shape) == 1 else (4, 3)
+
+
+def test_an_array_feature_extractor_index_out_of_range_is_an_error_naming_it():
+    model = _ml_model("ArrayFeatureExtractor", {"X": (FLOAT, [2, 3]), "I": (INT64, [1])},
+                      {"Y": (FLOAT, [2, 1])})
+    with pytest.raises(ValueError, match="not all within the 3 columns"):
+        RuntimeSession(model).run(None, {"X": np.zeros((2, 3), np.float32),
+                                         "I": np.array([3], np.int64)})
+
+
+@pytest.mark.parametrize(("attributes", "words"), [
+    ({"classlabels_strings": ["a", "b"], "coefficients": [1.0] * 10,
+      "intercepts": [0.0, 0.0]}, "string class labels"),
+    ({"classlabels_ints": [0, 1], "coefficients": [1.0] * 10, "intercepts": [0.0, 0.0],
+      "post_transform": "PROBIT"}, "post_transform 'PROBIT'"),
+    ({"classlabels_ints": [0, 1], "coefficients": [1.0] * 5, "intercepts": [0.0]},
+     "1 rows of coefficients for 2 class labels"),
+])
+def test_a_linear_classifier_the_kernels_cannot_compute_is_refused_by_name(attributes, words):
+    model = _ml_model("LinearClassifier", {"X": (FLOAT, ["N", 5])},
+                      {"Y": (INT64, ["N"]), "Z": (FLOAT, ["N", 2])}, **attributes)
     with pytest.raises(UnsupportedModelError, match=words):
         RuntimeSession(model)

@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from onnx import TensorProto, numpy_helper
 from onnx.backend.test.case.node import collect_testcases
 
 from kerneltune.errors import UnsupportedModelError
@@ -50,6 +51,9 @@ def test_node_case(case):
     except UnsupportedModelError as error:
         pytest.skip(f"unsupported: {error}")
     for inputs, expected in case.data_sets:
+        # some generators keep their tensors as TensorProtos (Cast's, of every type)
+        inputs, expected = ([numpy_helper.to_array(v) if isinstance(v, TensorProto) else v
+                             for v in values] for values in (inputs, expected))
         outputs = prepared.run(inputs)
         assert len(outputs) == len(expected)
         for output, reference in zip(outputs, expected, strict=True):

@@ -24,13 +24,15 @@ from ..tuning.registry import KernelTuningRegistry
 from ..tuning.schema import element_type_number
 from . import catalog, half
 from .base import LIBRARY, TUNING_ABI, Kernel, Plan, PreparedKernel
-from .calibrate import ElementwiseCalibration
+from .calibrate import CastCalibration, ElementwiseCalibration, RowsCalibration
 from .calibrate_gemm import GemmCalibration
+from .cast import CastKernel
 from .elementwise import BinaryKernel, UnaryKernel
 from .gemm import Gemm, MatMul
 from .outputs import output_pool_bytes, set_output_pool_limit
 from .power import PowKernel
 from .probes import SHARED_CACHE, machine_probe, shared_cache_probe
+from .rows import RowsKernel
 from .variants import load_module, possible_variants, selected_variant
 
 __all__ = [
@@ -118,6 +120,11 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
             broadcast_grains=_by_element_type(catalog.BROADCAST_GRAINS.get(name, {}))))
         for name, table in catalog.BINARY.items()
     )
+    rows = load_module("rows", implementation)
+    kernels.update((name, RowsKernel(name, implementation, _functions(rows, table),
+                                     grains=_grains(name)))
+                   for name, table in catalog.ROWS.items())
+    kernels["Cast"] = CastKernel(implementation, unary.cast, grains=_grains("Cast"))
     kernels["Gemm"] = Gemm(implementation)
     kernels["MatMul"] = MatMul(implementation)
     return kernels
@@ -158,7 +165,9 @@ def _register_calibrations(kernels: Iterable[Kernel], registry: KernelTuningRegi
             register_machine_probe(LIBRARY, machine_probe(kernel), registry=registry)
             register_machine_probe(LIBRARY, shared_cache_probe(kernel), SHARED_CACHE,
                                    minimum_threads=1, registry=registry)
-        kind = GemmCalibration if isinstance(kernel, Gemm) else ElementwiseCalibration
+        kind = (GemmCalibration if isinstance(kernel, Gemm) else
+                RowsCalibration if isinstance(kernel, RowsKernel) else
+                CastCalibration if isinstance(kernel, CastKernel) else ElementwiseCalibration)
         for element_type in kernel.element_types:
             register_kernel_calibration_function(kernel.tuning_key(element_type),
                                                  kind(kernel, element_type), registry=registry)

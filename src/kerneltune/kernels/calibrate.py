@@ -27,8 +27,10 @@ from ..calibration import (
     thread_counts,
 )
 from ..tuning.dtypes import FLOATING, NUMPY_DTYPES
+from ..tuning.schema import element_type_number
 from .base import CHUNK_ALIGNMENT, Kernel, Plan
 from .elementwise import BinaryKernel, ElementwiseKernel
+from .rows import ARG, KINDS, NORMALIZE, REDUCE
 
 #: a value no size reaches, which forces the other side of a threshold
 NEVER = 1 << 62
@@ -47,6 +49,11 @@ PARALLEL_MINIMUM = "parallel.minimum_elements"
 MAXIMUM_THREADS = "parallel.maximum_threads"
 BROADCAST_MINIMUM = "parallel.broadcast_minimum_elements"
 CONVERSION_MINIMUM = "conversion.parallel_minimum_elements"
+#: elements of a row of an operator along axes (RowsCalibration)
+ROW_ELEMENTS = 256
+FLOAT = element_type_number("FLOAT")
+#: Cast's calibration target per source type where it is not FLOAT
+CAST_TARGETS = {FLOAT: element_type_number("INT64")}
 #: what the sizes of every elementwise case count (a report's axis label)
 ELEMENTS = "elements per call"
 
@@ -70,9 +77,14 @@ class KernelCalibration:
     def __init__(self, kernel: Kernel, element_type: int):
         self.kernel, self.element_type = kernel, element_type
 
+    def fixed_attributes(self) -> dict[str, Any]:
+        """The node attributes every run of the calibration takes (none: plain calls)."""
+        return {}
+
     def run_of(self, config: Any, threads: int, **attributes: Any) -> Callable[..., np.ndarray]:
         """The real kernel's ``run``, prepared with ``config`` for ``threads``."""
-        return self.kernel.prepare(self.element_type, config, threads, **attributes).run
+        return self.kernel.prepare(self.element_type, config, threads,
+                                   **self.fixed_attributes(), **attributes).run
 
     def attributes_of(self, inputs: Sequence[object]) -> dict[str, Any]:
         """The node attributes a case's inputs are run with (none: plain calls)."""
@@ -82,6 +94,7 @@ class KernelCalibration:
         """How the real kernel runs ``case`` at ``size`` with ``config``."""
         inputs = case.inputs(size)
         return self.kernel.prepare(self.element_type, config, threads,
+                                   **self.fixed_attributes(),
                                    **self.attributes_of(inputs)).plan(*inputs)
 
     def differs(self, threads: int) -> Callable[[Any, Any, Case, int], bool]:
@@ -119,11 +132,15 @@ class ElementwiseCalibration(KernelCalibration):
     def _output_itemsize(self) -> int:
         return self.kernel.output_dtype(self.element_type).itemsize
 
+    def _unary(self, context: CalibrationContext, n: int) -> tuple:
+        """The one input of a unary case of ``n`` elements."""
+        return (self._operand(context, n, 0),)
+
     def cases(self, context: CalibrationContext) -> dict[str, Case]:
         """The case groups: unary; binary equal-shape, scalar and multidirectional broadcast."""
         item, out = self._dtype().itemsize, self._output_itemsize()
         if not isinstance(self.kernel, BinaryKernel):
-            return {"unary": Case("unary", lambda n: (self._operand(context, n, 0),),
+            return {"unary": Case("unary", lambda n: self._unary(context, n),
                                   lambda n: n * (item + out), ELEMENTS)}
 
         def broadcast(n: int) -> tuple:
@@ -168,7 +185,7 @@ class ElementwiseCalibration(KernelCalibration):
                 if name in parameters:
                     context.keep(name, reason)
             return
-        groups = [cases[name] for name in ("unary", "equal", "scalar") if name in cases]
+        groups = [case for name, case in cases.items() if name != "broadcast"]
         grain = self._grain(context, PARALLEL_MINIMUM, groups, sizes, self._pure_modes(context))
         if CONVERSION_MINIMUM in parameters:
             self._conversion(context, grain)
@@ -237,3 +254,28 @@ class ElementwiseCalibration(KernelCalibration):
         cases = [(case, size) for case in self.cases(context).values() for size in sizes]
         return Workload(cases, lambda config: self.run_of(config, context.threads),
                         differs=self.differs(context.threads))
+
+
+class CastCalibration(ElementwiseCalibration):
+    """Cast's grains, measured on a conversion to FLOAT (from FLOAT: to INT64), the targets
+    converters write most."""
+
+    def fixed_attributes(self) -> dict[str, Any]:
+        return {"to": CAST_TARGETS.get(self.element_type, FLOAT)}
+
+    def _output_itemsize(self) -> int:
+        return NUMPY_DTYPES[self.fixed_attributes()["to"]].itemsize
+
+
+class RowsCalibration(ElementwiseCalibration):
+    """An operator along axes: its grain on rows of ``ROW_ELEMENTS`` elements (a layer's
+    width), along the last axis."""
+
+    def fixed_attributes(self) -> dict[str, Any]:
+        kind = KINDS[self.kernel.name]
+        return {ARG: {"axis": -1, "keepdims": 0}, REDUCE: {"axes": (-1,), "keepdims": 0},
+                NORMALIZE: {"norm": "L2"}}.get(kind, {})
+
+    def _unary(self, context: CalibrationContext, n: int) -> tuple:
+        rows = max(1, n // ROW_ELEMENTS)
+        return (self._operand(context, (rows, ROW_ELEMENTS), 0),)

@@ -39,6 +39,21 @@ UNARY = {
 #: are fast enough to keep the accuracy; on AVX2 and SSE2 they are not.
 VARIANT_UNARY = {"Tanh": {"tanhf_rational": (("baseline", "x86_64_v3"), ("FLOAT",))}}
 
+#: element types ``unary.cast`` converts from and to, each to every other
+CAST = ("FLOAT", "DOUBLE", "INT8", "UINT8", "INT32", "INT64", "BOOL")
+
+#: operator -> {function of the compiled ``rows`` module: element types} (kernels.rows)
+ROWS = {
+    "Softmax": {"softmax": FLOATS},
+    "LogSoftmax": {"log_softmax": FLOATS},
+    "ArgMax": {"argmax": FLOATS + ("INT32", "INT64")},
+    "ArgMin": {"argmin": FLOATS + ("INT32", "INT64")},
+    "ReduceSum": {"reduce_sum": FLOATS + ("INT32", "INT64")},
+    "ReduceMean": {"reduce_mean": FLOATS},
+    "ReduceMax": {"reduce_max": FLOATS + ("INT32", "INT64")},
+    "Normalizer": {"normalize": FLOATS},
+}
+
 #: operator -> {function of the compiled ``binary`` module: element types}
 BINARY = {
     "Add": {"add": NUMBERS},

@@ -61,6 +61,48 @@ import numpy as np
 # pythran export bitwise_not(uint16[:], uint16[:], int)
 # pythran export bitwise_not(uint32[:], uint32[:], int)
 # pythran export bitwise_not(uint64[:], uint64[:], int)
+# pythran export cast(float32[:], float64[:], int)
+# pythran export cast(float32[:], int8[:], int)
+# pythran export cast(float32[:], uint8[:], int)
+# pythran export cast(float32[:], int32[:], int)
+# pythran export cast(float32[:], int64[:], int)
+# pythran export cast(float32[:], bool[:], int)
+# pythran export cast(float64[:], float32[:], int)
+# pythran export cast(float64[:], int8[:], int)
+# pythran export cast(float64[:], uint8[:], int)
+# pythran export cast(float64[:], int32[:], int)
+# pythran export cast(float64[:], int64[:], int)
+# pythran export cast(float64[:], bool[:], int)
+# pythran export cast(int8[:], float32[:], int)
+# pythran export cast(int8[:], float64[:], int)
+# pythran export cast(int8[:], uint8[:], int)
+# pythran export cast(int8[:], int32[:], int)
+# pythran export cast(int8[:], int64[:], int)
+# pythran export cast(int8[:], bool[:], int)
+# pythran export cast(uint8[:], float32[:], int)
+# pythran export cast(uint8[:], float64[:], int)
+# pythran export cast(uint8[:], int8[:], int)
+# pythran export cast(uint8[:], int32[:], int)
+# pythran export cast(uint8[:], int64[:], int)
+# pythran export cast(uint8[:], bool[:], int)
+# pythran export cast(int32[:], float32[:], int)
+# pythran export cast(int32[:], float64[:], int)
+# pythran export cast(int32[:], int8[:], int)
+# pythran export cast(int32[:], uint8[:], int)
+# pythran export cast(int32[:], int64[:], int)
+# pythran export cast(int32[:], bool[:], int)
+# pythran export cast(int64[:], float32[:], int)
+# pythran export cast(int64[:], float64[:], int)
+# pythran export cast(int64[:], int8[:], int)
+# pythran export cast(int64[:], uint8[:], int)
+# pythran export cast(int64[:], int32[:], int)
+# pythran export cast(int64[:], bool[:], int)
+# pythran export cast(bool[:], float32[:], int)
+# pythran export cast(bool[:], float64[:], int)
+# pythran export cast(bool[:], int8[:], int)
+# pythran export cast(bool[:], uint8[:], int)
+# pythran export cast(bool[:], int32[:], int)
+# pythran export cast(bool[:], int64[:], int)
 
 BLOCK = 2048
 ALIGN = 64
@@ -255,6 +297,13 @@ def _flip(x, out):
         out[i] = x[i] ^ 1
 
 
+def _cast(x, out):
+    # Float to integer truncates toward zero, anything to bool is ``!= 0`` (NaN too), as C++'s
+    # conversions, onnxruntime's Cast and numpy's astype have it.
+    for i in range(x.shape[0]):
+        out[i] = x[i]
+
+
 def _invert(x, out):
     for i in range(x.shape[0]):
         out[i] = ~x[i]
@@ -321,3 +370,7 @@ def not_(x, out, nthreads):
 
 def bitwise_not(x, out, nthreads):
     return _run(x, out, nthreads, _invert)
+
+
+def cast(x, out, nthreads):
+    return _run(x, out, nthreads, _cast)

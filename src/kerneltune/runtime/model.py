@@ -11,6 +11,7 @@ computed the same since opset 7; what the older schemas add is in
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from onnx import numpy_helper
 from .._support.aligned import aligned
 from ..errors import UnsupportedModelError
 from ..kernels import Kernel
+from ..kernels import rows as along_axes
 from ..tuning.schema import element_type_name
-from . import ml, views
+from . import ml, selections, views
 from .views import View
 
 #: node attributes each operator's kernel takes, with their ONNX defaults
@@ -59,8 +61,10 @@ OWN_TYPE_KEYWORDS: Mapping[str, str] = {"Pow": "exponent_type"}
 
 @dataclass(frozen=True)
 class Node:
-    """One node bound to its kernel (or, for a shape-only operator, to the view that
-    computes it: no kernel, no tuning key): inputs, output, element type, attributes."""
+    """One node bound to its kernel (or, for an operator that only moves elements, to the
+    function that does it: no kernel, no tuning key): inputs, output, element type,
+    attributes. ``fresh``: that function makes a new value (:mod:`.selections`) rather than
+    a view of its first input (:mod:`.views`)."""
 
     name: str
     op_type: str
@@ -70,6 +74,7 @@ class Node:
     output: str
     attributes: Mapping[str, Any]
     view: View | None = None
+    fresh: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,6 @@ class Model:
     inputs: tuple[Signature, ...]
     outputs: tuple[Signature, ...]
     constants: Mapping[str, np.ndarray]
-    opset: int
 
 
 def read_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
@@ -102,10 +106,8 @@ def read_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.
 def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Model:
     """Check ``proto`` and bind every node to a kernel, or name every node that cannot be."""
     onnx.checker.check_model(proto)
+    # a model of ai.onnx.ml operators only may import no opset of the default domain
     opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
-    opset = opsets.get("ai.onnx")
-    if opset is None:
-        raise UnsupportedModelError("the model imports no opset of the default domain")
     inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
     graph = inferred.graph
     types = {v.name: v.type.tensor_type.elem_type
@@ -121,14 +123,17 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
             types[proto_node.output[0]] = onnx.helper.np_dtype_to_tensor_dtype(
                 constants[proto_node.output[0]].dtype)
             continue
-        if proto_node.domain == "ai.onnx.ml" and proto_node.op_type in ml.KERNEL_OF:
+        if proto_node.domain == "ai.onnx.ml" and proto_node.op_type in ml.OPERATORS:
             node, problem = _lowered(proto_node, name, opsets, types, kernels, constants)
         else:
             node, problem = _bind(proto_node, name, opsets, types, kernels)
         if problem:
             problems.append(problem)
-        else:
-            nodes.extend(node)
+            continue
+        nodes.extend(node)
+        # what shape inference could not type (after an ai.onnx.ml node) the kernels do
+        for bound in node:
+            types.setdefault(bound.output, _output_type(bound))
     if problems:
         listed = "\n".join(f"  - {p}" for p in problems)
         raise UnsupportedModelError(f"{len(problems)} unsupported node(s):\n{listed}")
@@ -136,7 +141,7 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
                                      if v.name not in constants),
                  tuple(_signature(v) for v in graph.output),
                  # a weight is B of a MatMul, which reads it in place (_support.aligned says why)
-                 {name: aligned(value) for name, value in constants.items()}, opset)
+                 {name: aligned(value) for name, value in constants.items()})
 
 
 def _described(node, name, opsets, input_types) -> str:
@@ -148,17 +153,31 @@ def _described(node, name, opsets, input_types) -> str:
 
 
 def _lowered(node, name, opsets, types, kernels, constants) -> tuple[list[Node], str | None]:
-    """An ai.onnx.ml node bound to the kernel that computes it (see :mod:`.ml`), its
+    """An ai.onnx.ml node bound to the steps that compute it (see :mod:`.ml`), its
     constants added to the model's."""
-    element_type = types.get(node.input[0])
-    described = _described(node, name, opsets, [element_type])
-    lowered, problem = ml.lower(node, element_type)
+    input_types = [types.get(i) for i in node.input if i]
+    described = _described(node, name, opsets, input_types)
+    lowered, problem = ml.lower(node, input_types)
     if problem:
         return [], f"{described}: {problem}"
+    known = {**types, **{k: onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
+                         for k, v in lowered.constants.items()}, **lowered.types}
+    nodes = []
+    for step in lowered.steps:
+        element_type = known.get(step.inputs[0])
+        if step.selection is not None:
+            view = functools.partial(step.selection, **step.attributes)
+            nodes.append(Node(name, step.operator, None, element_type, step.inputs,
+                              step.output, dict(step.attributes), view, fresh=True))
+            continue
+        kernel = kernels[step.operator]
+        if element_type not in kernel.element_types:
+            return [], f"{described}: no {_type_name(element_type)} kernel for {step.operator}"
+        nodes.append(Node(name, node.op_type, kernel, element_type, step.inputs, step.output,
+                          dict(step.attributes)))
     constants.update(lowered.constants)
-    kernel = kernels[ml.KERNEL_OF[node.op_type]]
-    return [Node(name, node.op_type, kernel, element_type, lowered.inputs, node.output[0],
-                 dict(lowered.attributes))], None
+    types.update(lowered.types)
+    return nodes, None
 
 
 def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
@@ -169,7 +188,8 @@ def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
     default_domain = node.domain in ("", "ai.onnx")
     kernel = kernels.get(node.op_type) if default_domain else None
     shape_only = default_domain and node.op_type in views.FUNCTIONS
-    if kernel is None and not shape_only:
+    moved = default_domain and node.op_type in selections.FUNCTIONS
+    if kernel is None and not shape_only and not moved:
         return [], f"{described}: no kernel for this operator"
     try:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
@@ -181,11 +201,18 @@ def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
     if problem:
         return [], f"{described}: {problem}"
     element_type = input_types[0]
+    if node.op_type in ("Cast", "CastLike") and default_domain:
+        target = (input_types[1] if node.op_type == "CastLike" else
+                  _cast_target(next(a for a in node.attribute if a.name == "to")))
+        if target != element_type:
+            return _cast(node, name, described, element_type, target, kernels["Cast"])
     if shape_only:
-        return _view(node, name, described, element_type, by_parameter)
+        return _view(node, name, described, element_type)
+    if moved:
+        return _selection(node, name, described, element_type, present)
     if element_type not in kernel.element_types:
         return [], f"{described}: no {_type_name(element_type)} kernel"
-    attributes = dict(ATTRIBUTES.get(node.op_type, {}))
+    attributes = _attribute_defaults(node.op_type, schema)
     for parameter, element_types in by_parameter.items():
         if element_types != {element_type}:
             keyword = OWN_TYPE_KEYWORDS.get(node.op_type)
@@ -208,16 +235,78 @@ def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
                  attributes)], None
 
 
-def _view(node, name, described, element_type, by_parameter) -> tuple[list[Node], str | None]:
+def _attribute_defaults(op_type: str, schema: onnx.defs.OpSchema) -> dict[str, Any]:
+    """The attributes a node's kernel takes, with their defaults in the node's opset (an
+    operator along axes takes its schema's defaults: Softmax's axis moved in opset 13)."""
+    kind = along_axes.KINDS.get(op_type)
+    if kind is None:
+        return dict(ATTRIBUTES.get(op_type, {}))
+    attributes = {}
+    for attribute in along_axes.ATTRIBUTES[kind]:
+        declared = schema.attributes.get(attribute)
+        if declared is not None:  # the reductions' axes have no default: all axes
+            attributes[attribute] = (onnx.helper.get_attribute_value(declared.default_value)
+                                     if declared.default_value.type else None)
+    if kind == along_axes.SOFTMAX:
+        attributes["coerced"] = schema.since_version < 13
+    return attributes
+
+
+def _cast(node, name, described, element_type, target, kernel) -> tuple[list[Node], str | None]:
+    """A Cast (or CastLike) to another element type, bound to the Cast kernel."""
+    if element_type not in kernel.element_types or target not in kernel.element_types:
+        return [], (f"{described}: no Cast kernel from {_type_name(element_type)} to "
+                    f"{_type_name(target)}")
+    unknown = sorted({a.name for a in node.attribute} - {"to", "saturate"})
+    if unknown:
+        return [], f"{described}: attribute {unknown[0]} is not supported"
+    return [Node(name, "Cast", kernel, element_type, (node.input[0],), node.output[0],
+                 {"to": target})], None
+
+
+def _cast_target(attribute: onnx.AttributeProto) -> int:
+    """Cast's ``to``: a type's number, or before opset 6 its name."""
+    value = onnx.helper.get_attribute_value(attribute)
+    if isinstance(value, bytes):
+        try:
+            return onnx.TensorProto.DataType.Value(value.decode())
+        except ValueError:
+            return onnx.TensorProto.UNDEFINED  # refused by name as an unknown type
+    return value
+
+
+def _selection(node, name, described, element_type, present) -> tuple[list[Node], str | None]:
+    """An operator that moves elements into a fresh output, bound to its function."""
+    given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    known = selections.ATTRIBUTES[node.op_type]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        return [], f"{described}: attribute {unknown[0]} is not supported"
+    attributes = {**known, **given}
+    function = functools.partial(selections.FUNCTIONS[node.op_type], **attributes)
+    return [Node(name, node.op_type, None, element_type, present, node.output[0], attributes,
+                 function, fresh=True)], None
+
+
+def _output_type(node: Node) -> int | None:
+    """The element type of what ``node`` makes (None: not a tensor, ZipMap's maps)."""
+    if node.op_type == "ZipMap":
+        return None
+    if node.kernel is not None and node.op_type == "Cast":
+        return node.attributes["to"]
+    output_dtype = getattr(node.kernel, "output_dtype", None)
+    if output_dtype is not None:
+        return onnx.helper.np_dtype_to_tensor_dtype(output_dtype(node.element_type))
+    return node.element_type
+
+
+def _view(node, name, described, element_type) -> tuple[list[Node], str | None]:
     """A shape-only node bound to its view, or why it cannot be one."""
     given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     known = views.ATTRIBUTES[node.op_type]
     unknown = sorted(set(given) - set(known))
     if unknown:
         return [], f"{described}: attribute {unknown[0]} is not supported"
-    if node.op_type == "CastLike" and len({t for types in by_parameter.values()
-                                           for t in types}) > 1:
-        return [], f"{described}: a CastLike to another element type computes: no kernel yet"
     view, problem = views.view_of(node.op_type, element_type, {**known, **given})
     if problem:
         return [], f"{described}: {problem}"
@@ -240,7 +329,8 @@ def _typed_inputs(schema: onnx.defs.OpSchema, input_types: list[int]
         if _tensor_type(element_type) not in allowed.get(parameter, {parameter}):
             return {}, (f"{schema.name}-{schema.since_version}, the {schema.name} of this opset, "
                         f"takes no {_type_name(element_type)} as {parameter}")
-        by_parameter.setdefault(parameter, set()).add(element_type)
+        if parameter in allowed:  # not an input of one fixed type (a Reduce's int64 axes)
+            by_parameter.setdefault(parameter, set()).add(element_type)
     mixed = sorted(parameter for parameter, types in by_parameter.items() if len(types) > 1)
     if mixed:
         return {}, f"input types mixed ({', '.join(mixed)})"
@@ -287,6 +377,12 @@ def _tensor_type(element_type: int) -> str:
 
 
 def _signature(value: onnx.ValueInfoProto) -> Signature:
+    if value.type.HasField("sequence_type"):
+        # ZipMap's list of maps, named as onnxruntime names it
+        pair = value.type.sequence_type.elem_type.map_type
+        key = onnx.helper.tensor_dtype_to_string(pair.key_type).split(".")[-1].lower()
+        values = _tensor_type(pair.value_type.tensor_type.elem_type)
+        return Signature(value.name, f"seq(map({key},{values}))", None, 0)
     tensor = value.type.tensor_type
     shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
              for d in tensor.shape.dim] if tensor.HasField("shape") else None

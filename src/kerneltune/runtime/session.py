@@ -273,10 +273,10 @@ def _returned(model: Model, slots: Mapping[str, int]) -> dict[str, tuple[int, bo
     """Per graph output, its slot and whether a run copies it: each output is a fresh array,
     so one that is (a view of) an input or a constant is copied, and so is one that views
     the array another output returns."""
-    computed = {node.output for node in model.nodes if node.view is None}
+    computed = {node.output for node in model.nodes if node.view is None or node.fresh}
     viewed = {}
     for node in model.nodes:
-        if node.view is not None:
+        if node.view is not None and not node.fresh:
             viewed[node.output] = viewed.get(node.inputs[0], node.inputs[0])
     returned, seen = {}, set()
     for signature in model.outputs:

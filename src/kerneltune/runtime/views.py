@@ -2,10 +2,10 @@
 
 Reshape, Flatten, Squeeze, Unsqueeze and Identity move no element (converters put them
 around every model: a Reshape of the output, an Identity of a name), and a Cast to the
-type its input already has is an Identity. They have no tuning key: nothing about them
-depends on the processor. A view is only as fresh as the array it views, so the session
-copies a graph output that views one of its inputs or constants (see
-:class:`~kerneltune.runtime.session.RuntimeSession`).
+type its input already has is an Identity (a Cast to another type is the Cast kernel).
+They have no tuning key: nothing about them depends on the processor. A view is only as
+fresh as the array it views, so the session copies a graph output that views one of its
+inputs or constants (see :class:`~kerneltune.runtime.session.RuntimeSession`).
 
 Their shapes come at run time from their inputs (Reshape's ``shape``, the ``axes`` of
 Squeeze and Unsqueeze from opset 13 on) or from attributes (``axes`` before opset 13,
@@ -101,12 +101,8 @@ def view_of(op_type: str, element_type: int, attributes: Mapping[str, Any]
             ) -> tuple[View | None, str | None]:
     """The view computing ``op_type`` with ``attributes``, or why it is not one."""
     function = FUNCTIONS[op_type]
-    if op_type == "Cast":
-        if attributes.get("to") != element_type:
-            return None, "a Cast to another element type computes: no kernel for it yet"
-        return function, None
-    if op_type == "CastLike":
-        return function, None  # the caller refuses two types: a CastLike that computes
+    if op_type in ("Cast", "CastLike"):
+        return function, None  # to its own type: one to another is the Cast kernel's
     given = {name: value for name, value in attributes.items() if value is not None}
     if op_type == "Unsqueeze" and "axes" not in given:
         return function, None  # from opset 13 on, the axes are an input

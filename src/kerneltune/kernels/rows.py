@@ -1,0 +1,204 @@
+"""Kernels that work along axes: Softmax, LogSoftmax, ArgMax, ArgMin, the reductions and
+the ai.onnx.ml Normalizer.
+
+The compiled functions (``rows_pythran``) work along each row of a C-contiguous matrix.
+A prepared kernel moves the axes its node works along to the end (a copy only when they
+are not there already, which converters rarely write), runs the function over the rows
+and gives the result the node's shape. The thread count follows the elementwise rule: one
+thread per ``parallel.minimum_elements`` elements of the input, within
+``parallel.maximum_threads``, and no more threads than rows.
+
+Each operator's node attributes arrive with the defaults of its schema in the model's
+opset (:mod:`kerneltune.runtime.model` fills them in), so this module does not know opset
+versions except Softmax's: before opset 13 it works on the input coerced to a matrix at
+``axis`` (``coerced``), from 13 on along the one ``axis``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..tuning.dtypes import NUMPY_DTYPES
+from ..tuning.schema import element_type_number
+from .base import Kernel, Plan, PreparedKernel, chunked_threads, operand, parallel_threads
+from .catalog import DEFAULT_GRAIN
+from .elementwise import ElementwiseConfig, with_grain
+
+INT64 = element_type_number("INT64")
+
+#: Normalizer's ``norm`` as the compiled function numbers it
+NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+#: what each kind of operator does, by operator
+SOFTMAX, ARG, REDUCE, NORMALIZE = "softmax", "arg", "reduce", "normalize"
+KINDS = {"Softmax": SOFTMAX, "LogSoftmax": SOFTMAX, "ArgMax": ARG, "ArgMin": ARG,
+         "ReduceSum": REDUCE, "ReduceMean": REDUCE, "ReduceMax": REDUCE,
+         "Normalizer": NORMALIZE}
+#: the attributes of each kind, with the defaults of the newest opset (a model's node gets
+#: its own opset's from the schema)
+ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
+    SOFTMAX: {"axis": -1, "coerced": False},
+    ARG: {"axis": 0, "keepdims": 1, "select_last_index": 0},
+    REDUCE: {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0},
+    NORMALIZE: {"norm": "MAX"},
+}
+
+
+def _normal_axes(axes: Sequence[int], rank: int, operator: str) -> list[int]:
+    """Distinct axes within ``rank``, counted from the end when negative, sorted."""
+    normal = sorted({axis + rank if axis < 0 else axis for axis in axes})
+    if len(normal) != len(axes) or any(not 0 <= axis < max(rank, 1) for axis in normal):
+        raise ValueError(f"{operator}: axes {list(axes)} are not distinct axes of a rank "
+                         f"{rank} tensor")
+    return normal
+
+
+def _to_rows(x: np.ndarray, axes: list[int]) -> np.ndarray:
+    """``x`` as a C-contiguous matrix whose rows run along ``axes``, the other axes in
+    order as its rows."""
+    kept = [axis for axis in range(x.ndim) if axis not in axes]
+    shape = (math.prod(x.shape[axis] for axis in kept), math.prod(x.shape[axis] for axis in axes))
+    if axes != list(range(x.ndim - len(axes), x.ndim)):
+        x = x.transpose(kept + axes)
+    return np.ascontiguousarray(x).reshape(shape)
+
+
+class PreparedRows(PreparedKernel):
+    """One operator along axes, with its grain, thread limit and attributes bound."""
+
+    def __init__(self, key, config, threads, name: str, function: Callable, dtype, out_dtype,
+                 attributes: Mapping[str, Any]):
+        self.key, self.config, self.threads = key, config, threads
+        self.name, self._function, self._dtype, self.out_dtype = name, function, dtype, out_dtype
+        self.kind = KINDS[name]
+        self._attributes = {**ATTRIBUTES[self.kind], **attributes}
+        self._grain = config.minimum_elements
+        self.thread_limit = min(config.maximum_threads, threads)
+
+    def _threads(self, elements: int) -> int:
+        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
+
+    def _axes(self, x: np.ndarray, axes_input: object = None) -> list[int] | None:
+        """The axes the node works along (None: it returns its input, a reduction's
+        ``noop_with_empty_axes``)."""
+        given = self._attributes
+        if self.kind == NORMALIZE:
+            if x.ndim not in (1, 2):
+                raise ValueError(f"Normalizer: expected a 1-D or 2-D input, got shape "
+                                 f"{list(x.shape)}")
+            return [x.ndim - 1]
+        if self.kind != REDUCE:
+            return _normal_axes([int(given["axis"])], x.ndim, self.name)
+        axes = given["axes"] if axes_input is None else axes_input
+        axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+        if not axes:
+            return None if given["noop_with_empty_axes"] else list(range(x.ndim))
+        return _normal_axes(axes, x.ndim, self.name)
+
+    def plan(self, x, axes=None) -> Plan:
+        x = np.asarray(x)
+        chosen = self._axes(x, axes)
+        rows = x.size // max(1, math.prod(x.shape[a] for a in chosen or ())) if x.size else 0
+        threads = chunked_threads(rows, self._threads(x.size), alignment=1)
+        return Plan("parallel" if threads > 1 else "serial", threads, int(x.size), "rows")
+
+    def run(self, x, axes=None) -> np.ndarray:
+        return self._call(x, axes, None)
+
+    def run_serial(self, x, axes=None) -> np.ndarray:
+        return self._call(x, axes, 1)
+
+    def _call(self, x, axes_input, threads: int | None) -> np.ndarray:
+        x = operand(x, self._dtype, "input")
+        axes = self._axes(x, axes_input)
+        if axes is None:
+            return x.copy()
+        if self.kind == SOFTMAX and self._attributes["coerced"]:
+            # before opset 13: the input as a matrix, its rows the axes from ``axis`` on
+            first = axes[0]
+            matrix = x.reshape(math.prod(x.shape[:first]), -1)
+            return self._along(matrix, threads).reshape(x.shape)
+        if self.kind in (SOFTMAX, NORMALIZE):
+            moved = np.moveaxis(x, axes[0], -1)
+            out = self._along(_to_rows(x, axes), threads).reshape(moved.shape)
+            return np.ascontiguousarray(np.moveaxis(out, -1, axes[0]))
+        values = self._reduced(_to_rows(x, axes), threads)
+        keepdims = self._attributes["keepdims"]
+        shape = [1 if axis in axes else size for axis, size in enumerate(x.shape)
+                 if keepdims or axis not in axes]
+        return values.reshape(shape)
+
+    def _along(self, matrix: np.ndarray, threads: int | None) -> np.ndarray:
+        """Softmax, LogSoftmax or Normalizer of each row of ``matrix``."""
+        out = np.empty(matrix.shape, self.out_dtype)
+        if matrix.size:
+            count = self._threads(matrix.size) if threads is None else threads
+            if self.kind == NORMALIZE:
+                self._function(matrix, out, NORMS[self._attributes["norm"]], count)
+            else:
+                self._function(matrix, out, count)
+        return out
+
+    def _reduced(self, matrix: np.ndarray, threads: int | None) -> np.ndarray:
+        """One value per row of ``matrix``: its arg, sum, mean or largest value."""
+        rows, n = matrix.shape
+        out = np.empty(rows, self.out_dtype)
+        if not rows:
+            return out
+        if not n:
+            return self._of_nothing(out)
+        count = self._threads(matrix.size) if threads is None else threads
+        if self.kind == ARG:
+            self._function(matrix, out, bool(self._attributes["select_last_index"]), count)
+        else:
+            self._function(matrix, out, count)
+        return out
+
+    def _of_nothing(self, out: np.ndarray) -> np.ndarray:
+        """A reduction over no element, as ONNX defines it (ArgMax and ArgMin have none)."""
+        if self.kind == ARG:
+            raise ValueError(f"{self.name}: the axis is empty, so it has no {self.name}")
+        if self.name == "ReduceSum":
+            out[:] = 0
+        elif self.name == "ReduceMean":
+            out[:] = np.nan
+        elif out.dtype.kind == "f":
+            out[:] = -np.inf
+        else:
+            out[:] = np.iinfo(out.dtype).min
+        return out
+
+
+class RowsKernel(Kernel):
+    """An operator along axes over a table of compiled functions, one per element type."""
+
+    def __init__(self, name: str, implementation: str, functions: Mapping[int, Callable],
+                 grains: Mapping[int, int] | None = None):
+        super().__init__(implementation)
+        self.name = name
+        self._functions = dict(functions)
+        self._grains = dict(grains or {})
+
+    @property
+    def element_types(self) -> tuple[int, ...]:
+        return tuple(self._functions)
+
+    def config_type(self, element_type: int) -> type:
+        return with_grain(ElementwiseConfig, self._grains.get(element_type, DEFAULT_GRAIN))
+
+    def output_dtype(self, element_type: int) -> np.dtype:
+        return NUMPY_DTYPES[INT64 if KINDS[self.name] == ARG else element_type]
+
+    def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
+        unknown = sorted(set(attributes) - set(ATTRIBUTES[KINDS[self.name]]))
+        if unknown:
+            raise TypeError(f"{self.name} takes no attribute {unknown[0]}")
+        norm = attributes.get("norm", "MAX")
+        if KINDS[self.name] == NORMALIZE and norm not in NORMS:
+            raise ValueError(f"Normalizer: norm {norm!r} is none of {', '.join(NORMS)}")
+        return PreparedRows(self.tuning_key(element_type), config, threads, self.name,
+                            self._functions[element_type], NUMPY_DTYPES[element_type],
+                            self.output_dtype(element_type), attributes)

@@ -1,0 +1,176 @@
+"""Row-wise kernels, compiled by pythran with OpenMP into ``<variant>.rows``.
+
+Every kernel reads a C-contiguous 2-D source of ``rows`` rows and works along each row:
+Softmax and LogSoftmax and the ai.onnx.ml Normalizer write a row of the same length, the
+reductions (ArgMax, ArgMin, ReduceSum, ReduceMean, ReduceMax) one value per row. The caller
+moves the axes an ONNX node works along to the end (:mod:`kerneltune.kernels.rows`); the
+threads take contiguous runs of rows, so a row is computed by one thread with the same
+instructions whatever the thread count, and serial and parallel runs give identical bits.
+Each function returns the number of threads that ran (1: the serial path, with no OpenMP
+region at all). Rows must not be empty (the caller handles empty rows).
+"""
+
+import numpy as np
+
+# pythran export softmax(float32[:,:] order(C), float32[:,:] order(C), int)
+# pythran export softmax(float64[:,:] order(C), float64[:,:] order(C), int)
+# pythran export log_softmax(float32[:,:] order(C), float32[:,:] order(C), int)
+# pythran export log_softmax(float64[:,:] order(C), float64[:,:] order(C), int)
+# pythran export normalize(float32[:,:] order(C), float32[:,:] order(C), int, int)
+# pythran export normalize(float64[:,:] order(C), float64[:,:] order(C), int, int)
+# pythran export argmax(float32[:,:] order(C), int64[:], bool, int)
+# pythran export argmax(float64[:,:] order(C), int64[:], bool, int)
+# pythran export argmax(int32[:,:] order(C), int64[:], bool, int)
+# pythran export argmax(int64[:,:] order(C), int64[:], bool, int)
+# pythran export argmin(float32[:,:] order(C), int64[:], bool, int)
+# pythran export argmin(float64[:,:] order(C), int64[:], bool, int)
+# pythran export argmin(int32[:,:] order(C), int64[:], bool, int)
+# pythran export argmin(int64[:,:] order(C), int64[:], bool, int)
+# pythran export reduce_sum(float32[:,:] order(C), float32[:], int)
+# pythran export reduce_sum(float64[:,:] order(C), float64[:], int)
+# pythran export reduce_sum(int32[:,:] order(C), int32[:], int)
+# pythran export reduce_sum(int64[:,:] order(C), int64[:], int)
+# pythran export reduce_mean(float32[:,:] order(C), float32[:], int)
+# pythran export reduce_mean(float64[:,:] order(C), float64[:], int)
+# pythran export reduce_max(float32[:,:] order(C), float32[:], int)
+# pythran export reduce_max(float64[:,:] order(C), float64[:], int)
+# pythran export reduce_max(int32[:,:] order(C), int32[:], int)
+# pythran export reduce_max(int64[:,:] order(C), int64[:], int)
+
+#: Normalizer's norms, as the caller names them
+NORM_MAX = 0
+NORM_L1 = 1
+NORM_L2 = 2
+
+
+def _run(x, out, arg, nthreads, rows_op):
+    """``rows_op(x, out, arg, start, stop)`` over each thread's contiguous run of rows."""
+    rows = x.shape[0]
+    nthreads = max(1, min(nthreads, rows))
+    chunk = (rows + nthreads - 1) // nthreads
+    nthreads = (rows + chunk - 1) // chunk
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(static)
+        for c in range(nthreads):
+            rows_op(x, out, arg, c * chunk, min(rows, c * chunk + chunk))
+    else:
+        # No OpenMP region for one thread: entering one costs more than a small call's work.
+        rows_op(x, out, arg, 0, rows)
+    return nthreads
+
+
+def _softmax_rows(x, out, unused, start, stop):
+    for r in range(start, stop):
+        row = x[r]
+        shifted = np.exp(row - np.max(row))
+        out[r] = shifted * (1 / np.sum(shifted))
+
+
+def _log_softmax_rows(x, out, unused, start, stop):
+    for r in range(start, stop):
+        row = x[r]
+        shifted = row - np.max(row)
+        out[r] = shifted - np.log(np.sum(np.exp(shifted)))
+
+
+def _normalize_rows(x, out, norm, start, stop):
+    """Normalizer: each row over its largest value (MAX), the sum of its magnitudes (L1) or
+    their Euclidean length (L2); a row whose norm is 0 is kept as it is."""
+    for r in range(start, stop):
+        row = x[r]
+        if norm == NORM_MAX:
+            scale = np.max(row)
+        elif norm == NORM_L1:
+            scale = np.sum(np.abs(row))
+        else:
+            scale = np.sqrt(np.sum(row * row))
+        if scale == 0:
+            out[r] = row
+        else:
+            out[r] = row / scale
+
+
+def _first_nan(row):
+    """The index of the row's first NaN, or -1: a NaN is the largest and the smallest value,
+    as numpy's argmax, argmin and max have it (the compiled ones skip NaNs)."""
+    for i in range(row.shape[0]):
+        if row[i] != row[i]:
+            return i
+    return -1
+
+
+def _best(row, larger, last):
+    """The index of the row's largest (or smallest) value, the first of equals or the last.
+
+    A loop of its own: pythran's vectorised argmax and argmin of integers may return
+    another of equal values than the first.
+    """
+    nan = _first_nan(row)
+    if nan >= 0:
+        return row.shape[0] - 1 - _first_nan(row[::-1]) if last else nan
+    best = 0
+    value = row[0]
+    for i in range(1, row.shape[0]):
+        e = row[i]
+        if (e > value if larger else e < value) or (last and e == value):
+            best = i
+            value = e
+    return best
+
+
+def _argmax_rows(x, out, last, start, stop):
+    for r in range(start, stop):
+        out[r] = _best(x[r], True, last)
+
+
+def _argmin_rows(x, out, last, start, stop):
+    for r in range(start, stop):
+        out[r] = _best(x[r], False, last)
+
+
+def _sum_rows(x, out, unused, start, stop):
+    for r in range(start, stop):
+        out[r] = np.sum(x[r])
+
+
+def _mean_rows(x, out, unused, start, stop):
+    for r in range(start, stop):
+        out[r] = np.sum(x[r]) / x.shape[1]
+
+
+def _max_rows(x, out, unused, start, stop):
+    for r in range(start, stop):
+        row = x[r]
+        out[r] = row[_first_nan(row)] if _first_nan(row) >= 0 else np.max(row)
+
+
+def softmax(x, out, nthreads):
+    return _run(x, out, 0, nthreads, _softmax_rows)
+
+
+def log_softmax(x, out, nthreads):
+    return _run(x, out, 0, nthreads, _log_softmax_rows)
+
+
+def normalize(x, out, norm, nthreads):
+    return _run(x, out, norm, nthreads, _normalize_rows)
+
+
+def argmax(x, out, last, nthreads):
+    return _run(x, out, last, nthreads, _argmax_rows)
+
+
+def argmin(x, out, last, nthreads):
+    return _run(x, out, last, nthreads, _argmin_rows)
+
+
+def reduce_sum(x, out, nthreads):
+    return _run(x, out, 0, nthreads, _sum_rows)
+
+
+def reduce_mean(x, out, nthreads):
+    return _run(x, out, 0, nthreads, _mean_rows)
+
+
+def reduce_max(x, out, nthreads):
+    return _run(x, out, 0, nthreads, _max_rows)

@@ -1,0 +1,56 @@
+"""Operators that move elements without computing on them: Concat, and the ai.onnx.ml
+ArrayFeatureExtractor and ZipMap that skl2onnx writes around a classifier.
+
+Each output is a fresh value, made by numpy (a copy costs what memory costs, on any
+processor: there is no threshold to tune, so no tuning key). ArrayFeatureExtractor and
+ZipMap give the shapes and types onnxruntime gives: a feature extractor of a 1-D input
+returns one row, and ZipMap a list with one ``{label: probability}`` dict per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+#: ``select(*inputs)``: the output, a fresh value
+Selection = Callable[..., Any]
+
+
+def concat(*inputs: np.ndarray, axis: int) -> np.ndarray:
+    rank = inputs[0].ndim
+    if not -rank <= axis < rank:
+        raise ValueError(f"Concat: axis {axis} is outside [{-rank}, {rank - 1}]")
+    return np.concatenate(inputs, axis=axis)
+
+
+def array_feature_extractor(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The columns ``indices`` of the last axis; a 1-D ``x`` is one row."""
+    chosen = np.asarray(indices, np.int64).reshape(-1)
+    columns = x.shape[-1] if x.ndim else 0
+    if chosen.size == 0 or chosen.min() < 0 or chosen.max() >= columns:
+        raise ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not all "
+                         f"within the {columns} columns of the input")
+    taken = np.take(x, chosen, axis=-1)
+    return taken.reshape(1, -1) if x.ndim == 1 else taken
+
+
+def take(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """``values[indices]``: a classifier's label of each row from the index of its class."""
+    return np.take(values, indices)
+
+
+def zip_map(x: np.ndarray, labels: Sequence[Any]) -> list[dict[Any, float]]:
+    """One ``{label: value}`` dict per row of ``x`` (of as many columns as labels)."""
+    if x.ndim != 2 or x.shape[1] != len(labels):
+        raise ValueError(f"ZipMap: expected [N, {len(labels)}] for {len(labels)} labels, got "
+                         f"shape {list(x.shape)}")
+    rows = x.tolist()
+    return [dict(zip(labels, row, strict=True)) for row in rows]
+
+
+#: the selections of the default domain and their attributes (the checker has made sure a
+#: node has those its schema requires)
+ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {"Concat": {"axis": None}}
+FUNCTIONS: Mapping[str, Selection] = {"Concat": concat}

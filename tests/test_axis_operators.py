@@ -1,0 +1,220 @@
+"""The operators along axes (Softmax, LogSoftmax, ArgMax, ArgMin, ReduceSum, ReduceMean,
+ReduceMax), Cast between element types and Concat, against onnxruntime.
+
+Each case is a one-node model run by a RuntimeSession and by onnxruntime, over the element
+types both have, the axes and attributes converters write and the opsets where the
+operator changed (Softmax's axis in 13, the reductions' axes becoming an input in 13 and
+18). Serial and parallel runs give the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from kerneltune.errors import UnsupportedModelError
+from kerneltune.kernels import library
+from kerneltune.runtime import RuntimeSession
+
+TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
+         np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
+         np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL}
+
+
+def _model(op_type: str, x: np.ndarray, opset: int, out_type: int | None = None,
+           extra: dict[str, np.ndarray] | None = None, **attributes) -> onnx.ModelProto:
+    extra = extra or {}
+    node = helper.make_node(op_type, ["x", *extra], ["y"], **attributes)
+    graph = helper.make_graph(
+        [node], op_type,
+        [helper.make_tensor_value_info("x", TYPES[x.dtype.type], list(x.shape))],
+        [helper.make_tensor_value_info("y", out_type or TYPES[x.dtype.type], None)],
+        [onnx.numpy_helper.from_array(value, name) for name, value in extra.items()])
+    # shape inference gives the output the shape a converter would have written
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def _both(model: onnx.ModelProto, x: np.ndarray, threads: int = 2) -> tuple:
+    ours = RuntimeSession(model, threads=threads).run(None, {"x": x})[0]
+    theirs = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return ours, theirs
+
+
+def _data(shape, dtype, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(-50, 50, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("shape", "axis", "opset"), [
+    ((64, 10), 1, 11), ((64, 10), -1, 17), ((3, 4, 5), 1, 11), ((3, 4, 5), 1, 13),
+    ((3, 4, 5), 0, 13), ((5000, 3), -1, 13), ((7,), 0, 13)])
+def test_softmax_and_log_softmax_match_onnxruntime_on_every_axis_and_opset(
+        op_type, dtype, shape, axis, opset):
+    x = _data(shape, dtype)
+    ours, theirs = _both(_model(op_type, x, opset, axis=axis), x)
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_takes_its_opset_s_default_axis():
+    x = _data((2, 3, 4), np.float32)
+    for opset in (11, 13):
+        ours, theirs = _both(_model("Softmax", x, opset), x)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    # the defaults differ: before 13 over the last two axes together, from 13 the last
+    old = RuntimeSession(_model("Softmax", x, 11)).run(None, {"x": x})[0]
+    assert np.allclose(old.reshape(2, -1).sum(axis=1), 1.0)
+    assert not np.allclose(old.sum(axis=-1), 1.0)
+
+
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize(("axis", "keepdims", "last"), [
+    (1, 1, 0), (1, 0, 0), (0, 1, 0), (-1, 0, 1), (2, 1, 1)])
+def test_arg_max_and_min_match_onnxruntime(op_type, dtype, axis, keepdims, last):
+    x = _data((40, 6, 5), dtype)
+    x[::3, ::2] = x[::3, 1::2].max()  # ties, where select_last_index decides
+    ours, theirs = _both(_model(op_type, x, 13, TensorProto.INT64, axis=axis,
+                                keepdims=keepdims, select_last_index=last), x)
+    assert ours.dtype == np.int64 and ours.shape == theirs.shape
+    # the first (or last) of equal values, as ONNX defines it; onnxruntime agrees but on
+    # ties of integers along an axis other than the last
+    find = np.argmax if op_type == "ArgMax" else np.argmin
+    expected = (x.shape[axis] - 1 - find(np.flip(x, axis), axis=axis) if last
+                else find(x, axis=axis))
+    np.testing.assert_array_equal(ours, expected if not keepdims
+                                  else np.expand_dims(expected, axis))
+    if dtype in (np.float32, np.float64) or axis in (-1, 2):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_arg_max_of_a_row_with_nan_is_the_nan_as_numpy_has_it():
+    x = np.array([[1.0, np.nan, 3.0, np.nan]], np.float32)
+    model = _model("ArgMax", x, 13, TensorProto.INT64, axis=1, keepdims=0)
+    assert RuntimeSession(model).run(None, {"x": x})[0].tolist() == [1]
+
+
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMean", "ReduceMax"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize(("axes", "keepdims"), [
+    ((1,), 1), ((-1,), 0), ((0, 2), 1), ((1, 2), 0), (None, 1), (None, 0)])
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_reductions_match_onnxruntime_with_axes_as_attribute_or_input(
+        op_type, dtype, axes, keepdims, opset):
+    if op_type == "ReduceMean" and dtype in (np.int32, np.int64):
+        pytest.skip("ReduceMean computes on floats only")
+    x = _data((30, 7, 9), dtype)
+    axes_input = opset >= 18 or (op_type == "ReduceSum" and opset >= 13)
+    if axes is None:
+        model = _model(op_type, x, opset, keepdims=keepdims)
+    elif axes_input:
+        model = _model(op_type, x, opset, extra={"axes": np.array(axes, np.int64)},
+                       keepdims=keepdims)
+    else:
+        model = _model(op_type, x, opset, axes=list(axes), keepdims=keepdims)
+    ours, theirs = _both(model, x)
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    # sums of a few values of both signs: a float32 sum in another order differs by ulps
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_a_reduction_with_no_axes_and_noop_returns_its_input():
+    x = _data((4, 5), np.float32)
+    model = _model("ReduceSum", x, 13, extra={"axes": np.array([], np.int64)},
+                   noop_with_empty_axes=1)
+    ours, theirs = _both(model, x)
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(ours, x)
+
+
+def test_reduce_max_of_a_row_with_nan_is_nan():
+    x = np.array([[1.0, np.nan, 3.0], [1.0, 2.0, 3.0]], np.float32)
+    model = _model("ReduceMax", x, 13, axes=[1], keepdims=0)
+    y = RuntimeSession(model).run(None, {"x": x})[0]
+    assert np.isnan(y[0]) and y[1] == 3.0
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "ArgMax", "ReduceSum"])
+def test_serial_and_parallel_runs_give_the_same_bits(op_type):
+    x = _data((4096, 100), np.float32)
+    attributes = {"ReduceSum": {"axes": np.array([1], np.int64)}}.get(op_type)
+    model = _model(op_type, x, 17, TensorProto.INT64 if op_type == "ArgMax" else None,
+                   extra=attributes, **({"axis": 1} if op_type != "ReduceSum" else {}))
+    runs = {threads: RuntimeSession(model, threads=threads, contention=None)
+            for threads in (1, 2)}
+    results = {threads: session.run(None, {"x": x})[0] for threads, session in runs.items()}
+    assert results[1].tobytes() == results[2].tobytes()
+    # the 2-thread session took two threads for this size (the kernels' default grain)
+    axes = () if op_type != "ReduceSum" else (np.array([1], np.int64),)
+    assert runs[2]._prepared[0].plan(x, *axes).threads == 2
+
+
+@pytest.mark.parametrize("source", [np.float32, np.float64, np.int8, np.uint8, np.int32,
+                                    np.int64, np.bool_])
+@pytest.mark.parametrize("target", [np.float32, np.float64, np.int8, np.uint8, np.int32,
+                                    np.int64, np.bool_])
+def test_cast_between_types_matches_onnxruntime(source, target):
+    if source is target:
+        pytest.skip("a Cast to its own type is a view (test_session)")
+    rng = np.random.default_rng(3)
+    if source is np.bool_:
+        x = rng.integers(0, 2, (5, 300)).astype(np.bool_)
+    elif np.issubdtype(source, np.floating):
+        x = (rng.standard_normal((5, 300)) * 50).astype(source)
+        x[0, :4] = (0.0, -0.0, 1.5, -1.5)
+    else:
+        x = rng.integers(np.iinfo(source).min // 2, np.iinfo(source).max // 2,
+                         (5, 300)).astype(source)
+    if np.issubdtype(target, np.integer):  # in range of the target: C++ leaves the rest open
+        info = np.iinfo(target)
+        x = np.clip(x, max(info.min, -100), min(info.max, 100)).astype(source) \
+            if source is not np.bool_ else x
+    model = _model("Cast", x, 19, TYPES[target], to=TYPES[target])
+    ours, theirs = _both(model, x)
+    assert ours.dtype == theirs.dtype == target
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_cast_like_to_another_type_is_the_cast_kernel():
+    x = np.array([1.7, -2.2], np.float32)
+    model = _model("CastLike", x, 15, TensorProto.INT64,
+                   extra={"like": np.zeros(1, np.int64)})
+    session = RuntimeSession(model)
+    assert session.run(None, {"x": x})[0].tolist() == [1, -2]
+    (row,) = session.tuning_diagnostics
+    assert row["key"]["kernel"] == "Cast"
+
+
+def test_a_cast_to_a_type_without_a_kernel_is_refused_naming_both_types():
+    x = np.array([1.0], np.float32)
+    with pytest.raises(UnsupportedModelError, match="no Cast kernel from FLOAT to FLOAT16"):
+        RuntimeSession(_model("Cast", x, 19, TensorProto.FLOAT16, to=TensorProto.FLOAT16))
+
+
+@pytest.mark.parametrize(("axis", "dtype"), [(1, np.float32), (0, np.int64), (-1, np.bool_)])
+def test_concat_matches_onnxruntime(axis, dtype):
+    x = _data((3, 4), dtype) if dtype is not np.bool_ else np.eye(3, 4, dtype=bool)
+    other = np.ascontiguousarray(x[:, :2]) if axis != 0 else x[:1]
+    model = _model("Concat", x, 13, extra={"other": other}, axis=axis)
+    ours, theirs = _both(model, x)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_every_new_kernel_has_a_tuning_key_and_a_calibration_function():
+    from kerneltune.calibration import calibration_function
+
+    kernels = library()
+    for name in ("Softmax", "LogSoftmax", "ArgMax", "ArgMin", "ReduceSum", "ReduceMean",
+                 "ReduceMax", "Normalizer", "Cast"):
+        for element_type in kernels[name].element_types:
+            key = kernels[name].tuning_key(element_type)
+            assert calibration_function(key) is not None
