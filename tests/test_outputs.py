@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ctypes
 import pickle
 import threading
 
@@ -78,8 +79,40 @@ def test_lowering_the_limit_frees_waiting_blocks():
     second = outputs.empty((LARGE,), np.float32)
     del first, second
     assert outputs.output_pool_bytes() >= 2 * LARGE * 4
-    outputs.set_output_pool_limit(LARGE * 4 + outputs.BLOCK_GRANULE)
-    assert outputs.output_pool_bytes() <= LARGE * 4 + outputs.BLOCK_GRANULE
+    outputs.set_output_pool_limit(outputs.block_bytes(LARGE * 4))
+    assert outputs.output_pool_bytes() <= outputs.block_bytes(LARGE * 4)
+
+
+@pytest.mark.parametrize("nbytes", [outputs.RECYCLE_MINIMUM_BYTES, 200_000, 3_000_001,
+                                    (1 << 24) + 1])
+def test_a_block_holds_its_output_with_at_most_a_sixteenth_unused(nbytes):
+    block = outputs.block_bytes(nbytes)
+    assert nbytes <= block < nbytes + nbytes / outputs.SIZES_PER_OCTAVE + ALIGNMENT
+    assert outputs.block_bytes(block) == block
+
+
+def test_a_session_s_intermediates_come_from_the_pool_run_after_run():
+    """Intermediates of 128 KiB and more are pooled blocks: the second run takes the ones
+    the first released, so no run maps fresh pages for them."""
+    from onnx import TensorProto, helper
+
+    from kerneltune.runtime import RuntimeSession
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [LARGE])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [LARGE])])
+    session = RuntimeSession(helper.make_model(graph), threads=1)
+    x = np.ones(LARGE, np.float32)
+    (first,) = session.run(None, {"x": x})
+    assert outputs.output_pool_bytes() == outputs.block_bytes(LARGE * 4)  # the intermediate
+    (second,) = session.run(None, {"x": x})
+    # the intermediate took the block the first run released and gave it back; the outputs
+    # are pooled blocks of their own, which stay the caller's
+    assert outputs.output_pool_bytes() == outputs.block_bytes(LARGE * 4)
+    assert isinstance(second.base.base, ctypes.Array)
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(second, -np.ones(LARGE, np.float32))
 
 
 def test_a_negative_limit_is_refused():
@@ -139,7 +172,7 @@ def test_a_lease_cannot_be_copied():
 
 
 def test_released_blocks_make_room_for_other_sizes():
-    outputs.set_output_pool_limit(2 * (LARGE * 4 + outputs.BLOCK_GRANULE))
+    outputs.set_output_pool_limit(2 * (outputs.block_bytes(LARGE * 4)))
     first, second = (outputs.empty((LARGE,), np.float32) for _ in range(2))
     del first, second  # the pool is full of this size
     other = outputs.empty((2 * LARGE,), np.float32)

@@ -27,11 +27,14 @@ import numpy as np
 
 from .._support.aligned import ALIGNMENT, aligned_empty
 
-#: From this size on, outputs are recycled (16 MiB: below glibc's largest mmap threshold,
-#: so that sizes it may still map afresh are covered too).
-RECYCLE_MINIMUM_BYTES = 16 << 20
-#: Blocks are sized in these steps, so nearby shapes share them.
-BLOCK_GRANULE = 2 << 20
+#: From this size on, outputs are recycled: glibc's first mmap threshold (128 KiB). Above
+#: it, a session's intermediates freed and allocated again every run come back as fresh
+#: pages (mapped afresh, or the heap's top trimmed and grown again) whatever glibc's
+#: adaptive threshold does (docs/kernels.md, Output blocks).
+RECYCLE_MINIMUM_BYTES = 128 << 10
+#: Blocks come in sixteen sizes per octave (at most 1/16 of a block unused), so that
+#: nearby shapes share them.
+SIZES_PER_OCTAVE = 16
 
 _lock = threading.Lock()
 #: released blocks, least recently released first
@@ -124,6 +127,14 @@ def _take(nbytes: int) -> _Block:
     return _Block(nbytes)
 
 
+def block_bytes(nbytes: int) -> int:
+    """The size of the block that holds ``nbytes``: rounded up to a sixteenth of its
+    octave."""
+    octave = 1 << (nbytes.bit_length() - 1)
+    granule = max(ALIGNMENT, octave // SIZES_PER_OCTAVE)
+    return -(-nbytes // granule) * granule
+
+
 def recycled_from(dtype: np.dtype) -> int:
     """The element count from which :func:`empty` recycles: hot paths check it themselves
     and call ``np.empty`` below it, saving the call."""
@@ -149,7 +160,7 @@ def empty(shape: tuple[int, ...], dtype: np.dtype, aligned: bool = False,
     offset = 0
     if like is not None:
         offset = like.ctypes.data % ALIGNMENT // dtype.itemsize * dtype.itemsize
-    block = _take(-(-(nbytes + offset) // BLOCK_GRANULE) * BLOCK_GRANULE)
+    block = _take(block_bytes(nbytes + offset))
     lease = _lease_type(block.nbytes).from_address(block.address)
     lease.block = block
     return np.frombuffer(lease, dtype, nbytes // dtype.itemsize, offset).reshape(shape)
