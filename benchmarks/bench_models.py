@@ -43,7 +43,11 @@ Targets: every corpus model runs and matches onnxruntime; the geometric mean ove
 the models that run of onnxruntime / kerneltune at least 1.0 at each row count and
 thread count, and no model below 0.8; the first session at most 2x onnxruntime's.
 
-    python benchmarks/bench_models.py [--seconds 0.2] [--processes 5] [--model NAME]
+``--variant`` runs kerneltune's processes on one ISA variant (``KERNELTUNE_ISA``),
+``--all-variants`` on each variant this machine executes, in turn; every variant but the
+processor's own writes a results file of its own (``bench_models-<variant>``).
+
+    python benchmarks/bench_models.py [--seconds S] [--model NAME] [--variant V | --all-variants]
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_tail import rows
-from results import Recorder, add_arguments, quiet_openblas, timed
+from results import add_arguments, add_variant_arguments, quiet_openblas, timed, variant_recorder
 
 # kerneltune, onnxruntime and onnx are imported where they are used: the onnxruntime
 # process never loads kerneltune, nor the kerneltune process onnxruntime.
@@ -342,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument("--model-path", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
+    add_variant_arguments(parser)
     add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.model_path, args.threads, args.batch or BATCHES, args.seconds)
@@ -350,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_openblas()
     from bench_kernels import report
 
-    recorder = Recorder(__file__, args)
+    recorder = variant_recorder(__file__, args, argv)
+    if isinstance(recorder, int):  # --all-variants: each variant ran in a process of its own
+        return recorder
     recorder.table("corpus", "status: runs (and matches onnxruntime at rtol and atol 1e-4), "
                    "mismatch, or refused at construction; reason: the refusal's first line, nodes: "
                    "its other lines; max_abs_diff: over every row count and thread count")

@@ -195,13 +195,21 @@ class Gemm(Kernel):
 
 
 class MatMul(Gemm):
-    """ONNX MatMul: ``numpy.matmul`` semantics on the Gemm machinery and config."""
+    """ONNX MatMul: ``numpy.matmul`` semantics on the Gemm machinery and config.
+
+    ``bias=1`` prepares the MatMul of two matrices followed by the Add of a bias (Gemm's
+    C, ``beta`` 1), which a session fuses (:mod:`kerneltune.runtime.fusion`).
+    """
 
     name = "MatMul"
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
+        if attributes == {"bias": 1} and element_type not in half.FORMATS:
+            # MatMul then Add of a bias, fused (runtime.fusion): two matrices and Gemm's C
+            return self._bind(element_type, config, threads, 1.0, 1.0, False, False)
         if attributes:
-            raise TypeError(f"MatMul takes no attributes, got {sorted(attributes)}")
+            raise TypeError(f"MatMul takes no attributes but bias=1 (FLOAT and DOUBLE), got "
+                            f"{attributes}")
         gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(PreparedMatMul(gemm.inner), gemm.format,

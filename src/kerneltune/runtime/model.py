@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,8 @@ from .._support.aligned import aligned
 from ..errors import UnsupportedModelError
 from ..kernels import Kernel
 from ..kernels import rows as along_axes
+from ..kernels.cast import CastKernel
+from ..kernels.elementwise import ElementwiseKernel
 from ..tuning.schema import element_type_name
 from . import ml, selections, views
 from .views import View
@@ -93,6 +95,8 @@ class Model:
     inputs: tuple[Signature, ...]
     outputs: tuple[Signature, ...]
     constants: Mapping[str, np.ndarray]
+    #: the rank of each value whose shape inference knows it
+    ranks: Mapping[str, int] = field(default_factory=dict)
 
 
 def read_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
@@ -114,6 +118,9 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
              for v in (*graph.input, *graph.output, *graph.value_info)}
     constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     types.update({t.name: t.data_type for t in graph.initializer})
+    ranks = {v.name: len(v.type.tensor_type.shape.dim)
+             for v in (*graph.input, *graph.output, *graph.value_info)
+             if v.type.tensor_type.HasField("shape")}
     nodes, problems = [], []
     # onnx's checker has verified that the nodes are in topological order.
     for index, proto_node in enumerate(graph.node):
@@ -134,6 +141,11 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
         # what shape inference could not type (after an ai.onnx.ml node) the kernels do
         for bound in node:
             types.setdefault(bound.output, _output_type(bound))
+            if bound.output not in ranks:
+                rank = _output_rank(bound, [ranks.get(i, constants[i].ndim if i in constants
+                                                      else None) for i in bound.inputs])
+                if rank is not None:
+                    ranks[bound.output] = rank
     if problems:
         listed = "\n".join(f"  - {p}" for p in problems)
         raise UnsupportedModelError(f"{len(problems)} unsupported node(s):\n{listed}")
@@ -141,7 +153,7 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
                                      if v.name not in constants),
                  tuple(_signature(v) for v in graph.output),
                  # a weight is B of a MatMul, which reads it in place (_support.aligned says why)
-                 {name: aligned(value) for name, value in constants.items()})
+                 {name: aligned(value) for name, value in constants.items()}, ranks)
 
 
 def _described(node, name, opsets, input_types) -> str:
@@ -286,6 +298,22 @@ def _selection(node, name, described, element_type, present) -> tuple[list[Node]
     function = functools.partial(selections.FUNCTIONS[node.op_type], **attributes)
     return [Node(name, node.op_type, None, element_type, present, node.output[0], attributes,
                  function, fresh=True)], None
+
+
+def _output_rank(node: Node, ranks: list[int | None]) -> int | None:
+    """The rank of ``node``'s output from its inputs' (None: not known), for what shape
+    inference could not give after an ai.onnx.ml node: elementwise kernels, Cast and
+    Identity broadcast their inputs, a product of matrices is a matrix."""
+    if node.op_type == "Gemm":
+        return 2
+    if None in ranks:
+        return None
+    if node.op_type == "MatMul" and min(ranks) >= 2:
+        return max(ranks)
+    if (isinstance(node.kernel, ElementwiseKernel | CastKernel)
+            or node.op_type in ("Identity", "Cast") and node.kernel is None):
+        return max(ranks)
+    return None
 
 
 def _output_type(node: Node) -> int | None:

@@ -25,6 +25,7 @@ from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.registry import Resolution, TuningSnapshot, default_registry
 from ..tuning.schema import KernelTuningKey
 from .contention import Contention, default_contention
+from .fusion import fuse
 from .model import Model, Signature, prepare_model, read_model
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
@@ -41,7 +42,8 @@ class RuntimeSession:
     when the registry publishes a newer generation. While the threads of its
     parallel regions wait for CPUs that other threads hold, ``contention`` gives
     the regions fewer threads (None: always ``threads``); results do not depend
-    on it.
+    on it. ``fusion`` runs a MatMul and the Add of its bias as one call
+    (:mod:`~kerneltune.runtime.fusion`; the same bits either way).
     """
 
     def __init__(
@@ -55,12 +57,15 @@ class RuntimeSession:
         *,
         registry=default_registry,
         contention: Contention | None = default_contention,
+        fusion: bool = True,
     ):
         self.threads = thread_count(threads)
         if contention is not None and not isinstance(contention, Contention):
             raise TypeError(f"contention must be a Contention or None, got {contention!r}")
         self._contention = contention if self.threads > 1 else None
         self._model = prepare_model(read_model(model), library())
+        if fusion:
+            self._model = fuse(self._model)
         started = time.perf_counter()
         snapshot = registry.snapshot()
         captured = time.perf_counter()
