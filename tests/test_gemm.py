@@ -593,3 +593,37 @@ def test_tiny_products(m, k, n):
     a, b, c = operands(m, k, n, bias="scalar")
     for values in ({}, BLOCKED, PACKED, SKINNY):
         assert_close(prepare(values).run(a, b, c), reference(a, b, c), k)
+
+
+# -- the column path --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@pytest.mark.parametrize("m,k", [(1, 1), (1, 40), (5, 3), (63, 8), (64, 16), (65, 17),
+                                 (300, 100), (4097, 8)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar")],
+                         ids=["plain", "general", "scalar"])
+def test_one_column_takes_the_column_path_with_the_bits_of_the_blocked_path(
+        element_type, dtype, m, k, trans_a, trans_b, alpha, bias):
+    """Blocks of 64 rows, a last one of fewer, on one to several threads: every run gives
+    ``run_serial``'s bits (the blocked path on one thread)."""
+    a, b, c = operands(m, k, 1, trans_a, trans_b, bias, dtype)
+    outputs = []
+    for threads in (1, 2, 3):
+        prepared = prepare({**PARALLEL, "algorithm.skinny_m_limit": 0}, element_type, threads,
+                           alpha=alpha, transA=trans_a, transB=trans_b)
+        plan = prepared.plan(a, b, c)
+        assert plan.path == "column"
+        assert plan.threads == min(threads, -(-m // 64))
+        outputs += [prepared.run(a, b, c), prepared.run_serial(a, b, c)]
+    assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
+    assert_close(outputs[0], reference(a, b, c, alpha, 1.0, trans_a, trans_b), k, dtype)
+
+
+def test_a_regressor_s_last_layer_takes_the_column_path():
+    values = {"algorithm.blas_minimum_fmas": 10**15}
+    assert prepare(values, kernel=MATMUL).plan(matrix((4096, 16)), matrix((16, 1))).path \
+        == "column"
+    # two columns are the blocked path's
+    assert prepare(values, kernel=MATMUL).plan(matrix((4096, 16)), matrix((16, 2))).path \
+        == "blocked"

@@ -1,6 +1,6 @@
 """Gemm and MatMul: typed configs, the path of each product, and prepared runs.
 
-Three algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
+Four algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
 
 - ``blocked``: the compiled blocked kernel, B read in place; ``blocked_packed``: the same
   with each ``tile_k x NR`` block of a ``tile_k x tile_n`` panel of B first copied into
@@ -8,6 +8,8 @@ Three algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_p
   ``algorithm.pack_b_minimum_elements`` elements, and always with transB;
 - ``skinny``: the compiled kernel for at most ``algorithm.skinny_m_limit`` rows, which
   streams B once, for a B of ``algorithm.skinny_minimum_b_elements`` elements or more;
+- ``column``: the compiled kernel for one column of op(B) (a matrix-vector product, the
+  last layer of a regressor), which computes the chains of many rows side by side;
 - ``blas``: ``numpy.matmul`` (the BLAS numpy is linked with) from
   ``algorithm.blas_minimum_fmas`` multiply-adds (``M * N * K``) on, and for skinny
   products from ``algorithm.skinny_blas_minimum_fmas`` on (the skinny path holds out
@@ -26,10 +28,11 @@ so the BLAS library's count is lowered around a call when it is higher (calibrat
 measures BLAS under the same limit).
 
 Every compiled path computes each output element as one sum in ascending k order, so
-blocked, packed, skinny, serial and parallel runs give identical bits; ``run_serial`` (the
-calibration reference) is the blocked path on one thread. The BLAS path sums in another
-order. FLOAT16 and BFLOAT16 are widened to float32, computed and narrowed back, the
-conversions running on every thread from ``conversion.parallel_minimum_elements`` elements on.
+blocked, packed, skinny, column, serial and parallel runs give identical bits;
+``run_serial`` (the calibration reference) is the blocked path on one thread. The BLAS
+path sums in another order. FLOAT16 and BFLOAT16 are widened to float32, computed and
+narrowed back, the conversions running on every thread from
+``conversion.parallel_minimum_elements`` elements on.
 
 MatMul follows ``numpy.matmul``: 1-D operands are promoted (and the added dimension
 removed), batch dimensions broadcast. A batch of A against a single matrix B is one product
@@ -53,6 +56,7 @@ from .base import Kernel, Plan, PreparedKernel, operand
 from .gemm_pythran import (
     BLAS_PATH,
     BLOCKED_PATH,
+    COLUMN_PATH,
     KU,
     MR,
     NR,
@@ -81,10 +85,11 @@ FLOAT = element_type_number("FLOAT")
 DOUBLE = element_type_number("DOUBLE")
 
 #: paths of :attr:`Plan.path`
-BLAS, SKINNY, BLOCKED, BLOCKED_PACKED = "blas", "skinny", "blocked", "blocked_packed"
+BLAS, SKINNY, BLOCKED, BLOCKED_PACKED, COLUMN = (
+    "blas", "skinny", "blocked", "blocked_packed", "column")
 #: the path of each code the compiled ``decide`` returns
 PATH_NAMES = {BLAS_PATH: BLAS, SKINNY_PATH: SKINNY, BLOCKED_PATH: BLOCKED,
-              PACKED_PATH: BLOCKED_PACKED}
+              PACKED_PATH: BLOCKED_PACKED, COLUMN_PATH: COLUMN}
 #: thresholds go to the compiled code as int64; a larger one is never reached anyway
 INT64_MAX = 2**63 - 1
 
@@ -243,7 +248,7 @@ class PreparedGemm(PreparedKernel):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
-        self._blocked, self._skinny = module.blocked, module.skinny
+        self._blocked, self._skinny, self._column = module.blocked, module.skinny, module.column
         self._gemm, self._decide_compiled = module.gemm, module.decide
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
@@ -364,6 +369,9 @@ class PreparedGemm(PreparedKernel):
         if path == SKINNY:
             self._skinny(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                          self.config.tile_n, threads)
+        elif path == COLUMN:
+            self._column(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
+                         threads)
         else:
             self._blocked(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                           self.config.tile_m, self.config.tile_n, self.config.tile_k,

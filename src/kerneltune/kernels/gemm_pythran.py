@@ -6,6 +6,8 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
     blocked(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
             trans_a: bool, trans_b: bool, tile_m: int, tile_n: int, tile_k: int,
             pack: bool, nthreads: int) -> int
+    column(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
+           trans_a: bool, trans_b: bool, nthreads: int) -> int
     skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
 
@@ -44,6 +46,12 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   the strip of B (the second group mostly from cache). With ``trans_b`` each ``NR``-wide
   strip of B is transposed into a ``K x NR`` buffer on the way.
 
+- ``column``: for one column of op(B) (a matrix-vector product, the last layer of a
+  regressor): blocks of ``CB`` rows of op(A), transposed into a ``K x CB`` buffer so that
+  the ``CB`` rows' chains run side by side, one vector of sums along the rows per k step.
+  The blocked path's micro-kernel would run one column at a time, and spend most of each
+  block on its setup. Threads take contiguous runs of blocks.
+
 The micro-kernel keeps an ``MR x NR`` block of sums (a 4 KiB one on the skinny path) in a
 small buffer of constant shape (constant row offsets, so the C++ compiler needs no
 aliasing check between its rows; the skinny path's shape becomes constant once gcc
@@ -77,6 +85,8 @@ import numpy as np
 # pythran export blocked(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, bool, int)
 # pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
 # pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
+# pythran export column(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int)
+# pythran export column(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
 # pythran export gemm(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
 # pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
 # pythran export decide(int, int, int, bool, int64[:])
@@ -89,6 +99,8 @@ NR = 64
 KU = 4
 #: columns of B the skinny path reads per row of B for one or two rows (a 1 KiB run of float32)
 SW = 256
+#: rows of one block of the column path, whose sums are side by side along the rows
+CB = 64
 #: bytes of the skinny path's block of sums for MR rows: its columns are those of B it reads
 #: per row of B (256 of float32, 128 of float64)
 GROUP_SUM_BYTES = 4096
@@ -115,6 +127,7 @@ BLAS_PATH = 0
 SKINNY_PATH = 1
 BLOCKED_PATH = 2
 PACKED_PATH = 3
+COLUMN_PATH = 4
 
 
 def _finish(acc, oc, c, i0, j0, alpha, beta):
@@ -446,6 +459,63 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     return nthreads
 
 
+def _column_block(a, b, c, oc, alpha, beta, trans_a, trans_b, i0, rows, kk, at, acc, sums):
+    """``oc``, rows ``i0`` onwards of the output: the chains of ``rows`` rows of op(A) with
+    op(B)'s one column, side by side (the rows transposed into ``at``, its columns from
+    ``rows`` on unused)."""
+    if trans_a:
+        av = a[0:kk, i0:i0 + rows]
+        for k in range(kk):
+            for r in range(rows):
+                at[k, r] = av[k, r]
+    else:
+        av = a[i0:i0 + rows, 0:kk]
+        for r in range(rows):
+            for k in range(kk):
+                at[k, r] = av[r, k]
+    for r in range(CB):
+        acc[r] = 0
+    for k in range(kk):
+        bk = b[0, k] if trans_b else b[k, 0]
+        for r in range(CB):
+            acc[r] += at[k, r] * bk
+    # alpha and C as every path applies them: the same code, so the same contraction
+    for r in range(CB):
+        sums[r, 0] = acc[r]
+    _finish(sums, oc, c, i0, 0, alpha, beta)
+
+
+def _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, first, last, kk):
+    """Blocks ``first`` to ``last`` (excluded) of the column path, with buffers of their own
+    (zeros: a last block of fewer rows reads the buffer's other columns)."""
+    m = out.shape[0]
+    at = np.zeros((kk, CB), out.dtype)
+    acc = np.zeros(CB, out.dtype)
+    sums = np.zeros((CB, 1), out.dtype)
+    for block in range(first, last):
+        i0 = block * CB
+        rows = min(CB, m - i0)
+        _column_block(a, b, c, out[i0:i0 + rows, 0:1], alpha, beta, trans_a, trans_b, i0, rows,
+                      kk, at, acc, sums)
+
+
+def column(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
+    m = out.shape[0]
+    kk = a.shape[0] if trans_a else a.shape[1]
+    blocks = (m + CB - 1) // CB
+    nthreads = max(1, min(nthreads, blocks))
+    share = (blocks + nthreads - 1) // nthreads
+    nthreads = (blocks + share - 1) // share
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(static)
+        for p in range(nthreads):
+            _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, p * share,
+                        min(blocks, p * share + share), kk)
+    else:
+        _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, 0, blocks, kk)
+    return nthreads
+
+
 def _threads(tasks, fmas, unit, t):
     """Threads of a task grid: one below the minimum tasks, else as many as have ``unit``
     multiply-adds of work."""
@@ -467,6 +537,8 @@ def decide(m, k, n, serial, t):
     if skinny_rows:
         return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas,
                                      t[T_SKINNY_FMAS_PER_UNIT], t)
+    if n == 1:
+        return COLUMN_PATH, _threads((m + CB - 1) // CB, fmas, t[T_FMAS_PER_UNIT], t)
     tasks = (m + t[T_TILE_M] - 1) // t[T_TILE_M] * ((n + tile_n - 1) // tile_n)
     return blocked_path, _threads(tasks, fmas, t[T_FMAS_PER_UNIT], t)
 
@@ -488,6 +560,8 @@ def gemm(a, b, c, alpha, beta, t):
     out = np.empty((m, n), a.dtype)
     if path == SKINNY_PATH:
         skinny(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_N], threads)
+    elif path == COLUMN_PATH:
+        column(a, b, c, out, alpha, beta, trans_a, trans_b, threads)
     else:
         blocked(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_M], t[T_TILE_N],
                 t[T_TILE_K], path == PACKED_PATH, threads)

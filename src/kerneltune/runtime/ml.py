@@ -4,7 +4,8 @@ skl2onnx writes these around linear models and MLPs. Each becomes steps of the d
 domain's kernels, so its arithmetic is tuned and calibrated under those kernels' keys:
 
 - LinearRegressor (LinearRegression, Ridge): ``X @ coefficients.T + intercepts``, a Gemm
-  with ``transB=1`` whose B and C are the node's coefficients and intercepts as constants;
+  whose B and C are the node's coefficients, transposed once here so that no run packs
+  them, and its intercepts, as constants;
 - LinearClassifier (LogisticRegression): the same Gemm for the scores, the label of each
   row's largest score (ArgMax, then the labels' entry), and the scores through the
   ``post_transform`` (Sigmoid for LOGISTIC, Softmax for SOFTMAX);
@@ -83,8 +84,8 @@ def _zip_map(node, input_types, given) -> tuple[Lowered | None, str | None]:
 
 
 def _linear(node, given) -> tuple[dict[str, np.ndarray] | None, str | None]:
-    """The coefficients (targets x features) and intercepts of a linear model, as constants
-    named after the node's first output."""
+    """The coefficients (features x targets: B of the Gemm) and intercepts of a linear
+    model, as constants named after the node's first output."""
     coefficients = np.asarray(given.get("coefficients", ()), np.float32)
     intercepts = np.asarray(given.get("intercepts", ()), np.float32)
     count = len(given.get("classlabels_ints", given.get("classlabels_strings", ())))
@@ -98,13 +99,13 @@ def _linear(node, given) -> tuple[dict[str, np.ndarray] | None, str | None]:
     if intercepts.shape != (targets,):
         return None, f"{intercepts.size} intercepts for {targets} rows of coefficients"
     name = node.output[0]
-    return {f"{name}/coefficients": coefficients.reshape(targets, -1),
+    return {f"{name}/coefficients": np.ascontiguousarray(coefficients.reshape(targets, -1).T),
             f"{name}/intercepts": intercepts}, None
 
 
 def _gemm(x: str, constants: Mapping[str, np.ndarray], output: str) -> Step:
     return Step("Gemm", (x, *constants), output,
-                {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 1})
+                {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0})
 
 
 def _linear_regressor(node, given) -> tuple[Lowered | None, str | None]:
@@ -133,7 +134,7 @@ def _linear_classifier(node, given) -> tuple[Lowered | None, str | None]:
     if problem:
         return None, problem
     labels = np.asarray(given.get("classlabels_ints", ()), np.int64)
-    rows = constants[f"{node.output[0]}/coefficients"].shape[0]
+    rows = constants[f"{node.output[0]}/coefficients"].shape[1]
     if rows < 2 or labels.size != rows:
         return None, (f"{rows} rows of coefficients for {labels.size} class labels: only a "
                       f"classifier with a row per label is supported")
