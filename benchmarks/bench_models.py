@@ -254,7 +254,7 @@ def products(session, feed: dict) -> tuple[str, str]:
         values[index] = feed[name]
     prepared = iter(session._prepared)
     plans, others = [], []
-    for node, (run, arguments, output) in zip(session._model.nodes, session._steps,
+    for node, (run, arguments, output, _) in zip(session._model.nodes, session._steps,
                                               strict=True):
         inputs = [values[i] for i in arguments]
         if node.kernel is not None:

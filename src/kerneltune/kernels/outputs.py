@@ -27,16 +27,23 @@ import numpy as np
 
 from .._support.aligned import ALIGNMENT, aligned_empty
 
-#: From this size on, outputs are recycled: glibc's first mmap threshold (128 KiB). Above
-#: it, a session's intermediates freed and allocated again every run come back as fresh
-#: pages (mapped afresh, or the heap's top trimmed and grown again) whatever glibc's
-#: adaptive threshold does (docs/kernels.md, Output blocks).
-RECYCLE_MINIMUM_BYTES = 128 << 10
+#: From this size on, outputs are recycled (16 MiB: below glibc's largest mmap threshold,
+#: so that sizes it may still map afresh are covered too).
+RECYCLE_MINIMUM_BYTES = 16 << 20
+#: From this size on, a session's intermediates are recycled while :func:`intermediates`
+#: says so: glibc's first mmap threshold (128 KiB). Freed and allocated again every run,
+#: among others of other sizes, they came back as fresh pages (mapped afresh, or the heap's
+#: top trimmed and grown again) whatever glibc's adaptive threshold does; a lone kernel's
+#: output, which glibc hands back warm, would pay the pool's cost for nothing
+#: (docs/kernels.md, Output blocks).
+INTERMEDIATE_MINIMUM_BYTES = 128 << 10
 #: Blocks come in sixteen sizes per octave (at most 1/16 of a block unused), so that
 #: nearby shapes share them.
 SIZES_PER_OCTAVE = 16
 
 _lock = threading.Lock()
+#: per thread, whether its outputs are a session's intermediates (see intermediates)
+_intermediate = threading.local()
 #: released blocks, least recently released first
 _idle: collections.deque[_Block] = collections.deque()
 _idle_bytes = 0
@@ -136,9 +143,16 @@ def block_bytes(nbytes: int) -> int:
 
 
 def recycled_from(dtype: np.dtype) -> int:
-    """The element count from which :func:`empty` recycles: hot paths check it themselves
+    """The element count from which :func:`empty` may recycle: hot paths check it themselves
     and call ``np.empty`` below it, saving the call."""
-    return -(-RECYCLE_MINIMUM_BYTES // dtype.itemsize)
+    return -(-INTERMEDIATE_MINIMUM_BYTES // dtype.itemsize)
+
+
+def intermediates(on: bool) -> None:
+    """Whether the outputs this thread makes next are a session's intermediates, recycled
+    from ``INTERMEDIATE_MINIMUM_BYTES`` on (a session says so around the steps whose
+    outputs it does not return)."""
+    _intermediate.on = on
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype, aligned: bool = False,
@@ -155,7 +169,9 @@ def empty(shape: tuple[int, ...], dtype: np.dtype, aligned: bool = False,
     if not isinstance(dtype, np.dtype):
         dtype = np.dtype(dtype)
     nbytes = dtype.itemsize * math.prod(shape)
-    if nbytes < RECYCLE_MINIMUM_BYTES or not _idle_limit:
+    minimum = (INTERMEDIATE_MINIMUM_BYTES if getattr(_intermediate, "on", False)
+               else RECYCLE_MINIMUM_BYTES)
+    if nbytes < minimum or not _idle_limit:
         return aligned_empty(shape, dtype) if aligned else np.empty(shape, dtype)
     offset = 0
     if like is not None:

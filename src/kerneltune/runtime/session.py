@@ -18,6 +18,7 @@ import onnx
 
 from ..errors import KernelTuningError, UnknownKernelError
 from ..kernels import library
+from ..kernels.outputs import intermediates
 from ..machine.detect import current_execution
 from ..machine.selectors import Tier
 from ..machine.threads import thread_count
@@ -127,6 +128,7 @@ class RuntimeSession:
             for name in (*node.inputs, node.output):
                 slot(name)
         self._slots = slots
+        self._kept = _kept(model)
         self._configs = {}
         self._steps, self._prepared = self._prepare(self.threads)
         self._uses_blas = any(p.uses_blas for p in self._prepared)
@@ -143,9 +145,10 @@ class RuntimeSession:
         """The steps of a run on ``threads``, and each node's prepared kernel (for plans)."""
         steps, prepared_kernels = [], []
         for node in self._model.nodes:
+            intermediate = node.output not in self._kept
             if node.view is not None:
                 steps.append((node.view, tuple(self._slots[i] for i in node.inputs),
-                              self._slots[node.output]))
+                              self._slots[node.output], intermediate))
                 continue
             key = node.kernel.tuning_key(node.element_type)
             if (key, threads) not in self._configs:
@@ -157,7 +160,7 @@ class RuntimeSession:
             prepared = node.kernel.prepare(node.element_type, self._configs[key, threads],
                                            threads, **node.attributes)
             steps.append((prepared.run, tuple(self._slots[i] for i in node.inputs),
-                          self._slots[node.output]))
+                          self._slots[node.output], intermediate))
             prepared_kernels.append(prepared)
         return tuple(steps), tuple(prepared_kernels)
 
@@ -205,13 +208,21 @@ class RuntimeSession:
             if threads != self.threads:
                 steps = self._steps_on(threads)
                 self._reduced_runs[threads] = self._reduced_runs.get(threads, 0) + 1
-        for run, arguments, output in steps:
-            if len(arguments) == 1:
-                values[output] = run(values[arguments[0]])
-            elif len(arguments) == 2:
-                values[output] = run(values[arguments[0]], values[arguments[1]])
-            else:
-                values[output] = run(*[values[i] for i in arguments])
+        pooled = False  # whether large outputs are recycled, as intermediates are
+        try:
+            for run, arguments, output, intermediate in steps:
+                if intermediate is not pooled:
+                    intermediates(intermediate)
+                    pooled = intermediate
+                if len(arguments) == 1:
+                    values[output] = run(values[arguments[0]])
+                elif len(arguments) == 2:
+                    values[output] = run(values[arguments[0]], values[arguments[1]])
+                else:
+                    values[output] = run(*[values[i] for i in arguments])
+        finally:
+            if pooled:
+                intermediates(False)
         if reading:
             contention.finish()
         names = self._output_names if output_names is None else output_names
@@ -272,6 +283,22 @@ class RuntimeSession:
     def tuning_resolution_statistics(self) -> dict[str, Any]:
         """The one-time cost of tuning: snapshot capture, resolution, and what resolved how."""
         return dict(self._statistics)
+
+
+def _kept(model: Model) -> frozenset[str]:
+    """The values a run returns: the graph outputs and the arrays they view. The others are
+    intermediates, whose large arrays come from the output pool (kernels.outputs), since
+    each run frees and makes them again."""
+    kept = set()
+    bases = {node.output: node.inputs[0] for node in model.nodes
+             if node.view is not None and not node.fresh}
+    for signature in model.outputs:
+        name = signature.name
+        kept.add(name)
+        while name in bases:
+            name = bases[name]
+            kept.add(name)
+    return frozenset(kept)
 
 
 def _returned(model: Model, slots: Mapping[str, int]) -> dict[str, tuple[int, bool]]:
