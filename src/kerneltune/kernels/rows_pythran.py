@@ -60,17 +60,19 @@ def _run(x, out, arg, nthreads, rows_op):
 
 
 def _softmax_rows(x, out, unused, start, stop):
+    # each expression straight into the output row: a temporary array per row cost more
+    # than a row of a few classes' arithmetic
     for r in range(start, stop):
         row = x[r]
-        shifted = np.exp(row - np.max(row))
-        out[r] = shifted * (1 / np.sum(shifted))
+        out[r] = np.exp(row - np.max(row))
+        out[r] *= 1 / np.sum(out[r])
 
 
 def _log_softmax_rows(x, out, unused, start, stop):
     for r in range(start, stop):
         row = x[r]
-        shifted = row - np.max(row)
-        out[r] = shifted - np.log(np.sum(np.exp(shifted)))
+        largest = np.max(row)
+        out[r] = row - (largest + np.log(np.sum(np.exp(row - largest))))
 
 
 def _normalize_rows(x, out, norm, start, stop):
