@@ -76,6 +76,16 @@ def test_softmax_takes_its_opset_s_default_axis():
     assert not np.allclose(old.sum(axis=-1), 1.0)
 
 
+def test_a_plan_counts_the_rows_the_run_computes():
+    """Before opset 13 Softmax works on the input as a matrix at its axis: one row here,
+    so one thread, where the same axis from opset 13 on makes 50000 rows."""
+    x = _data((1, 4, 50000), np.float32)
+    coerced, along = (RuntimeSession(_model("Softmax", x, opset, axis=1),
+                                     threads=2)._prepared[0] for opset in (11, 13))
+    assert coerced.plan(x).threads == 1
+    assert along.plan(x).threads == 2
+
+
 @pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
 @pytest.mark.parametrize(("axis", "keepdims", "last"), [

@@ -103,7 +103,10 @@ class PreparedRows(PreparedKernel):
     def plan(self, x, axes=None) -> Plan:
         x = np.asarray(x)
         chosen = self._axes(x, axes)
-        rows = x.size // max(1, math.prod(x.shape[a] for a in chosen or ())) if x.size else 0
+        if self.kind == SOFTMAX and self._attributes["coerced"]:
+            rows = math.prod(x.shape[:chosen[0]])  # the matrix's rows, as _call makes them
+        else:
+            rows = x.size // max(1, math.prod(x.shape[a] for a in chosen or ())) if x.size else 0
         threads = chunked_threads(rows, self._threads(x.size), alignment=1)
         return Plan("parallel" if threads > 1 else "serial", threads, int(x.size), "rows")
 
