@@ -48,13 +48,15 @@ ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
-def _normal_axes(axes: Sequence[int], rank: int, operator: str) -> list[int]:
-    """Distinct axes within ``rank``, counted from the end when negative, sorted."""
-    normal = sorted({axis + rank if axis < 0 else axis for axis in axes})
-    if len(normal) != len(axes) or any(not 0 <= axis < max(rank, 1) for axis in normal):
-        raise ValueError(f"{operator}: axes {list(axes)} are not distinct axes of a rank "
-                         f"{rank} tensor")
-    return normal
+def normal_axes(values: Sequence[int] | np.ndarray, rank: int, operator: str) -> list[int]:
+    """Axes counted from the end when negative, each once, within ``rank``, sorted (the
+    axes of these kernels and of the shape-only Squeeze and Unsqueeze)."""
+    axes = [int(axis) for axis in np.asarray(values, dtype=np.int64).reshape(-1)]
+    normal = [axis + rank if axis < 0 else axis for axis in axes]
+    if any(not 0 <= axis < rank for axis in normal) or len(set(normal)) != len(normal):
+        raise ValueError(f"{operator}: axes {axes} are not distinct axes of a rank {rank} "
+                         f"tensor")
+    return sorted(normal)
 
 
 def _to_rows(x: np.ndarray, axes: list[int]) -> np.ndarray:
@@ -93,12 +95,11 @@ class PreparedRows(PreparedKernel):
                                  f"{list(x.shape)}")
             return [x.ndim - 1]
         if self.kind != REDUCE:
-            return _normal_axes([int(given["axis"])], x.ndim, self.name)
+            return normal_axes([given["axis"]], x.ndim, self.name)
         axes = given["axes"] if axes_input is None else axes_input
-        axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
-        if not axes:
+        if axes is None or not np.size(axes):
             return None if given["noop_with_empty_axes"] else list(range(x.ndim))
-        return _normal_axes(axes, x.ndim, self.name)
+        return normal_axes(axes, x.ndim, self.name)
 
     def plan(self, x, axes=None) -> Plan:
         x = np.asarray(x)

@@ -141,14 +141,13 @@ def _linear_classifier(node, given) -> tuple[Lowered | None, str | None]:
     label, scores = node.output[0], node.output[1] if len(node.output) > 1 else ""
     raw = f"{label}/scores" if transform != "NONE" or not scores else scores
     index = f"{label}/index"
-    constants = {**constants, f"{label}/labels": labels}
-    steps = [_gemm(node.input[0], {k: v for k, v in constants.items()
-                                   if not k.endswith("/labels")}, raw),
+    steps = [_gemm(node.input[0], constants, raw),
              Step("ArgMax", (raw,), index, {"axis": 1, "keepdims": 0}),
              Step("Take", (f"{label}/labels", index), label, selection=selections.take)]
     if scores and TRANSFORMS[transform]:
         steps.append(Step(TRANSFORMS[transform], (raw,), scores,
                           {"axis": -1} if transform == "SOFTMAX" else {}))
+    constants = {**constants, f"{label}/labels": labels}
     types = {raw: FLOAT, index: INT64, label: INT64}
     if scores:
         types[scores] = FLOAT

@@ -285,20 +285,21 @@ class RuntimeSession:
         return dict(self._statistics)
 
 
+def _view_bases(model: Model) -> dict[str, str]:
+    """Each view's base: the array it views, through views of views."""
+    bases: dict[str, str] = {}
+    for node in model.nodes:
+        if node.view is not None and not node.fresh:
+            bases[node.output] = bases.get(node.inputs[0], node.inputs[0])
+    return bases
+
+
 def _kept(model: Model) -> frozenset[str]:
     """The values a run returns: the graph outputs and the arrays they view. The others are
     intermediates, whose large arrays come from the output pool (kernels.outputs), since
     each run frees and makes them again."""
-    kept = set()
-    bases = {node.output: node.inputs[0] for node in model.nodes
-             if node.view is not None and not node.fresh}
-    for signature in model.outputs:
-        name = signature.name
-        kept.add(name)
-        while name in bases:
-            name = bases[name]
-            kept.add(name)
-    return frozenset(kept)
+    bases = _view_bases(model)
+    return frozenset(name for s in model.outputs for name in (s.name, bases.get(s.name, s.name)))
 
 
 def _returned(model: Model, slots: Mapping[str, int]) -> dict[str, tuple[int, bool]]:
@@ -306,10 +307,7 @@ def _returned(model: Model, slots: Mapping[str, int]) -> dict[str, tuple[int, bo
     so one that is (a view of) an input or a constant is copied, and so is one that views
     the array another output returns."""
     computed = {node.output for node in model.nodes if node.view is None or node.fresh}
-    viewed = {}
-    for node in model.nodes:
-        if node.view is not None and not node.fresh:
-            viewed[node.output] = viewed.get(node.inputs[0], node.inputs[0])
+    viewed = _view_bases(model)
     returned, seen = {}, set()
     for signature in model.outputs:
         base = viewed.get(signature.name, signature.name)

@@ -21,18 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.rows import normal_axes
+
 #: ``view(*inputs)``: the output, a view of the first input
 View = Callable[..., np.ndarray]
-
-
-def _axes(values: Sequence[int] | np.ndarray, rank: int, operator: str) -> list[int]:
-    """Axes counted from the end when negative, each once, within ``rank``."""
-    axes = [int(axis) for axis in np.asarray(values, dtype=np.int64).reshape(-1)]
-    normal = [axis + rank if axis < 0 else axis for axis in axes]
-    if any(not 0 <= axis < rank for axis in normal) or len(set(normal)) != len(normal):
-        raise ValueError(f"{operator}: axes {axes} are not distinct axes of a rank {rank} "
-                         f"tensor")
-    return sorted(normal)
 
 
 def identity(x: np.ndarray) -> np.ndarray:
@@ -69,7 +61,7 @@ def squeeze(x: np.ndarray, axes: Sequence[int] | np.ndarray | None = None) -> np
     """Squeeze: the given axes (each of size 1), or every axis of size 1."""
     if axes is None:
         return x.reshape([size for size in x.shape if size != 1])
-    chosen = _axes(axes, x.ndim, "Squeeze")
+    chosen = normal_axes(axes, x.ndim, "Squeeze")
     wrong = [axis for axis in chosen if x.shape[axis] != 1]
     if wrong:
         raise ValueError(f"Squeeze: axes {wrong} of shape {list(x.shape)} are not of size 1")
@@ -79,7 +71,7 @@ def squeeze(x: np.ndarray, axes: Sequence[int] | np.ndarray | None = None) -> np
 def unsqueeze(x: np.ndarray, axes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Unsqueeze: an axis of size 1 inserted at each of ``axes`` of the output."""
     rank = x.ndim + len(np.asarray(axes).reshape(-1))
-    chosen = set(_axes(axes, rank, "Unsqueeze"))
+    chosen = set(normal_axes(axes, rank, "Unsqueeze"))
     sizes = iter(x.shape)
     return x.reshape([1 if axis in chosen else next(sizes) for axis in range(rank)])
 
