@@ -16,7 +16,7 @@ import onnxruntime
 import pytest
 
 from kerneltune.errors import UnsupportedModelError
-from kerneltune.runtime import RuntimeSession
+from kerneltune.runtime import RuntimeSession, selections
 
 CORPUS = Path(__file__).resolve().parent / "data" / "converted"
 REGRESSORS = ("mlp_regressor_relu", "mlp_regressor_tanh", "mlp_regressor_logistic",
@@ -200,3 +200,33 @@ def test_a_linear_classifier_the_kernels_cannot_compute_is_refused_by_name(attri
                       {"Y": (INT64, ["N"]), "Z": (FLOAT, ["N", 2])}, **attributes)
     with pytest.raises(UnsupportedModelError, match=words):
         RuntimeSession(model)
+
+
+def test_an_array_feature_extractor_of_constant_indices_reads_them_once():
+    node = onnx.helper.make_node("ArrayFeatureExtractor", ["X", "I"], ["Y"],
+                                 domain="ai.onnx.ml")
+    graph = onnx.helper.make_graph(
+        [node], "extract", [onnx.helper.make_tensor_value_info("X", FLOAT, ["N", 6])],
+        [onnx.helper.make_tensor_value_info("Y", FLOAT, ["N", 2])],
+        initializer=[onnx.numpy_helper.from_array(np.array([5, 1], np.int64), "I")])
+    model = onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("ai.onnx.ml", 1)])
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    (y,) = _same_as_onnxruntime(model, {"X": x})
+    np.testing.assert_array_equal(y, x[:, [5, 1]])
+    session = RuntimeSession(model)
+    ((extract, arguments, _, _),) = session._steps
+    assert len(arguments) == 1
+    with pytest.raises(ValueError, match=r"indices \[5, 1\] are not all within the 3 columns"):
+        extract(np.zeros((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("labels", [(4,), (0, 1, 2), ("no", "yes"), tuple(range(300))])
+def test_zip_map_makes_a_dict_of_python_floats_per_row(labels):
+    x = np.random.default_rng(4).standard_normal((5, len(labels))).astype(np.float32)
+    rows = selections.zip_map(x, labels)
+    assert rows == [dict(zip(labels, row, strict=True)) for row in x.tolist()]
+    assert all(type(value) is float for row in rows for value in row.values())
+    assert all(list(row) == list(labels) for row in rows)
+    with pytest.raises(ValueError, match=rf"expected \[N, {len(labels)}\]"):
+        selections.zip_map(x[:, :-1], labels)

@@ -404,6 +404,23 @@ def test_blas_products_the_compiled_call_cannot_vouch_for_take_the_checked_run()
     assert len(checked) == 3
 
 
+@pytest.mark.parametrize("bias", ["scalar", "row"])
+@pytest.mark.parametrize("blas", [False, True])
+def test_a_bias_of_fewer_dimensions_than_two_takes_the_compiled_call(bias, blas):
+    """A model's bias is mostly [N]: through the checked run, a one-row product cost four
+    times what the compiled call does."""
+    values = {"algorithm.blas_minimum_fmas": 0, "algorithm.vector_blas_minimum_fmas": 0}
+    prepared = prepare(values if blas else {}, threads=2, beta=2.0)
+    a, b, c = operands(5, 30, 40, bias=bias)
+    assert c.ndim < 2
+    run = _fast_run(prepared, lambda *operands: pytest.fail("the checked run"))
+    assert prepared.plan(a, b, c).path == ("blas" if blas else "blocked")
+    out = run(a, b, c)
+    assert_close(out, reference(a, b, c, 1.0, 2.0), 30)
+    if not blas:
+        assert out.tobytes() == prepared.run_serial(a, b, c).tobytes()
+
+
 def test_skinny_m_limit_switches_the_skinny_path():
     any_b = {"algorithm.skinny_minimum_b_elements": 0}
     check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")

@@ -268,6 +268,29 @@ def test_shape_only_operators_are_views_without_a_tuning_key():
     assert [row["op_type"] for row in session.tuning_diagnostics] == ["Tanh"]
 
 
+@pytest.mark.parametrize(("sizes", "given", "bound"), [
+    ([2, -1], "constant", True),  # read once: the run calls x.reshape((2, -1))
+    ([0, -1], "constant", False),  # a 0 keeps the input's dimension: read every run
+    ([2, -1], "input", False),
+])
+def test_a_reshape_of_constant_sizes_reads_them_once(sizes, given, bound):
+    node = helper.make_node("Reshape", ["X", "shape"], ["Y"])
+    if given == "constant":
+        proto = _shaped([node], [("Y", (2, 12))], [_int64("shape", sizes)])
+    else:
+        graph = helper.make_graph([node], "shapes", [tensor("X", shape=(2, 3, 4)),
+                                                     tensor("shape", TensorProto.INT64, (2,))],
+                                  [tensor("Y", shape=(2, 12))])
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = RuntimeSession(proto)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    feed = {"X": x} if given == "constant" else {"X": x, "shape": np.array(sizes, np.int64)}
+    (y,) = session.run(None, feed)
+    np.testing.assert_array_equal(y, x.reshape(2, 12))
+    ((_, arguments, _, _),) = session._steps
+    assert len(arguments) == (1 if bound else 2)
+
+
 def test_an_output_that_views_an_input_or_a_constant_or_another_output_is_a_fresh_array():
     proto = _shaped([helper.make_node("Identity", ["X"], ["A"]),
                      helper.make_node("Unsqueeze", ["W", "axes"], ["B"]),

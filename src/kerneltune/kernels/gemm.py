@@ -395,7 +395,8 @@ class PreparedGemm(PreparedKernel):
 def _fast_run(p: PreparedGemm, checked):
     """:meth:`PreparedGemm.run` as a closure: one compiled call for the common case.
 
-    Arrays of the element type (C 2-D and used, or absent) go straight to the compiled
+    Arrays of the element type (C of at most 2 dimensions and used, or absent) go straight
+    to the compiled
     ``gemm``, which refuses other layouts with a TypeError, checks the shapes and says
     which products are the BLAS path's; those go straight to BLAS. Empty or mismatched
     products, and everything else, take ``checked(a, b, c)``, whose errors name the
@@ -410,7 +411,12 @@ def _fast_run(p: PreparedGemm, checked):
         try:
             if a.dtype is dtype and b.dtype is dtype and (
                     c is None or use_bias and c.dtype is dtype):
-                bias = no_bias if c is None else c
+                if c is None:
+                    bias = no_bias
+                elif c.ndim == 2:
+                    bias = c
+                else:  # a model's bias is mostly [N]: the compiled entry takes it as [1, N]
+                    bias = c.reshape((1,) * (2 - c.ndim) + c.shape)
                 out = compiled(a, b, bias, alpha, beta, thresholds)
                 if out.size:
                     return out

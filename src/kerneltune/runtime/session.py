@@ -8,6 +8,7 @@ registry, no processor detection, no parameter names, no files, no locks.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -25,9 +26,11 @@ from ..machine.threads import thread_count
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.registry import Resolution, TuningSnapshot, default_registry
 from ..tuning.schema import KernelTuningKey
+from . import selections, views
 from .contention import Contention, default_contention
 from .fusion import fuse
-from .model import Model, Signature, prepare_model, read_model
+from .model import Model, Node, Signature, prepare_model, read_model
+from .views import View
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
@@ -147,7 +150,8 @@ class RuntimeSession:
         for node in self._model.nodes:
             intermediate = node.output not in self._kept
             if node.view is not None:
-                steps.append((node.view, tuple(self._slots[i] for i in node.inputs),
+                view, inputs = _bound(node, self._model.constants)
+                steps.append((view, tuple(self._slots[i] for i in inputs),
                               self._slots[node.output], intermediate))
                 continue
             key = node.kernel.tuning_key(node.element_type)
@@ -283,6 +287,20 @@ class RuntimeSession:
     def tuning_resolution_statistics(self) -> dict[str, Any]:
         """The one-time cost of tuning: snapshot capture, resolution, and what resolved how."""
         return dict(self._statistics)
+
+
+def _bound(node: Node, constants: Mapping[str, np.ndarray]) -> tuple[View, tuple[str, ...]]:
+    """A view or selection node's function and the inputs a run gives it: its first input
+    alone, where its other inputs are constants its binder reads once (a Reshape's
+    sizes, a feature extractor's indices), else every input."""
+    view = node.view
+    function, keywords = ((view.func, view.keywords) if isinstance(view, functools.partial)
+                          else (view, {}))
+    binder = views.BINDERS.get(function) or selections.BINDERS.get(function)
+    if binder is None or any(name not in constants for name in node.inputs[1:]):
+        return view, node.inputs
+    bound = binder(*(constants[name] for name in node.inputs[1:]), **keywords)
+    return (view, node.inputs) if bound is None else (bound, node.inputs[:1])
 
 
 def _view_bases(model: Model) -> dict[str, str]:

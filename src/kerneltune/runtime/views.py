@@ -99,3 +99,17 @@ def view_of(op_type: str, element_type: int, attributes: Mapping[str, Any]
     if op_type == "Unsqueeze" and "axes" not in given:
         return function, None  # from opset 13 on, the axes are an input
     return (functools.partial(function, **given) if given else function), None
+
+
+def _reshape_to(shape: np.ndarray, allowzero: int = 0) -> View | None:
+    """Reshape to a constant ``shape``, read once; None where a 0 keeps a dimension of the
+    input (the sizes then depend on it)."""
+    wanted = tuple(int(size) for size in np.asarray(shape, dtype=np.int64).reshape(-1))
+    if not allowzero and 0 in wanted:
+        return None
+    return lambda x: x.reshape(wanted)
+
+
+#: for a view whose inputs after the first are constants (and its attributes), the function
+#: of the first input alone that a session's run calls instead (None: none is simpler)
+BINDERS: Mapping[View, Callable[..., View | None]] = {reshape: _reshape_to}
