@@ -10,7 +10,10 @@ Portable grains other than 32768 (the catalog's ``GRAINS`` and ``ELEMENT_GRAINS`
 each key's against 32768, the grain of an add, at sizes where one of the two runs
 in parallel and the other serially; broadcast grains of their own (``BROADCAST_GRAINS``)
 against the operator's grain, on rows broadcast against 256 columns.
-Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT.
+Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT. Narrow products
+(4096 x K by K x N, N up to 32 columns, FLOAT, one thread, BLAS off): the plan the
+defaults give (the column path up to ``algorithm.column_n_limit`` columns), the blocked
+path forced, and numpy; the target: the default plan no slower than the blocked path.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
 noise on this shared machine hits all of them), and the figure is the median
@@ -42,12 +45,17 @@ from results import (
     timed,
     variant_recorder,
 )
+from threadpoolctl import threadpool_limits
 
 from kerneltune.kernels import catalog, library
 from kerneltune.tuning.dtypes import FLOATING, NUMPY_DTYPES
 from kerneltune.tuning.schema import element_type_number
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
+#: narrow products: K (rows of B) and N (its columns), of 4096 rows
+NARROW_ROWS, NARROW_DEPTHS, NARROW_WIDTHS = 4096, (8, 32, 128), (1, 3, 8, 16, 32)
+#: a one-key miss of the narrow target within this much is noise on a shared machine
+NARROW_MARGIN = 0.9
 GEMM_SHAPES = ((8, 8, 8), (64, 64, 64), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
                (1, 1024, 1024))
 
@@ -342,6 +350,44 @@ def gemm(rounds: int, recorder: Recorder) -> list[str]:
     return misses
 
 
+@threadpool_limits(1)
+def narrow(rounds: int, recorder: Recorder) -> list[str]:
+    """Narrow products on one thread (numpy's BLAS too), BLAS off: the default plan against
+    the blocked path."""
+    gemm = library()["Gemm"]
+    never_blas = {"algorithm.blas_minimum_fmas": 2**62, "algorithm.vector_blas_minimum_fmas":
+                  2**62, "algorithm.skinny_blas_minimum_fmas": 2**62}
+    default = gemm.prepare("FLOAT", gemm.configure("FLOAT", never_blas), 1)
+    blocked = gemm.prepare("FLOAT", gemm.configure(
+        "FLOAT", {**never_blas, "algorithm.column_n_limit": 0}), 1)
+    rng = np.random.default_rng(2)
+    misses = []
+    recorder.table("narrow", f"FLOAT, {NARROW_ROWS} x K times K x N, one thread, BLAS off; "
+                   "path: the default plan's; blocked_ratio: the blocked path's time over the "
+                   "default plan's, numpy_ratio numpy's (its BLAS) over it")
+    print(f"\n{'narrow M x K x N':18} {'default us':>10} {'blocked x':>9} {'numpy x':>8} "
+          f"{'path':>8}")
+    for k in NARROW_DEPTHS:
+        for n in NARROW_WIDTHS:
+            a = rng.standard_normal((NARROW_ROWS, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            times = timed({"default": lambda a=a, b=b: default.run(a, b),
+                           "blocked": lambda a=a, b=b: blocked.run(a, b),
+                           "numpy": lambda a=a, b=b: np.matmul(a, b)}, rounds)
+            path = default.plan(a, b).path
+            ratio = times["blocked"] / times["default"]
+            print(f"{f'{NARROW_ROWS} x {k} x {n}':18} {times['default'] * 1e6:>10.1f} "
+                  f"{ratio:>9.2f} {times['numpy'] / times['default']:>8.2f} {path:>8}")
+            recorder.row("narrow", m=NARROW_ROWS, k=k, n=n, path=path,
+                         default_us=times["default"] * 1e6, blocked_ratio=ratio,
+                         numpy_ratio=times["numpy"] / times["default"])
+            if not recorder.target("narrow Gemm FLOAT, blocked path / default plan", ratio,
+                                   ">=", NARROW_MARGIN, f"{NARROW_ROWS}x{k}x{n}"):
+                misses.append(f"narrow Gemm {NARROW_ROWS}x{k}x{n}: the default plan ({path}) "
+                              f"{1 / ratio:.2f}x the blocked path's time")
+    return misses
+
+
 def report(misses: list[str]) -> int:
     """Print each missed target, or the success line; the exit status says which."""
     for miss in misses:
@@ -370,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     misses += default_grains(args.rounds, recorder)
     if not args.skip_gemm:
         misses += gemm(args.rounds, recorder)
+        misses += narrow(args.rounds, recorder)
     recorder.finish()
     return report(misses)
 

@@ -22,13 +22,15 @@ SMALL_TILES = {"algorithm.tile_m": 8, "algorithm.tile_n": 64, "algorithm.tile_k"
                "algorithm.skinny_m_limit": 8, "algorithm.blas_minimum_fmas": 10**15}
 #: ... and a thread for every task
 PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_tasks": 2}
-#: the three compiled paths, forced whatever the shape
-BLOCKED = {**PARALLEL, "algorithm.skinny_m_limit": 0,
+#: the four compiled paths, forced whatever the shape
+BLOCKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 0,
            "algorithm.pack_b_minimum_elements": 10**12}
-PACKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.pack_b_minimum_elements": 0}
+PACKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 0,
+          "algorithm.pack_b_minimum_elements": 0}
 SKINNY = {**PARALLEL, "algorithm.tile_m": 4096, "algorithm.skinny_m_limit": 4096,
           "algorithm.skinny_minimum_b_elements": 0, "parallel.skinny_fmas_per_work_unit": 1}
-PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY}
+COLUMN = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 10**6}
+PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY, "column": COLUMN}
 
 
 def matrix(shape, dtype=np.float32, seed=0):
@@ -615,16 +617,17 @@ def test_tiny_products(m, k, n):
 # -- the column path --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
-@pytest.mark.parametrize("m,k", [(1, 1), (1, 40), (5, 3), (63, 8), (64, 16), (65, 17),
-                                 (300, 100), (4097, 8)])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 40, 3), (5, 3, 1), (63, 8, 16), (64, 16, 2),
+                                   (65, 17, 1), (300, 100, 5), (4097, 8, 3)])
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
-@pytest.mark.parametrize("alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar")],
-                         ids=["plain", "general", "scalar"])
-def test_one_column_takes_the_column_path_with_the_bits_of_the_blocked_path(
-        element_type, dtype, m, k, trans_a, trans_b, alpha, bias):
+@pytest.mark.parametrize("alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar"),
+                                        (1.0, "row"), (0.5, "full")],
+                         ids=["plain", "general", "scalar", "row", "full"])
+def test_few_columns_take_the_column_path_with_the_bits_of_the_blocked_path(
+        element_type, dtype, m, k, n, trans_a, trans_b, alpha, bias):
     """Blocks of 64 rows, a last one of fewer, on one to several threads: every run gives
     ``run_serial``'s bits (the blocked path on one thread)."""
-    a, b, c = operands(m, k, 1, trans_a, trans_b, bias, dtype)
+    a, b, c = operands(m, k, n, trans_a, trans_b, bias, dtype)
     outputs = []
     for threads in (1, 2, 3):
         prepared = prepare({**PARALLEL, "algorithm.skinny_m_limit": 0}, element_type, threads,
@@ -637,10 +640,13 @@ def test_one_column_takes_the_column_path_with_the_bits_of_the_blocked_path(
     assert_close(outputs[0], reference(a, b, c, alpha, 1.0, trans_a, trans_b), k, dtype)
 
 
-def test_a_regressor_s_last_layer_takes_the_column_path():
-    values = {"algorithm.blas_minimum_fmas": 10**15}
-    assert prepare(values, kernel=MATMUL).plan(matrix((4096, 16)), matrix((16, 1))).path \
-        == "column"
-    # two columns are the blocked path's
-    assert prepare(values, kernel=MATMUL).plan(matrix((4096, 16)), matrix((16, 2))).path \
-        == "blocked"
+@pytest.mark.parametrize(("limit", "columns", "path"), [
+    (16, 1, "column"), (16, 16, "column"), (16, 17, "blocked"), (0, 1, "blocked"),
+    (40, 40, "column")])
+def test_the_column_limit_says_which_products_take_the_column_path(limit, columns, path):
+    """A regressor's last layer (one column), a classifier's scores (a few): the column path
+    up to algorithm.column_n_limit columns."""
+    values = {"algorithm.blas_minimum_fmas": 10**15, "algorithm.column_n_limit": limit}
+    assert prepare(values, kernel=MATMUL).plan(
+        matrix((4096, 16)), matrix((16, columns))).path == path
+    assert GEMM.configure("FLOAT", {}).column_n_limit == 16

@@ -53,6 +53,7 @@ SKINNY_PARALLEL_RESOLUTION_OCTAVES = 2.0
 TILE_M, TILE_N, TILE_K = "algorithm.tile_m", "algorithm.tile_n", "algorithm.tile_k"
 PACK_B = "algorithm.pack_b_minimum_elements"
 SKINNY = "algorithm.skinny_m_limit"
+COLUMN = "algorithm.column_n_limit"
 SKINNY_B = "algorithm.skinny_minimum_b_elements"
 BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
@@ -62,6 +63,8 @@ SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
 #: depth and width of the skinny-M family
 SKINNY_DEPTH = 512
+#: rows and depth of the narrow-N family (a classifier's scores over a batch)
+NARROW_ROWS, NARROW_DEPTH = 1024, 64
 #: the cache sizes assumed when the descriptor does not know them
 DEFAULT_L1, DEFAULT_L2 = 32 * 1024, 512 * 1024
 
@@ -100,15 +103,16 @@ def whole_block_grid(low: int, high: int, steps_per_octave: int) -> list[int]:
             + geometric_grid(max(low, NR), high, steps_per_octave, NR))
 
 
-def _rows_below(rows: Sequence[int], blocked_from: int) -> int:
-    """The skinny row limit when the blocked path wins from ``blocked_from`` rows on: the
-    grid's row count below it.
+def _grid_below(grid: Sequence[int], other_from: int) -> int:
+    """A path's size limit (rows of the skinny path, columns of the column path) when the
+    path it races wins from ``other_from`` on: the grid's size below it.
 
-    A limit on the grid (the default, 8, is one) keeps every value the search decides on
-    it, so two calibrations a grid step apart differ by one step; ``blocked_from - 1``, the
-    largest limit the measurements allow, would lie off the grid beside a kept default.
+    A limit on the grid (the defaults, 8 rows and 16 columns, are) keeps every value the
+    search decides on it, so two calibrations a grid step apart differ by one step;
+    ``other_from - 1``, the largest limit the measurements allow, would lie off the grid
+    beside a kept default.
     """
-    return max((m for m in rows if m < blocked_from), default=0)
+    return max((size for size in grid if size < other_from), default=0)
 
 
 #: the config fields that shape a compiled product's blocks, by path (the skinny path cuts
@@ -177,6 +181,12 @@ class GemmCalibration(KernelCalibration):
                              lambda s: SKINNY_DEPTH,
                              f"rows M (M x {SKINNY_DEPTH} by {SKINNY_DEPTH} x {SKINNY_DEPTH})")
 
+    def _narrow(self, context: CalibrationContext) -> Case:
+        """1024 x 64 by 64 x N, on the columns N."""
+        return self._product("narrow N", context, lambda s: NARROW_ROWS,
+                             lambda s: NARROW_DEPTH, int,
+                             f"columns N ({NARROW_ROWS} x {NARROW_DEPTH} by {NARROW_DEPTH} x N)")
+
     def families(self, context: CalibrationContext) -> list[tuple[Case, int]]:
         """Square, wide N, large K and (Gemm only) transposed B: the cases tiles are judged on."""
         product = self._product
@@ -227,6 +237,7 @@ class GemmCalibration(KernelCalibration):
             max(1, math.isqrt(int(context.values[PACK_B])))))
         self._skinny(context, compiled)
         self._skinny_parallel(context, compiled)
+        self._column(context, compiled)
         self._blas(context, square, squares, compiled)
         self._parallel(context, square, squares, compiled)
         context.keep(MINIMUM_TASKS, "kept: parallel.fmas_per_work_unit decides when a product "
@@ -275,7 +286,7 @@ class GemmCalibration(KernelCalibration):
         blocked = self._runner(context, {**compiled, SKINNY: 0})
         decide_crossover(context, Crossover(
             SKINNY, case, rows, ("skinny", skinny), ("blocked", blocked),
-            functools.partial(_rows_below, rows),
+            functools.partial(_grid_below, rows),
             next((m for m in rows if m > int(context.values[SKINNY])), rows[-1]),
             resolution=(SKINNY_PARALLEL_RESOLUTION_OCTAVES if context.threads > 1
                         else RESOLUTION_OCTAVES)))
@@ -291,6 +302,16 @@ class GemmCalibration(KernelCalibration):
             SKINNY_B, self._rows(context, few),
             whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
             lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
+
+    def _column(self, context: CalibrationContext, compiled: dict) -> None:
+        """The columns of op(B) up to which the column path beats the blocked one."""
+        widths = geometric_grid(1, 2 * NR, context.options.level.steps_per_octave)
+        decide_crossover(context, Crossover(
+            COLUMN, self._narrow(context), widths,
+            ("column", self._runner(context, {**compiled, COLUMN: 2 * NR})),
+            ("blocked", self._runner(context, {**compiled, COLUMN: 0})),
+            functools.partial(_grid_below, widths),
+            next((n for n in widths if n > int(context.values[COLUMN])), widths[-1])))
 
     def _skinny_sizes(self, context: CalibrationContext, parameter: str) -> list[int] | None:
         """The sizes N of the wide grid whose N x N B the skinny path takes; None, with
@@ -393,10 +414,12 @@ class GemmCalibration(KernelCalibration):
             resolution=GRAIN_RESOLUTION_OCTAVES, parallel_above=True))
 
     def workload(self, context: CalibrationContext) -> Workload:
-        """The tile families, skinny products of a few row counts, and the square, one-row
-        and two-row products an octave apart, on which the thresholds between paths move."""
+        """The tile families, skinny products of a few row counts, narrow ones of a few
+        column counts, and the square, one-row and two-row products an octave apart, on
+        which the thresholds between paths move."""
         cases = [*self.families(context),
                  *((self._skinny_m(context), rows) for rows in (4, 12, 24)),
+                 *((self._narrow(context), columns) for columns in (3, 16, 48)),
                  *((self._square(context), size) for size in whole_block_grid(16, 724, 1)),
                  *((self._rows(context, rows), size) for rows in (1, 2)
                    for size in whole_block_grid(64, 4096, 1))]

@@ -8,8 +8,9 @@ Four algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_py
   ``algorithm.pack_b_minimum_elements`` elements, and always with transB;
 - ``skinny``: the compiled kernel for at most ``algorithm.skinny_m_limit`` rows, which
   streams B once, for a B of ``algorithm.skinny_minimum_b_elements`` elements or more;
-- ``column``: the compiled kernel for one column of op(B) (a matrix-vector product, the
-  last layer of a regressor), which computes the chains of many rows side by side;
+- ``column``: the compiled kernel for at most ``algorithm.column_n_limit`` columns of op(B)
+  (a classifier's scores, the last layer of a regressor), which computes the chains of
+  many rows side by side;
 - ``blas``: ``numpy.matmul`` (the BLAS numpy is linked with) from
   ``algorithm.blas_minimum_fmas`` multiply-adds (``M * N * K``) on, and for skinny
   products from ``algorithm.skinny_blas_minimum_fmas`` on (the skinny path holds out
@@ -63,6 +64,7 @@ from .gemm_pythran import (
     PACKED_PATH,
     SKINNY_PATH,
     T_BLAS,
+    T_COLUMN_LIMIT,
     T_FIELDS,
     T_FMAS_PER_UNIT,
     T_MINIMUM_TASKS,
@@ -117,6 +119,9 @@ class GemmConfig:
         doc="elements of B (K * N) from which a product of at most algorithm.skinny_m_limit "
             "rows takes the skinny path, which pays by streaming B once: a B that stays in "
             "cache goes faster through the blocked path (0: any B)")
+    column_n_limit: int = tunable(
+        "algorithm.column_n_limit", 16, minimum=0,
+        doc="products of at most this many columns of op(B) take the column path (0: never)")
     blas_minimum_fmas: int = tunable(
         "algorithm.blas_minimum_fmas", 2_097_152, minimum=0,
         doc="M * N * K from which numpy.matmul (BLAS) computes the product")
@@ -262,7 +267,8 @@ class PreparedGemm(PreparedKernel):
                   T_MINIMUM_TASKS: config.minimum_tasks,
                   T_FMAS_PER_UNIT: config.fmas_per_work_unit, T_THREADS: threads,
                   T_SKINNY_MINIMUM_B: config.skinny_minimum_b_elements,
-                  T_SKINNY_FMAS_PER_UNIT: config.skinny_fmas_per_work_unit}
+                  T_SKINNY_FMAS_PER_UNIT: config.skinny_fmas_per_work_unit,
+                  T_COLUMN_LIMIT: config.column_n_limit}
         self._thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)],
                                     np.int64)
         self._thresholds.flags.writeable = False

@@ -46,11 +46,12 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   the strip of B (the second group mostly from cache). With ``trans_b`` each ``NR``-wide
   strip of B is transposed into a ``K x NR`` buffer on the way.
 
-- ``column``: for one column of op(B) (a matrix-vector product, the last layer of a
-  regressor): blocks of ``CB`` rows of op(A), transposed into a ``K x CB`` buffer so that
-  the ``CB`` rows' chains run side by side, one vector of sums along the rows per k step.
-  The blocked path's micro-kernel would run one column at a time, and spend most of each
-  block on its setup. Threads take contiguous runs of blocks.
+- ``column``: for few columns of op(B) (a classifier's scores, the last layer of a
+  regressor, a layer of few units): blocks of ``CB`` rows of op(A), transposed into a
+  ``K x CB`` buffer so that the ``CB`` rows' chains run side by side, one vector of sums
+  along the rows per k step, column after column of op(B). The blocked path's
+  micro-kernel would run vectors of a few columns, and spend most of each block on its
+  setup. Threads take contiguous runs of blocks.
 
 The micro-kernel keeps an ``MR x NR`` block of sums (a 4 KiB one on the skinny path) in a
 small buffer of constant shape (constant row offsets, so the C++ compiler needs no
@@ -121,7 +122,8 @@ T_FMAS_PER_UNIT = 11
 T_THREADS = 12
 T_SKINNY_MINIMUM_B = 13
 T_SKINNY_FMAS_PER_UNIT = 14
-T_FIELDS = 15
+T_COLUMN_LIMIT = 15
+T_FIELDS = 16
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
@@ -143,12 +145,17 @@ def _finish(acc, oc, c, i0, j0, alpha, beta):
             t = beta * c[i0 + r if cm > 1 else 0, 0]
             for jj in range(nw):
                 oc[r, jj] = alpha * acc[r, jj] + t
-    else:
-        cv = c[0:cm, j0:j0 + nw]
+    elif cm == 1:
         for r in range(rows):
-            crow = cv[i0 + r if cm > 1 else 0]
             for jj in range(nw):
-                t = beta * crow[jj]
+                t = beta * c[0, j0 + jj]
+                oc[r, jj] = alpha * acc[r, jj] + t
+    else:
+        # C indexed in place: a view of its row per output row took an atomic reference
+        # count each (OpenMP builds), which cost more than a short row's arithmetic
+        for r in range(rows):
+            for jj in range(nw):
+                t = beta * c[i0 + r, j0 + jj]
                 oc[r, jj] = alpha * acc[r, jj] + t
 
 
@@ -459,44 +466,44 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     return nthreads
 
 
-def _column_block(a, b, c, oc, alpha, beta, trans_a, trans_b, i0, rows, kk, at, acc, sums):
-    """``oc``, rows ``i0`` onwards of the output: the chains of ``rows`` rows of op(A) with
-    op(B)'s one column, side by side (the rows transposed into ``at``, its columns from
-    ``rows`` on unused)."""
-    if trans_a:
-        av = a[0:kk, i0:i0 + rows]
-        for k in range(kk):
-            for r in range(rows):
-                at[k, r] = av[k, r]
-    else:
-        av = a[i0:i0 + rows, 0:kk]
-        for r in range(rows):
-            for k in range(kk):
-                at[k, r] = av[r, k]
-    for r in range(CB):
-        acc[r] = 0
-    for k in range(kk):
-        bk = b[0, k] if trans_b else b[k, 0]
-        for r in range(CB):
-            acc[r] += at[k, r] * bk
-    # alpha and C as every path applies them: the same code, so the same contraction
-    for r in range(CB):
-        sums[r, 0] = acc[r]
-    _finish(sums, oc, c, i0, 0, alpha, beta)
-
-
 def _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, first, last, kk):
     """Blocks ``first`` to ``last`` (excluded) of the column path, with buffers of their own
-    (zeros: a last block of fewer rows reads the buffer's other columns)."""
-    m = out.shape[0]
+    (zeros: a last block of fewer rows reads the buffer's other columns).
+
+    Each block's rows of op(A) are transposed into ``at``; then, for each of op(B)'s few
+    columns, the rows' chains run side by side, one vector along the rows per k step. All
+    in this one function, with its own buffers and the rows indexed by a ``range(0, ...)``
+    loop variable: split into a function per block (the buffers its parameters), or
+    transposing through a view of the rows, the path took two to three times as long.
+    """
+    m, n = out.shape
     at = np.zeros((kk, CB), out.dtype)
     acc = np.zeros(CB, out.dtype)
-    sums = np.zeros((CB, 1), out.dtype)
-    for block in range(first, last):
-        i0 = block * CB
-        rows = min(CB, m - i0)
-        _column_block(a, b, c, out[i0:i0 + rows, 0:1], alpha, beta, trans_a, trans_b, i0, rows,
-                      kk, at, acc, sums)
+    sums = np.zeros((CB, n), out.dtype)
+    for i0 in range(0, m, CB):
+        if first * CB <= i0 < last * CB:
+            rows = min(CB, m - i0)
+            if trans_a:
+                for k in range(kk):
+                    for r in range(rows):
+                        at[k, r] = a[k, i0 + r]
+            elif rows == CB:  # a loop of constant length, which gcc unrolls
+                for k in range(kk):
+                    for r in range(CB):
+                        at[k, r] = a[i0 + r, k]
+            else:
+                for k in range(kk):
+                    for r in range(rows):
+                        at[k, r] = a[i0 + r, k]
+            for j in range(n):
+                acc[:] = 0
+                for k in range(kk):
+                    bk = b[j, k] if trans_b else b[k, j]
+                    acc[:] += at[k] * bk  # an array expression: gcc left the loop scalar
+                for r in range(CB):
+                    sums[r, j] = acc[r]
+            # alpha and C as every path applies them: the same code, so the same contraction
+            _finish(sums, out[i0:i0 + rows, 0:n], c, i0, 0, alpha, beta)
 
 
 def column(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
@@ -537,7 +544,7 @@ def decide(m, k, n, serial, t):
     if skinny_rows:
         return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas,
                                      t[T_SKINNY_FMAS_PER_UNIT], t)
-    if n == 1:
+    if n <= t[T_COLUMN_LIMIT]:
         return COLUMN_PATH, _threads((m + CB - 1) // CB, fmas, t[T_FMAS_PER_UNIT], t)
     tasks = (m + t[T_TILE_M] - 1) // t[T_TILE_M] * ((n + tile_n - 1) // tile_n)
     return blocked_path, _threads(tasks, fmas, t[T_FMAS_PER_UNIT], t)
