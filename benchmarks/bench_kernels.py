@@ -350,7 +350,6 @@ def gemm(rounds: int, recorder: Recorder) -> list[str]:
     return misses
 
 
-@threadpool_limits(1)
 def narrow(rounds: int, recorder: Recorder) -> list[str]:
     """Narrow products on one thread (numpy's BLAS too), BLAS off: the default plan against
     the blocked path."""
@@ -371,9 +370,10 @@ def narrow(rounds: int, recorder: Recorder) -> list[str]:
         for n in NARROW_WIDTHS:
             a = rng.standard_normal((NARROW_ROWS, k)).astype(np.float32)
             b = rng.standard_normal((k, n)).astype(np.float32)
-            times = timed({"default": lambda a=a, b=b: default.run(a, b),
-                           "blocked": lambda a=a, b=b: blocked.run(a, b),
-                           "numpy": lambda a=a, b=b: np.matmul(a, b)}, rounds)
+            with threadpool_limits(1):
+                times = timed({"default": lambda a=a, b=b: default.run(a, b),
+                               "blocked": lambda a=a, b=b: blocked.run(a, b),
+                               "numpy": lambda a=a, b=b: np.matmul(a, b)}, rounds)
             path = default.plan(a, b).path
             ratio = times["blocked"] / times["default"]
             print(f"{f'{NARROW_ROWS} x {k} x {n}':18} {times['default'] * 1e6:>10.1f} "

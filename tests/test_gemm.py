@@ -630,7 +630,8 @@ def test_few_columns_take_the_column_path_with_the_bits_of_the_blocked_path(
     a, b, c = operands(m, k, n, trans_a, trans_b, bias, dtype)
     outputs = []
     for threads in (1, 2, 3):
-        prepared = prepare({**PARALLEL, "algorithm.skinny_m_limit": 0}, element_type, threads,
+        prepared = prepare({**PARALLEL, "algorithm.skinny_m_limit": 0,
+                            "algorithm.column_n_limit": 16}, element_type, threads,
                            alpha=alpha, transA=trans_a, transB=trans_b)
         plan = prepared.plan(a, b, c)
         assert plan.path == "column"
@@ -649,4 +650,4 @@ def test_the_column_limit_says_which_products_take_the_column_path(limit, column
     values = {"algorithm.blas_minimum_fmas": 10**15, "algorithm.column_n_limit": limit}
     assert prepare(values, kernel=MATMUL).plan(
         matrix((4096, 16)), matrix((16, columns))).path == path
-    assert GEMM.configure("FLOAT", {}).column_n_limit == 16
+    assert GEMM.configure("FLOAT", {}).column_n_limit == 8

@@ -31,6 +31,49 @@ def test_heavy_names_load_on_first_use_only(name, home, heavy):
     assert json.loads(output) == [False, True, home, True]
 
 
+#: what running a model never needs: the calibration machinery, the profile merge and
+#: verification, the profile store, the kernels' calibration functions and probes
+NOT_FOR_A_SESSION = ("kerneltune.calibration.batch", "kerneltune.calibration.search",
+                     "kerneltune.calibration.context", "kerneltune.profiles.merge",
+                     "kerneltune.profiles.verification", "kerneltune.profiles.export",
+                     "kerneltune.store", "kerneltune.kernels.calibrate",
+                     "kerneltune.kernels.calibrate_gemm", "kerneltune.kernels.probes")
+
+
+def test_a_first_session_imports_nothing_it_does_not_need(tmp_path):
+    """Cold start: ``import kerneltune``, a session and its first run load none of the
+    calibration machinery, which a calibration loads when it first asks for it."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Tanh", ["X"], ["Y"])], "tanh",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])])
+    path = tmp_path / "tanh.onnx"
+    path.write_bytes(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    code = ("import json, sys\n"
+            "import numpy as np\n"
+            "import kerneltune\n"
+            "from kerneltune.runtime import RuntimeSession\n"
+            f"RuntimeSession({str(path)!r}).run(None, {{'X': np.ones((2, 4), np.float32)}})\n"
+            "first = sorted(m for m in sys.modules if m.startswith("
+            f"{NOT_FOR_A_SESSION!r}))\n"
+            "report = kerneltune.startup_report().libraries[0]\n"
+            "from kerneltune.calibration import calibration_function\n"
+            "key = next(iter(kerneltune.snapshot().keys()))\n"
+            "workload = callable(calibration_function(key).workload)\n"
+            "print(json.dumps([first, report.calibratable == report.keys, sorted(report.probes),"
+            " workload, 'kerneltune.kernels.calibrate' in sys.modules]))\n")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout
+    first, all_calibratable, probes, workload, loaded = json.loads(output)
+    assert first == []
+    # registered all the same, each made when a calibration first asks for it
+    assert all_calibratable and probes == ["parallel", "shared cache"]
+    assert workload and loaded
+
+
 @pytest.mark.parametrize(("name", "home"), [
     ("RuntimeSession", "runtime"), ("calibrate_registered_kernels", "calibration"),
     ("CalibrationOptions", "calibration"), ("randn_tensor", "calibration"),

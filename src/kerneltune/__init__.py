@@ -5,15 +5,15 @@ to processor selectors, calibrated execution profiles and session overrides
 replace it where they apply. This module re-exports the public API; see
 docs/design.md for the contract and README.md for a tour.
 
-Sessions and the corpus parameter search are reached from here too
-(``kerneltune.RuntimeSession``, ``kerneltune.search_corpus_parameters``), but
-loaded only when first used: ``import kerneltune`` imports neither onnx nor
-the runtime.
+Calibration, profiles, the profile store, sessions and the corpus parameter
+search are reached from here too (``kerneltune.calibrate_registered_kernels``,
+``kerneltune.RuntimeSession``, ...), but loaded only when first used: ``import
+kerneltune`` imports neither onnx nor the runtime nor the calibration machinery.
 """
 
 from __future__ import annotations
 
-import importlib
+import lazy_loader
 
 from ._support.version import __version__
 from .cache import (
@@ -28,19 +28,6 @@ from .cache import (
     load_kernel_tuning_cache,
     remove_kernel_tuning_cache,
     update_kernel_tuning_cache,
-)
-from .calibration import (
-    CalibrationOptions,
-    KernelTuningApplication,
-    KernelTuningParameterReport,
-    KernelTuningParameters,
-    KernelTuningProposal,
-    apply_kernel_tuning_updates,
-    calibrate_registered_kernels,
-    kernel_tuning_parameters,
-    propose_kernel_tuning_updates,
-    randn_tensor,
-    set_kernel_tuning_parameters,
 )
 from .errors import (
     AmbiguousProfileError,
@@ -70,31 +57,7 @@ from .machine import (
     wait_policy,
     write_cpu_descriptor,
 )
-from .profiles import (
-    DeploymentProfile,
-    KeyVerification,
-    ProfileEntry,
-    ProfileFileReport,
-    ProfileImportReport,
-    VerificationReport,
-    export_deployment_profile,
-    import_deployment_profiles,
-    read_deployment_profile,
-    verify_deployment_profiles,
-    write_deployment_profile,
-)
 from .startup import StartupReport, announce, initialise
-from .store import (
-    CalibrationMeasurement,
-    CalibrationProfile,
-    CalibrationProfileKey,
-    CalibrationProfileLoadReport,
-    CalibrationProfileLookup,
-    CalibrationProfileStore,
-    CalibrationProfileUpdateReport,
-    RejectedCalibrationProfile,
-    default_calibration_profile_path,
-)
 from .tuning import (
     ELEMENT_TYPES,
     AccessCounts,
@@ -134,26 +97,32 @@ def startup_report() -> StartupReport:
     return _STARTUP
 
 
-#: public names whose subpackages load on first use: name -> subpackage
-_LAZY = {
-    "RuntimeSession": "runtime",
-    "Contention": "runtime",
-    "search_corpus_parameters": "corpus",
-    "analyze_kernel_tuning_latencies": "corpus",
+#: public names that load with their subpackage on first use: the calibration machinery,
+#: profiles, the profile store, sessions and the corpus search (a first session loads
+#: none of calibration, the merge, the verification nor the store)
+_EXPORTS = {
+    "calibration": ("CalibrationOptions", "KernelTuningApplication",
+                    "KernelTuningParameterReport", "KernelTuningParameters",
+                    "KernelTuningProposal", "apply_kernel_tuning_updates",
+                    "calibrate_registered_kernels", "kernel_tuning_parameters",
+                    "propose_kernel_tuning_updates", "randn_tensor",
+                    "set_kernel_tuning_parameters"),
+    "profiles": ("DeploymentProfile", "KeyVerification", "ProfileEntry", "ProfileFileReport",
+                 "ProfileImportReport", "VerificationReport", "export_deployment_profile",
+                 "import_deployment_profiles", "read_deployment_profile",
+                 "verify_deployment_profiles", "write_deployment_profile"),
+    "store": ("CalibrationMeasurement", "CalibrationProfile", "CalibrationProfileKey",
+              "CalibrationProfileLoadReport", "CalibrationProfileLookup",
+              "CalibrationProfileStore", "CalibrationProfileUpdateReport",
+              "RejectedCalibrationProfile", "default_calibration_profile_path"),
+    "runtime": ("RuntimeSession", "Contention"),
+    "corpus": ("search_corpus_parameters", "analyze_kernel_tuning_latencies"),
 }
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, _lazy_names, _ = lazy_loader.attach(__name__, submod_attrs=_EXPORTS)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_lazy_names()))
 
 
 __all__ = [

@@ -13,25 +13,23 @@ runtime or the command line.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from .._support.version import __version__
-from ..calibration import register_kernel_calibration_function, register_machine_probe
+from ..calibration.steadiness import register_machine_probe
 from ..tuning.libraries import KernelLibraryInfo
 from ..tuning.registry import KernelTuningRegistry
 from ..tuning.schema import element_type_number
 from . import catalog, half
-from .base import LIBRARY, TUNING_ABI, Kernel, Plan, PreparedKernel
-from .calibrate import CastCalibration, ElementwiseCalibration, RowsCalibration
-from .calibrate_gemm import GemmCalibration
+from .base import LIBRARY, SHARED_CACHE, TUNING_ABI, Kernel, Plan, PreparedKernel
 from .cast import CastKernel
 from .elementwise import BinaryKernel, UnaryKernel
 from .gemm import Gemm, MatMul
 from .outputs import output_pool_bytes, set_output_pool_limit
 from .power import PowKernel
-from .probes import SHARED_CACHE, machine_probe, shared_cache_probe
 from .rows import RowsKernel
 from .variants import load_module, possible_variants, selected_variant
 
@@ -158,16 +156,42 @@ def _register_calibrations(kernels: Iterable[Kernel], registry: KernelTuningRegi
     """Register with ``registry`` a calibration function for every (kernel, element type).
 
     Add also gives the machine probes that watch the library's calibrations: its
-    parallel speed, and its shared cache (on one thread too).
+    parallel speed, and its shared cache (on one thread too). Each function and probe is
+    made when first used, so that registration at import loads none of the calibration
+    machinery.
     """
     for kernel in kernels:
         if kernel.name == "Add":
-            register_machine_probe(LIBRARY, machine_probe(kernel), registry=registry)
-            register_machine_probe(LIBRARY, shared_cache_probe(kernel), SHARED_CACHE,
-                                   minimum_threads=1, registry=registry)
-        kind = (GemmCalibration if isinstance(kernel, Gemm) else
-                RowsCalibration if isinstance(kernel, RowsKernel) else
-                CastCalibration if isinstance(kernel, CastKernel) else ElementwiseCalibration)
+            register_machine_probe(LIBRARY, _Deferred("probes", "machine_probe", kernel),
+                                   registry=registry)
+            register_machine_probe(LIBRARY, _Deferred("probes", "shared_cache_probe", kernel),
+                                   SHARED_CACHE, minimum_threads=1, registry=registry)
+        kind = ("GemmCalibration" if isinstance(kernel, Gemm) else
+                "RowsCalibration" if isinstance(kernel, RowsKernel) else
+                "CastCalibration" if isinstance(kernel, CastKernel) else
+                "ElementwiseCalibration")
+        module = "calibrate_gemm" if kind == "GemmCalibration" else "calibrate"
         for element_type in kernel.element_types:
-            register_kernel_calibration_function(kernel.tuning_key(element_type),
-                                                 kind(kernel, element_type), registry=registry)
+            registry.register_calibration_function(
+                kernel.tuning_key(element_type), _Deferred(module, kind, kernel, element_type))
+
+
+class _Deferred:
+    """``<module>.<factory>(*arguments)``, a calibration function or machine probe, made at
+    its first call or attribute (a calibration's ``workload``, say)."""
+
+    def __init__(self, module: str, factory: str, *arguments: object):
+        self._module, self._factory, self._arguments = module, factory, arguments
+
+    @functools.cached_property
+    def made(self):
+        module = importlib.import_module(f".{self._module}", __name__)
+        return getattr(module, self._factory)(*self._arguments)
+
+    def __call__(self, *arguments: object):
+        return self.made(*arguments)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):  # what made would not have either, copy and pickle ask
+            raise AttributeError(name)
+        return getattr(self.made, name)

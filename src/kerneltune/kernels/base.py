@@ -35,6 +35,9 @@ LIBRARY = "kerneltune_cpu"
 #:    FLOAT16 Abs and Neg convert nothing any more and lose their conversion grain; the skinny
 #:    Gemm path has its own parallel grain, which moves the one-row BLAS crossover.
 TUNING_ABI = 4
+#: the aspect of the machine the library's shared-cache probe watches (besides the parallel
+#: speed, calibration's own aspect)
+SHARED_CACHE = "shared cache"
 
 
 @dataclass(frozen=True)

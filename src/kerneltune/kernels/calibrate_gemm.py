@@ -107,7 +107,7 @@ def _grid_below(grid: Sequence[int], other_from: int) -> int:
     """A path's size limit (rows of the skinny path, columns of the column path) when the
     path it races wins from ``other_from`` on: the grid's size below it.
 
-    A limit on the grid (the defaults, 8 rows and 16 columns, are) keeps every value the
+    A limit on the grid (the defaults, 8 rows and 8 columns, are) keeps every value the
     search decides on it, so two calibrations a grid step apart differ by one step;
     ``other_from - 1``, the largest limit the measurements allow, would lie off the grid
     beside a kept default.

@@ -120,7 +120,7 @@ class GemmConfig:
             "rows takes the skinny path, which pays by streaming B once: a B that stays in "
             "cache goes faster through the blocked path (0: any B)")
     column_n_limit: int = tunable(
-        "algorithm.column_n_limit", 16, minimum=0,
+        "algorithm.column_n_limit", 8, minimum=0,
         doc="products of at most this many columns of op(B) take the column path (0: never)")
     blas_minimum_fmas: int = tunable(
         "algorithm.blas_minimum_fmas", 2_097_152, minimum=0,

@@ -20,6 +20,7 @@ from ..calibration import (
 from ..calibration.measure import Deadline, measure
 from ..machine.detect import get_cpu_descriptor
 from ..tuning.dtypes import NUMPY_DTYPES
+from .base import SHARED_CACHE as SHARED_CACHE  # the aspect shared_cache_probe watches
 from .calibrate import PARALLEL_MINIMUM
 from .calibrate_gemm import DEFAULT_L2
 from .elementwise import FLOAT, BinaryKernel, ElementwiseKernel
@@ -27,8 +28,6 @@ from .elementwise import FLOAT, BinaryKernel, ElementwiseKernel
 #: the parallel probe's call: Add on FLOAT operands of this many elements per thread (the
 #: portable grain), forced parallel
 PROBE_ELEMENTS_PER_THREAD = 16384
-#: the aspect of the machine :func:`shared_cache_probe` watches
-SHARED_CACHE = "shared cache"
 
 
 def _medians(runs: Sequence[Callable[[], object]], repetitions: int) -> list[float]:

@@ -12,33 +12,7 @@ registry (:mod:`.importer`), and first-use verification on a host
 
 from __future__ import annotations
 
-from .export import export_deployment_profile
-from .files import read_deployment_profile, write_deployment_profile
-from .importer import (
-    ENVIRONMENT_VARIABLE,
-    ProfileFileReport,
-    ProfileImportReport,
-    import_deployment_profiles,
-)
-from .merge import MachineRun, merge_runs
-from .model import MERGE_REASONS, DeploymentProfile, Evidence, ProfileEntry
-from .verification import KeyVerification, VerificationReport, verify_deployment_profiles
+import lazy_loader
 
-__all__ = [
-    "ENVIRONMENT_VARIABLE",
-    "MERGE_REASONS",
-    "DeploymentProfile",
-    "Evidence",
-    "KeyVerification",
-    "MachineRun",
-    "ProfileEntry",
-    "ProfileFileReport",
-    "ProfileImportReport",
-    "VerificationReport",
-    "export_deployment_profile",
-    "import_deployment_profiles",
-    "merge_runs",
-    "read_deployment_profile",
-    "verify_deployment_profiles",
-    "write_deployment_profile",
-]
+# the public names are those __init__.pyi imports, each loaded with its module on first use
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
