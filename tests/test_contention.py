@@ -4,7 +4,10 @@ threads that hold the CPUs."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -17,6 +20,8 @@ from kerneltune.machine.selectors import CpuSelector
 from kerneltune.runtime import Contention, RuntimeSession
 from kerneltune.runtime.contention import blas_workers, openmp_workers
 from kerneltune.tuning.registry import KernelTuningRegistry
+
+CORPUS = Path(__file__).resolve().parent / "data" / "converted"
 
 MS = 1_000_000  # nanoseconds
 WORKER = 999_991
@@ -217,6 +222,42 @@ def test_a_run_that_may_take_the_blas_path_reads_the_blas_workers_too(tmp_path, 
     other.start()
     other.join()
     assert asked == [2]
+
+
+def test_the_blas_workers_are_looked_for_once_a_product_has_used_blas(tmp_path, clock):
+    """Looking takes threadpoolctl's scan of the libraries: not on the first run of a model
+    whose products never reach BLAS."""
+    blas_worker, used, asked = 999_983, [], []
+    threads = Threads(tmp_path, tids=(WORKER, blas_worker))
+    c = contention(threads, clock, blas=lambda n: asked.append(n) or {blas_worker},
+                   blas_used=lambda: bool(used))
+
+    def reading() -> None:
+        clock.advance(10 * MS)
+        assert c.start(2, blas=True) == (2 - c.fewer, True)
+        threads.wait(MS, blas_worker)
+        clock.advance(MS)
+        c.finish()
+
+    for _ in range(2):  # BLAS unused: its worker's waits are not this run's
+        reading()
+    assert c.fewer == 0 and asked == []
+    used.append(True)
+    for _ in range(2):
+        reading()
+    assert c.fewer == 1 and asked == [2]
+
+
+def test_a_first_run_that_never_reaches_blas_loads_no_threadpoolctl():
+    code = ("import json, sys\n"
+            "import numpy as np\n"
+            "from kerneltune.runtime import RuntimeSession\n"
+            f"session = RuntimeSession({str(CORPUS / 'mlp_regressor_relu.onnx')!r}, threads=2)\n"
+            "session.run(None, {'X': np.ones((1, 8), np.float32)})\n"
+            "print(json.dumps('threadpoolctl' in sys.modules))\n")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout
+    assert json.loads(output) is False
 
 
 def test_unknown_workers_leave_the_threads_as_asked(threads, clock):

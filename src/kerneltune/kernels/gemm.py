@@ -582,6 +582,12 @@ def _blas_controller():
     return controllers[0] if controllers else None
 
 
+def blas_found() -> bool:
+    """Whether a product or a plan of the BLAS path has looked for numpy's BLAS in this
+    process (threadpoolctl's scan of the loaded libraries, made once)."""
+    return _blas_controller.cache_info().currsize > 0
+
+
 def _blas_threads() -> int:
     """Threads numpy's BLAS runs a product on (its own setting, read for plans only)."""
     controller = _blas_controller()

@@ -73,7 +73,9 @@ class Contention:
     ``tasks`` is the directory of the process's threads; ``workers(threads)``
     gives the thread ids of the calling thread's OpenMP pool for a region of
     ``threads`` (None: unknown, which turns the reduction off), ``blas(threads)``
-    those of the BLAS library's pool for a product on ``threads``; ``runnable()``
+    those of the BLAS library's pool for a product on ``threads``, asked once
+    ``blas_used()`` says a product has used the library (by default: one of kerneltune's
+    in this process; with a ``blas`` of your own, at once); ``runnable()``
     counts the machine's runnable threads (None: unknown, every due probe runs);
     ``clock`` is a monotonic clock in nanoseconds. ``fewer`` is how many threads fewer than
     asked regions get now, and ``next_reading`` the clock's time of the next
@@ -84,6 +86,7 @@ class Contention:
     def __init__(self, interval: float = 0.01, probe: float = 0.5, *,
                  tasks: str | os.PathLike[str] = "/proc/self/task",
                  workers: Workers | None = None, blas: Workers | None = None,
+                 blas_used: Callable[[], bool] | None = None,
                  runnable: Runnable | None = None,
                  clock: Callable[[], int] = time.monotonic_ns) -> None:
         for name, value in (("interval", interval), ("probe", probe)):
@@ -94,6 +97,10 @@ class Contention:
         self._tasks = os.fspath(tasks)
         self._workers = openmp_workers if workers is None else workers
         self._blas = blas_workers if blas is None else blas
+        # the BLAS pool is looked for once a product of ours has used the library: before,
+        # its workers ran nothing of ours, and looking takes threadpoolctl's import and scan
+        # of the loaded libraries (about 10 ms) from a first run that may never use BLAS
+        self._blas_used = blas_used or (blas_used_here if blas is None else lambda: True)
         self._runnable = runnable or machine_runnable
         # /proc/loadavg counts the machine's runnable threads: weighed against the CPUs
         # only when the process may run on all of them
@@ -209,14 +216,15 @@ class Contention:
 
     def _pool(self, threads: int, blas: bool) -> tuple[int, ...] | None:
         """The calling thread, then its OpenMP workers for ``threads`` and with ``blas`` the
-        BLAS library's (asked once)."""
+        BLAS library's (asked once, after a product has used the library)."""
         caller = threading.get_native_id()
+        blas = blas and threads > 1 and self._blas_used()
         pool = self._pools.get((caller, threads, blas))
         if pool is None:
             self._forget_ended()
             try:
                 workers = self._workers(threads) if threads > 1 else ()
-                if workers is not None and blas and threads > 1:
+                if workers is not None and blas:
                     if threads not in self._blas_pools:
                         self._blas_pools[threads] = self._blas(threads) or ()
                     workers = {*workers, *self._blas_pools[threads]}
@@ -303,6 +311,13 @@ def openmp_workers(threads: int) -> frozenset[int] | None:
     parallel.restype = None
     parallel(callback, None, threads, 0)
     return frozenset(seen) - {threading.get_native_id()}
+
+
+def blas_used_here() -> bool:
+    """Whether a product of the library has used numpy's BLAS in this process."""
+    from ..kernels.gemm import blas_found
+
+    return blas_found()
 
 
 def blas_workers(threads: int, tasks: str = "/proc/self/task") -> frozenset[int] | None:
