@@ -166,11 +166,10 @@ def _register_calibrations(kernels: Iterable[Kernel], registry: KernelTuningRegi
                                    registry=registry)
             register_machine_probe(LIBRARY, _Deferred("probes", "shared_cache_probe", kernel),
                                    SHARED_CACHE, minimum_threads=1, registry=registry)
-        kind = ("GemmCalibration" if isinstance(kernel, Gemm) else
-                "RowsCalibration" if isinstance(kernel, RowsKernel) else
-                "CastCalibration" if isinstance(kernel, CastKernel) else
-                "ElementwiseCalibration")
-        module = "calibrate_gemm" if kind == "GemmCalibration" else "calibrate"
+        module, kind = (("calibrate_gemm", "GemmCalibration") if isinstance(kernel, Gemm) else
+                        ("calibrate", "RowsCalibration") if isinstance(kernel, RowsKernel) else
+                        ("calibrate", "CastCalibration") if isinstance(kernel, CastKernel) else
+                        ("calibrate", "ElementwiseCalibration"))
         for element_type in kernel.element_types:
             registry.register_calibration_function(
                 kernel.tuning_key(element_type), _Deferred(module, kind, kernel, element_type))

@@ -27,22 +27,22 @@ def concat(*inputs: np.ndarray, axis: int) -> np.ndarray:
 
 def array_feature_extractor(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """The columns ``indices`` of the last axis; a 1-D ``x`` is one row."""
-    return _extract(x, np.asarray(indices, np.int64).reshape(-1))
-
-
-def _extract(x: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-    columns = x.shape[-1] if x.ndim else 0
-    if chosen.size == 0 or chosen.min() < 0 or chosen.max() >= columns:
-        raise ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not all "
-                         f"within the {columns} columns of the input")
-    taken = np.take(x, chosen, axis=-1)
-    return taken.reshape(1, -1) if x.ndim == 1 else taken
+    return _extractor_of(indices)(x)
 
 
 def _extractor_of(indices: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """ArrayFeatureExtractor of constant ``indices``, read once."""
+    """ArrayFeatureExtractor of ``indices``, read once (a session's constant indices)."""
     chosen = np.asarray(indices, np.int64).reshape(-1)
-    return lambda x: _extract(x, chosen)
+
+    def extract(x: np.ndarray) -> np.ndarray:
+        columns = x.shape[-1] if x.ndim else 0
+        if chosen.size == 0 or chosen.min() < 0 or chosen.max() >= columns:
+            raise ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not "
+                             f"all within the {columns} columns of the input")
+        taken = np.take(x, chosen, axis=-1)
+        return taken.reshape(1, -1) if x.ndim == 1 else taken
+
+    return extract
 
 
 def take(values: np.ndarray, indices: np.ndarray) -> np.ndarray:

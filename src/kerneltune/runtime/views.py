@@ -39,7 +39,7 @@ def cast_like(x: np.ndarray, like: np.ndarray) -> np.ndarray:
 def reshape(x: np.ndarray, shape: np.ndarray, allowzero: int = 0) -> np.ndarray:
     """Reshape: a 0 keeps the input's dimension there (unless ``allowzero``), one -1 is
     inferred."""
-    wanted = [int(size) for size in np.asarray(shape, dtype=np.int64).reshape(-1)]
+    wanted = _sizes(shape)
     if not allowzero:
         if any(size == 0 and index >= x.ndim for index, size in enumerate(wanted)):
             raise ValueError(f"Reshape: shape {wanted} keeps dimensions (0) the input of "
@@ -104,10 +104,15 @@ def view_of(op_type: str, element_type: int, attributes: Mapping[str, Any]
 def _reshape_to(shape: np.ndarray, allowzero: int = 0) -> View | None:
     """Reshape to a constant ``shape``, read once; None where a 0 keeps a dimension of the
     input (the sizes then depend on it)."""
-    wanted = tuple(int(size) for size in np.asarray(shape, dtype=np.int64).reshape(-1))
+    wanted = _sizes(shape)
     if not allowzero and 0 in wanted:
         return None
     return lambda x: x.reshape(wanted)
+
+
+def _sizes(shape: np.ndarray) -> list[int]:
+    """Reshape's ``shape`` input as Python ints."""
+    return [int(size) for size in np.asarray(shape, dtype=np.int64).reshape(-1)]
 
 
 #: for a view whose inputs after the first are constants (and its attributes), the function
