@@ -11,9 +11,10 @@ each key's against 32768, the grain of an add, at sizes where one of the two run
 in parallel and the other serially; broadcast grains of their own (``BROADCAST_GRAINS``)
 against the operator's grain, on rows broadcast against 256 columns.
 Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT. Narrow products
-(4096 x K by K x N, N up to 32 columns, FLOAT, one thread, BLAS off): the plan the
-defaults give (the column path up to ``algorithm.column_n_limit`` columns), the blocked
-path forced, and numpy; the target: the default plan no slower than the blocked path.
+(4096 x K by K x N, N up to 64 columns, FLOAT, one thread, BLAS off): the plan the
+defaults give (the column path up to ``algorithm.column_n_limit`` columns, the panel path
+up to ``algorithm.panel_n_limit``), the blocked path forced, and numpy; the target: the
+default plan no slower than the blocked path.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
 noise on this shared machine hits all of them), and the figure is the median
@@ -53,7 +54,7 @@ from kerneltune.tuning.schema import element_type_number
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
 #: narrow products: K (rows of B) and N (its columns), of 4096 rows
-NARROW_ROWS, NARROW_DEPTHS, NARROW_WIDTHS = 4096, (8, 32, 128), (1, 3, 8, 16, 32)
+NARROW_ROWS, NARROW_DEPTHS, NARROW_WIDTHS = 4096, (8, 32, 128), (1, 3, 8, 16, 32, 64)
 #: a one-key miss of the narrow target within this much is noise on a shared machine
 NARROW_MARGIN = 0.9
 GEMM_SHAPES = ((8, 8, 8), (64, 64, 64), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
@@ -358,7 +359,8 @@ def narrow(rounds: int, recorder: Recorder) -> list[str]:
                   2**62, "algorithm.skinny_blas_minimum_fmas": 2**62}
     default = gemm.prepare("FLOAT", gemm.configure("FLOAT", never_blas), 1)
     blocked = gemm.prepare("FLOAT", gemm.configure(
-        "FLOAT", {**never_blas, "algorithm.column_n_limit": 0}), 1)
+        "FLOAT", {**never_blas, "algorithm.column_n_limit": 0, "algorithm.panel_n_limit": 0}),
+        1)
     rng = np.random.default_rng(2)
     misses = []
     recorder.table("narrow", f"FLOAT, {NARROW_ROWS} x K times K x N, one thread, BLAS off; "

@@ -392,7 +392,7 @@ def test_a_run_on_fewer_threads_gives_the_same_bits(threads, clock, op, element_
     feed = {name: rng.standard_normal(shape).astype(helper.tensor_dtype_to_np_dtype(element_type))
             for name in (["A", "B"] if op != "Tanh" else ["A"])}
     assert reduced.run(None, feed)[0].tobytes() == full.run(None, feed)[0].tobytes()
-    assert 1 in reduced._steps_by_threads and full._prepared[0].plan(*feed.values()).threads == 2
+    assert 1 in reduced._programs and full._prepared[0].plan(*feed.values()).threads == 2
 
 
 def test_a_run_on_fewer_threads_takes_the_values_profiled_for_that_count(threads, clock):
@@ -522,6 +522,6 @@ def test_threads_that_hold_the_cpus_take_a_thread_and_the_results_stay_the_same(
         stop.set()
         for holder in holders:
             holder.join()
-    assert contention.enabled and contention.fewer == 1 and 1 in session._steps_by_threads
+    assert contention.enabled and contention.fewer == 1 and 1 in session._programs
     assert session.run(None, feed)[0].tobytes() == fixed.run(None, feed)[0].tobytes()
     assert z.tobytes() == (feed["A"] + feed["B"]).tobytes()

@@ -1,4 +1,5 @@
-"""A MatMul and the Add of its bias, run as one call: fewer steps, the same bits."""
+"""A MatMul and the Add of its bias run as one call, and a Cast of a constant's selection
+folded into the constant: fewer steps, the same bits."""
 
 from __future__ import annotations
 
@@ -69,6 +70,40 @@ def test_what_does_not_fuse_runs_unfused(model):
     assert _steps(RuntimeSession(model)) == ["MatMul", "Add"]
 
 
+def _gemm_relu(dtype, k: int, n: int):
+    """Relu(X @ W.T + b), as exporters write a Linear layer and its activation."""
+    rng = np.random.default_rng(k + n)
+    nodes = [helper.make_node("Gemm", ["X", "W", "B"], ["P"], name="fc", transB=1),
+             helper.make_node("Relu", ["P"], ["Y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "layer", [helper.make_tensor_value_info("X", TYPES[dtype], ["N", k])],
+        [helper.make_tensor_value_info("Y", TYPES[dtype], ["N", n])],
+        [numpy_helper.from_array(rng.standard_normal((n, k)).astype(dtype), "W"),
+         numpy_helper.from_array(rng.standard_normal(n).astype(dtype), "B")])
+    return helper.make_model(graph)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("rows", "k", "n"), [(1, 8, 3), (64, 32, 16), (300, 256, 256)])
+def test_a_gemm_and_its_relu_run_as_one_call_with_the_same_bits(dtype, rows, k, n):
+    """On the compiled paths and BLAS's (the largest product), NaN rows included."""
+    fused, unfused = (RuntimeSession(_gemm_relu(dtype, k, n), threads=2, fusion=f,
+                                     contention=None) for f in (True, False))
+    assert _steps(fused) == ["Gemm"] and _steps(unfused) == ["Gemm", "Relu"]
+    assert fused._model.nodes[0].name == "fc + relu"
+    x = np.random.default_rng(rows).standard_normal((rows, k)).astype(dtype)
+    x[rows // 2, 0] = np.nan
+    (a,), (b,) = fused.run(None, {"X": x}), unfused.run(None, {"X": x})
+    assert a.tobytes() == b.tobytes() and np.isnan(a[rows // 2]).all()
+    assert (np.nan_to_num(a) >= 0).all() and ((a > 0).any() or rows == 1)
+
+
+def test_a_relu_of_a_product_read_twice_runs_unfused():
+    model = _gemm_relu(np.float32, 8, 4)
+    model.graph.output.append(helper.make_tensor_value_info("P", TensorProto.FLOAT, ["N", 4]))
+    assert _steps(RuntimeSession(model)) == ["Gemm", "Relu"]
+
+
 @pytest.mark.parametrize("name", ["mlp_regressor_relu", "mlp_classifier_zipmap",
                                   "scaler_mlp_regressor"])
 def test_a_converted_mlp_fuses_every_layer_with_the_same_bits(name):
@@ -76,6 +111,7 @@ def test_a_converted_mlp_fuses_every_layer_with_the_same_bits(name):
     fused, unfused = (RuntimeSession(path, threads=2, fusion=f, contention=None)
                       for f in (True, False))
     assert _steps(fused).count("Add") == _steps(unfused).count("Add") - 3
+    assert _steps(fused).count("Relu") == 0 and _steps(unfused).count("Relu") == 2
     for rows in (1, 64, 3000):
         x = np.random.default_rng(rows).standard_normal((rows, 8)).astype(np.float32)
         a, b = fused.run(None, {"X": x}), unfused.run(None, {"X": x})
@@ -84,3 +120,49 @@ def test_a_converted_mlp_fuses_every_layer_with_the_same_bits(name):
                 assert ours == theirs
             else:
                 assert ours.tobytes() == theirs.tobytes()
+
+
+def _labels(classes: np.ndarray, to: int, views: int = 1):
+    """skl2onnx's label: classes[ArgMax(scores)], reshaped ``views`` times, then Cast."""
+    nodes = [helper.make_node("ArgMax", ["S"], ["I"], axis=1),
+             helper.make_node("ArrayFeatureExtractor", ["C", "I"], ["L0"],
+                              domain="ai.onnx.ml")]
+    nodes += [helper.make_node("Reshape", [f"L{i}", "shape"], [f"L{i + 1}"])
+              for i in range(views)]
+    nodes.append(helper.make_node("Cast", [f"L{views}"], ["Y"], to=to))
+    graph = helper.make_graph(
+        nodes, "labels", [helper.make_tensor_value_info("S", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("Y", to, ["N"] if views else [1, "N"])],
+        [numpy_helper.from_array(classes, "C"),
+         numpy_helper.from_array(np.array([-1], np.int64), "shape")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("ai.onnx.ml", 1)])
+
+
+@pytest.mark.parametrize(("classes", "to", "views", "folded"), [
+    (np.array([4, 7, 9], np.int32), TensorProto.INT64, 1, True),
+    (np.array([4, 7, 9], np.int32), TensorProto.INT64, 0, True),
+    (np.array([4, 7, 9], np.int32), TensorProto.INT64, 2, True),
+    (np.array([0.5, 1.5, 2.5], np.float32), TensorProto.DOUBLE, 1, True),
+    (np.array([0.5, 1.5, -2.5], np.float32), TensorProto.INT64, 1, False),  # truncates
+    (np.array([4, 7, 300], np.int64), TensorProto.INT32, 1, False),  # narrows
+])
+def test_a_cast_of_a_constant_s_selection_is_folded_into_the_constant(classes, to, views,
+                                                                      folded):
+    model = _labels(classes, to, views)
+    fused, unfused = (RuntimeSession(model, fusion=f) for f in (True, False))
+    assert ("Cast" not in _steps(fused)) == folded and "Cast" in _steps(unfused)
+    scores = np.random.default_rng(3).standard_normal((50, 3)).astype(np.float32)
+    (a,), (b,) = fused.run(None, {"S": scores}), unfused.run(None, {"S": scores})
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_a_selection_read_twice_keeps_its_cast():
+    """The selection is also a graph output: folding would change that output's type."""
+    model = _labels(np.array([4, 7, 9], np.int32), TensorProto.INT64, 0)
+    model.graph.output.append(helper.make_tensor_value_info("L0", TensorProto.INT32, [1, "N"]))
+    session = RuntimeSession(model)
+    assert "Cast" in _steps(session)
+    label, selected = session.run(None, {"S": np.eye(3, dtype=np.float32)})
+    assert label.dtype == np.int64 and selected.dtype == np.int32
+    np.testing.assert_array_equal(label, [[4, 7, 9]])  # a 1-D input's selection is one row

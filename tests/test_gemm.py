@@ -24,13 +24,17 @@ SMALL_TILES = {"algorithm.tile_m": 8, "algorithm.tile_n": 64, "algorithm.tile_k"
 PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_tasks": 2}
 #: the four compiled paths, forced whatever the shape
 BLOCKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 0,
-           "algorithm.pack_b_minimum_elements": 10**12}
+           "algorithm.panel_n_limit": 0, "algorithm.pack_b_minimum_elements": 10**12}
 PACKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 0,
-          "algorithm.pack_b_minimum_elements": 0}
+          "algorithm.panel_n_limit": 0, "algorithm.pack_b_minimum_elements": 0}
 SKINNY = {**PARALLEL, "algorithm.tile_m": 4096, "algorithm.skinny_m_limit": 4096,
           "algorithm.skinny_minimum_b_elements": 0, "parallel.skinny_fmas_per_work_unit": 1}
 COLUMN = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 10**6}
-PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY, "column": COLUMN}
+#: the panel path where op(B) is one panel (at most NR columns, tile_k rows), else blocked
+PANEL = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 0,
+         "algorithm.tile_k": 256}
+PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY, "column": COLUMN,
+         "panel": PANEL}
 
 
 def matrix(shape, dtype=np.float32, seed=0):
@@ -229,7 +233,10 @@ def test_serial_and_parallel_runs_give_identical_bits(path, m, k, n, trans_b, al
     for threads in (1, 2, 3, 7):
         prepared = prepare(PATHS[path], threads=threads, alpha=alpha, transB=trans_b)
         plan = prepared.plan(a, b, c)
-        assert plan.path == ("blocked_packed" if path == "blocked" and trans_b else path)
+        if path == "panel" and n > 64:  # more columns than one panel: the blocked path's
+            assert plan.path in ("blocked", "blocked_packed")
+        else:
+            assert plan.path == ("blocked_packed" if path == "blocked" and trans_b else path)
         outputs += [prepared.run(a, b, c), prepared.run_serial(a, b, c)]
     assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
     assert_close(outputs[0], reference(a, b, c, alpha, 1.0, 0, trans_b), k)
@@ -316,20 +323,21 @@ def check_plan(values, shape, path, threads=None, **attributes):
 
 def test_defaults_take_the_compiled_paths_for_small_products_and_blas_above():
     defaults = GEMM.configure("FLOAT", {})
-    check_plan({}, (64, 64, 64), "blocked", threads=1)
-    # few rows: a B that stays in cache goes through the blocked path, a larger B streams
-    check_plan({}, (1, 64, 64), "blocked", threads=1)
+    check_plan({}, (64, 64, 64), "panel", threads=1)
+    check_plan({}, (64, 64, 65), "blocked", threads=1)
+    # few rows: a B that stays in cache goes through the panel path, a larger B streams
+    check_plan({}, (1, 64, 64), "panel", threads=1)
     check_plan({}, (1, 128, 128), "skinny", threads=1)
     big = round(defaults.blas_minimum_fmas ** (1 / 3)) + 1
     plan = check_plan({}, (big, big, big), "blas")
     assert plan.threads >= 1
 
 
-def test_blas_minimum_fmas_switches_between_blocked_and_blas():
+def test_blas_minimum_fmas_switches_between_compiled_and_blas():
     shape = (20, 30, 40)
     fmas = 20 * 30 * 40
     check_plan({"algorithm.blas_minimum_fmas": fmas}, shape, "blas")
-    check_plan({"algorithm.blas_minimum_fmas": fmas + 1}, shape, "blocked")
+    check_plan({"algorithm.blas_minimum_fmas": fmas + 1}, shape, "panel")
     check_plan({"algorithm.blas_minimum_fmas": fmas}, shape, "blas", transA=1, transB=1)
 
 
@@ -416,7 +424,7 @@ def test_a_bias_of_fewer_dimensions_than_two_takes_the_compiled_call(bias, blas)
     a, b, c = operands(5, 30, 40, bias=bias)
     assert c.ndim < 2
     run = _fast_run(prepared, lambda *operands: pytest.fail("the checked run"))
-    assert prepared.plan(a, b, c).path == ("blas" if blas else "blocked")
+    assert prepared.plan(a, b, c).path == ("blas" if blas else "panel")
     out = run(a, b, c)
     assert_close(out, reference(a, b, c, 1.0, 2.0), 30)
     if not blas:
@@ -426,20 +434,20 @@ def test_a_bias_of_fewer_dimensions_than_two_takes_the_compiled_call(bias, blas)
 def test_skinny_m_limit_switches_the_skinny_path():
     any_b = {"algorithm.skinny_minimum_b_elements": 0}
     check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
-    check_plan({**any_b, "algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")
-    check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (9, 30, 40), "blocked")
-    check_plan({**any_b, "algorithm.skinny_m_limit": 0}, (1, 30, 40), "blocked")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 7}, (8, 30, 40), "panel")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (9, 30, 40), "panel")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 0}, (1, 30, 40), "panel")
 
 
-def test_skinny_minimum_b_elements_keeps_small_b_on_the_blocked_path():
+def test_skinny_minimum_b_elements_keeps_small_b_off_the_skinny_path():
     few = {"algorithm.skinny_m_limit": 8}
     check_plan({**few, "algorithm.skinny_minimum_b_elements": 30 * 40}, (8, 30, 40), "skinny")
     check_plan({**few, "algorithm.skinny_minimum_b_elements": 30 * 40 + 1}, (8, 30, 40),
-               "blocked")
-    # a skinny product left to the blocked path meets the blocked path's BLAS threshold
+               "panel")
+    # a skinny product left to the other paths meets their BLAS threshold
     blas = {**few, "algorithm.skinny_blas_minimum_fmas": 1, "algorithm.blas_minimum_fmas": 10**9}
     check_plan({**blas, "algorithm.skinny_minimum_b_elements": 0}, (8, 30, 40), "blas")
-    check_plan({**blas, "algorithm.skinny_minimum_b_elements": 10**6}, (8, 30, 40), "blocked")
+    check_plan({**blas, "algorithm.skinny_minimum_b_elements": 10**6}, (8, 30, 40), "panel")
 
 
 def test_pack_b_minimum_elements_switches_packing():
@@ -641,13 +649,55 @@ def test_few_columns_take_the_column_path_with_the_bits_of_the_blocked_path(
     assert_close(outputs[0], reference(a, b, c, alpha, 1.0, trans_a, trans_b), k, dtype)
 
 
+# -- the panel path ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 3, 9), (63, 8, 16), (64, 16, 17), (65, 17, 32),
+                                   (300, 100, 33), (4097, 8, 64), (7, 256, 48)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar"),
+                                        (1.0, "row"), (0.5, "full")],
+                         ids=["plain", "general", "scalar", "row", "full"])
+def test_one_panel_of_b_takes_the_panel_path_with_the_bits_of_the_blocked_path(
+        element_type, dtype, m, k, n, trans_a, trans_b, alpha, bias):
+    """Widths of 16, 32 and 64 columns, each filled or not, groups of four rows and a last
+    one of fewer, on one to several threads: every run gives ``run_serial``'s bits."""
+    a, b, c = operands(m, k, n, trans_a, trans_b, bias, dtype)
+    outputs = []
+    for threads in (1, 2, 3):
+        prepared = prepare(PANEL, element_type, threads, alpha=alpha, transA=trans_a,
+                           transB=trans_b)
+        plan = prepared.plan(a, b, c)
+        assert plan.path == "panel"
+        outputs += [prepared.run(a, b, c), prepared.run_serial(a, b, c)]
+    assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
+    assert_close(outputs[0], reference(a, b, c, alpha, 1.0, trans_a, trans_b), k, dtype)
+
+
+@pytest.mark.parametrize(("limit", "columns", "depth", "path"), [
+    (64, 64, 256, "panel"), (64, 65, 16, "blocked"), (64, 16, 257, "blocked"),
+    (16, 16, 16, "panel"), (16, 17, 16, "blocked"), (0, 1, 16, "blocked")])
+def test_the_panel_limit_and_tile_k_say_which_products_take_the_panel_path(
+        limit, columns, depth, path):
+    """An MLP's hidden layer: the panel path up to algorithm.panel_n_limit columns of op(B)
+    and algorithm.tile_k (256) rows of it."""
+    values = {"algorithm.blas_minimum_fmas": 10**15, "algorithm.column_n_limit": 0,
+              "algorithm.panel_n_limit": limit}
+    assert prepare(values, kernel=MATMUL).plan(
+        matrix((4096, depth)), matrix((depth, columns))).path == path
+    assert GEMM.configure("FLOAT", {}).panel_n_limit == 64
+    with pytest.raises(ValueError, match="panel_n_limit"):
+        GEMM.configure("FLOAT", {"algorithm.panel_n_limit": 65})
+
+
 @pytest.mark.parametrize(("limit", "columns", "path"), [
     (16, 1, "column"), (16, 16, "column"), (16, 17, "blocked"), (0, 1, "blocked"),
     (40, 40, "column")])
 def test_the_column_limit_says_which_products_take_the_column_path(limit, columns, path):
     """A regressor's last layer (one column), a classifier's scores (a few): the column path
     up to algorithm.column_n_limit columns."""
-    values = {"algorithm.blas_minimum_fmas": 10**15, "algorithm.column_n_limit": limit}
+    values = {"algorithm.blas_minimum_fmas": 10**15, "algorithm.column_n_limit": limit,
+              "algorithm.panel_n_limit": 0}
     assert prepare(values, kernel=MATMUL).plan(
         matrix((4096, 16)), matrix((16, columns))).path == path
     assert GEMM.configure("FLOAT", {}).column_n_limit == 8

@@ -119,6 +119,28 @@ def test_a_session_s_intermediates_come_from_the_pool_run_after_run():
     assert outputs.output_pool_bytes() == block
 
 
+def test_a_run_whose_step_raises_leaves_the_pool_to_returned_values():
+    """A Reshape to sizes the run is given fails between two pooled intermediates: the
+    outputs made after the failed run (a lone kernel's) are plain arrays again."""
+    from onnx import TensorProto, helper
+
+    from kerneltune.runtime import RuntimeSession
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "s"], ["v"]),
+             helper.make_node("Neg", ["v"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [INTERMEDIATE]),
+                         helper.make_tensor_value_info("s", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M"])])
+    session = RuntimeSession(helper.make_model(graph), threads=1)
+    x = np.ones(INTERMEDIATE, np.float32)
+    with pytest.raises(ValueError):
+        session.run(None, {"x": x, "s": np.array([INTERMEDIATE + 1], np.int64)})
+    assert library()["Relu"].prepare("FLOAT", threads=1).run(x).base is None
+    (y,) = session.run(None, {"x": x, "s": np.array([INTERMEDIATE], np.int64)})
+    np.testing.assert_array_equal(y, -x)
+
+
 def test_a_negative_limit_is_refused():
     with pytest.raises(ValueError, match="at least 0"):
         outputs.set_output_pool_limit(-1)

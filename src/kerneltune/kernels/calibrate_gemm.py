@@ -54,6 +54,7 @@ TILE_M, TILE_N, TILE_K = "algorithm.tile_m", "algorithm.tile_n", "algorithm.tile
 PACK_B = "algorithm.pack_b_minimum_elements"
 SKINNY = "algorithm.skinny_m_limit"
 COLUMN = "algorithm.column_n_limit"
+PANEL = "algorithm.panel_n_limit"
 SKINNY_B = "algorithm.skinny_minimum_b_elements"
 BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
@@ -237,6 +238,7 @@ class GemmCalibration(KernelCalibration):
             max(1, math.isqrt(int(context.values[PACK_B])))))
         self._skinny(context, compiled)
         self._skinny_parallel(context, compiled)
+        self._panel(context, compiled)
         self._column(context, compiled)
         self._blas(context, square, squares, compiled)
         self._parallel(context, square, squares, compiled)
@@ -303,13 +305,25 @@ class GemmCalibration(KernelCalibration):
             whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
             lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
 
+    def _panel(self, context: CalibrationContext, compiled: dict) -> None:
+        """The columns of op(B) up to which the panel path beats the blocked one (the
+        column path out of the race)."""
+        widths = geometric_grid(1, NR, context.options.level.steps_per_octave)
+        decide_crossover(context, Crossover(
+            PANEL, self._narrow(context), widths,
+            ("panel", self._runner(context, {**compiled, COLUMN: 0, PANEL: NR})),
+            ("blocked", self._runner(context, {**compiled, COLUMN: 0, PANEL: 0})),
+            functools.partial(_grid_below, widths),
+            next((n for n in widths if n > int(context.values[PANEL])), widths[-1])))
+
     def _column(self, context: CalibrationContext, compiled: dict) -> None:
-        """The columns of op(B) up to which the column path beats the blocked one."""
+        """The columns of op(B) up to which the column path beats the path that takes the
+        product otherwise: the panel path up to ``NR`` columns, the blocked one beyond."""
         widths = geometric_grid(1, 2 * NR, context.options.level.steps_per_octave)
         decide_crossover(context, Crossover(
             COLUMN, self._narrow(context), widths,
             ("column", self._runner(context, {**compiled, COLUMN: 2 * NR})),
-            ("blocked", self._runner(context, {**compiled, COLUMN: 0})),
+            ("panel or blocked", self._runner(context, {**compiled, COLUMN: 0})),
             functools.partial(_grid_below, widths),
             next((n for n in widths if n > int(context.values[COLUMN])), widths[-1])))
 

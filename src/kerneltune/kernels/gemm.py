@@ -1,6 +1,6 @@
 """Gemm and MatMul: typed configs, the path of each product, and prepared runs.
 
-Four algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
+Five algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
 
 - ``blocked``: the compiled blocked kernel, B read in place; ``blocked_packed``: the same
   with each ``tile_k x NR`` block of a ``tile_k x tile_n`` panel of B first copied into
@@ -11,6 +11,9 @@ Four algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_py
 - ``column``: the compiled kernel for at most ``algorithm.column_n_limit`` columns of op(B)
   (a classifier's scores, the last layer of a regressor), which computes the chains of
   many rows side by side;
+- ``panel``: the compiled kernel for an op(B) of at most ``algorithm.panel_n_limit``
+  columns (at most ``NR``) and ``algorithm.tile_k`` rows (one panel of the blocked path: a
+  hidden layer of an MLP), copied once at a width the micro-kernel runs fast;
 - ``blas``: ``numpy.matmul`` (the BLAS numpy is linked with) from
   ``algorithm.blas_minimum_fmas`` multiply-adds (``M * N * K``) on, and for skinny
   products from ``algorithm.skinny_blas_minimum_fmas`` on (the skinny path holds out
@@ -29,7 +32,7 @@ so the BLAS library's count is lowered around a call when it is higher (calibrat
 measures BLAS under the same limit).
 
 Every compiled path computes each output element as one sum in ascending k order, so
-blocked, packed, skinny, column, serial and parallel runs give identical bits;
+blocked, packed, skinny, column, panel, serial and parallel runs give identical bits;
 ``run_serial`` (the calibration reference) is the blocked path on one thread. The BLAS
 path sums in another order. FLOAT16 and BFLOAT16 are widened to float32, computed and
 narrowed back, the conversions running on every thread from
@@ -51,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..tuning.dtypes import NUMPY_DTYPES
-from ..tuning.schema import element_type_number, tunable
+from ..tuning.schema import element_type_name, element_type_number, tunable
 from . import half, outputs
 from .base import Kernel, Plan, PreparedKernel, operand
 from .gemm_pythran import (
@@ -62,6 +65,7 @@ from .gemm_pythran import (
     MR,
     NR,
     PACKED_PATH,
+    PANEL_PATH,
     SKINNY_PATH,
     T_BLAS,
     T_COLUMN_LIMIT,
@@ -69,6 +73,8 @@ from .gemm_pythran import (
     T_FMAS_PER_UNIT,
     T_MINIMUM_TASKS,
     T_PACK_MINIMUM,
+    T_PANEL_LIMIT,
+    T_RELU,
     T_SKINNY_BLAS,
     T_SKINNY_FMAS_PER_UNIT,
     T_SKINNY_LIMIT,
@@ -87,11 +93,11 @@ FLOAT = element_type_number("FLOAT")
 DOUBLE = element_type_number("DOUBLE")
 
 #: paths of :attr:`Plan.path`
-BLAS, SKINNY, BLOCKED, BLOCKED_PACKED, COLUMN = (
-    "blas", "skinny", "blocked", "blocked_packed", "column")
+BLAS, SKINNY, BLOCKED, BLOCKED_PACKED, COLUMN, PANEL = (
+    "blas", "skinny", "blocked", "blocked_packed", "column", "panel")
 #: the path of each code the compiled ``decide`` returns
 PATH_NAMES = {BLAS_PATH: BLAS, SKINNY_PATH: SKINNY, BLOCKED_PATH: BLOCKED,
-              PACKED_PATH: BLOCKED_PACKED, COLUMN_PATH: COLUMN}
+              PACKED_PATH: BLOCKED_PACKED, COLUMN_PATH: COLUMN, PANEL_PATH: PANEL}
 #: thresholds go to the compiled code as int64; a larger one is never reached anyway
 INT64_MAX = 2**63 - 1
 
@@ -122,6 +128,10 @@ class GemmConfig:
     column_n_limit: int = tunable(
         "algorithm.column_n_limit", 8, minimum=0,
         doc="products of at most this many columns of op(B) take the column path (0: never)")
+    panel_n_limit: int = tunable(
+        "algorithm.panel_n_limit", NR, minimum=0, maximum=NR,
+        doc=f"products of at most this many columns of op(B) (at most {NR}) and at most "
+            f"algorithm.tile_k rows of it take the panel path (0: never)")
     blas_minimum_fmas: int = tunable(
         "algorithm.blas_minimum_fmas", 2_097_152, minimum=0,
         doc="M * N * K from which numpy.matmul (BLAS) computes the product")
@@ -175,6 +185,8 @@ class Gemm(Kernel):
     """ONNX Gemm: ``alpha * op(A) @ op(B) + beta * C``, C unidirectionally broadcast to (M, N).
 
     Attributes as in ONNX: ``alpha`` and ``beta`` (1.0), ``transA`` and ``transB`` (0).
+    ``activation="Relu"`` (FLOAT and DOUBLE) prepares the Gemm followed by a Relu, which a
+    session fuses (:mod:`kerneltune.runtime.fusion`): the same thresholds, one call.
     """
 
     name = "Gemm"
@@ -184,20 +196,21 @@ class Gemm(Kernel):
         return HalfGemmConfig if element_type in half.FORMATS else GemmConfig
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
-        unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB"})
+        unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB", "activation"})
         if unknown:
             raise TypeError(f"{self.name}: unknown attributes {unknown}; expected alpha, beta, "
                             f"transA, transB")
         alpha, beta = (_number(attributes.get(name, 1.0), name) for name in ("alpha", "beta"))
         trans_a, trans_b = (_flag(attributes.get(name, 0), name) for name in ("transA", "transB"))
-        return self._bind(element_type, config, threads, alpha, beta, trans_a, trans_b)
+        return self._bind(element_type, config, threads, alpha, beta, trans_a, trans_b,
+                          _relu(attributes.get("activation"), element_type))
 
-    def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b):
+    def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b, relu=False):
         key = self.tuning_key(element_type)
         compute = half.compute_type(element_type)
         module = load_module("gemm", self.implementation)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
-                                beta, trans_a, trans_b)
+                                beta, trans_a, trans_b, relu)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)
@@ -208,23 +221,36 @@ class MatMul(Gemm):
     """ONNX MatMul: ``numpy.matmul`` semantics on the Gemm machinery and config.
 
     ``bias=1`` prepares the MatMul of two matrices followed by the Add of a bias (Gemm's
-    C, ``beta`` 1), which a session fuses (:mod:`kerneltune.runtime.fusion`).
+    C, ``beta`` 1), which a session fuses (:mod:`kerneltune.runtime.fusion`), and with
+    ``activation="Relu"`` followed by a Relu too.
     """
 
     name = "MatMul"
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
-        if attributes == {"bias": 1} and element_type not in half.FORMATS:
+        if attributes.get("bias") == 1 and set(attributes) <= {"bias", "activation"} and (
+                element_type not in half.FORMATS):
             # MatMul then Add of a bias, fused (runtime.fusion): two matrices and Gemm's C
-            return self._bind(element_type, config, threads, 1.0, 1.0, False, False)
+            return self._bind(element_type, config, threads, 1.0, 1.0, False, False,
+                              _relu(attributes.get("activation"), element_type))
         if attributes:
-            raise TypeError(f"MatMul takes no attributes but bias=1 (FLOAT and DOUBLE), got "
-                            f"{attributes}")
+            raise TypeError(f"MatMul takes no attributes but bias=1 and activation='Relu' "
+                            f"(FLOAT and DOUBLE), got {attributes}")
         gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(PreparedMatMul(gemm.inner), gemm.format,
                                     gemm.conversion_minimum)
         return PreparedMatMul(gemm)
+
+
+def _relu(activation, element_type: int) -> bool:
+    """Whether a prepared product ends with a Relu (``activation``: None or ``"Relu"``)."""
+    if activation is None:
+        return False
+    if activation != "Relu" or element_type in half.FORMATS:
+        raise ValueError(f"a product's activation: 'Relu' on FLOAT and DOUBLE only, got "
+                         f"{activation!r} on {element_type_name(element_type)}")
+    return True
 
 
 def _number(value, name: str) -> float:
@@ -249,12 +275,16 @@ class PreparedGemm(PreparedKernel):
 
     uses_blas = True
 
-    def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b):
+    def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
+                 relu=False):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
         self._blocked, self._skinny, self._column = module.blocked, module.skinny, module.column
+        self._panel = module.panel
         self._gemm, self._decide_compiled = module.gemm, module.decide
+        #: Relu on the output, fused (the Relu kernel's code: the same bits)
+        self._relu, self._rectify = relu, module.rectify
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
@@ -268,7 +298,8 @@ class PreparedGemm(PreparedKernel):
                   T_FMAS_PER_UNIT: config.fmas_per_work_unit, T_THREADS: threads,
                   T_SKINNY_MINIMUM_B: config.skinny_minimum_b_elements,
                   T_SKINNY_FMAS_PER_UNIT: config.skinny_fmas_per_work_unit,
-                  T_COLUMN_LIMIT: config.column_n_limit}
+                  T_COLUMN_LIMIT: config.column_n_limit, T_PANEL_LIMIT: config.panel_n_limit,
+                  T_RELU: relu}
         self._thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)],
                                     np.int64)
         self._thresholds.flags.writeable = False
@@ -368,6 +399,8 @@ class PreparedGemm(PreparedKernel):
             self._run_compiled(a, b, bias, out, path, threads)
         else:
             self._no_products(out, bias)
+        if self._relu:
+            self._rectify(out)
         return out
 
     def _run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
@@ -375,9 +408,9 @@ class PreparedGemm(PreparedKernel):
         if path == SKINNY:
             self._skinny(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                          self.config.tile_n, threads)
-        elif path == COLUMN:
-            self._column(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
-                         threads)
+        elif path in (COLUMN, PANEL):
+            run = self._column if path == COLUMN else self._panel
+            run(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b, threads)
         else:
             self._blocked(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                           self.config.tile_m, self.config.tile_n, self.config.tile_k,
@@ -395,6 +428,8 @@ class PreparedGemm(PreparedKernel):
             out *= self._alpha
         if bias.size:
             out += self._beta * bias
+        if self._relu:
+            self._rectify(out)
         return out
 
 

@@ -8,10 +8,13 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
             pack: bool, nthreads: int) -> int
     column(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            trans_a: bool, trans_b: bool, nthreads: int) -> int
+    panel(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
+          trans_a: bool, trans_b: bool, nthreads: int) -> int
     skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
 
     decide(m: int, k: int, n: int, serial: bool, t: int64[:]) -> (int, int)
+    rectify(out: T[:,:]) -> None
     gemm(a: T[:,:], b: T[:,:], c: T[:,:], alpha: T, beta: T, t: int64[:]) -> T[:,:]
 
 ``t`` holds the transposition flags, the thresholds and the thread budget of a prepared
@@ -23,6 +26,8 @@ Python must act instead it returns an empty array: ``(0, 1)`` for a product of c
 operands on the BLAS path, which Python hands to BLAS without checking them again,
 ``(0, 0)`` for the rest (an empty product, mismatched shapes or bias). A small product
 costs mostly its call, so its output is made and its path decided here, not in Python.
+With ``t[T_RELU]`` set, ``gemm`` then applies Relu to the output (``rectify``): a product
+and the Relu after it in one call, as a session fuses them.
 
 ``a`` is ``(M, K)`` (``(K, M)`` when ``trans_a``), ``b`` is ``(K, N)`` (``(N, K)`` when
 ``trans_b``) and ``out`` is ``(M, N)``, written entirely (its previous content is never read).
@@ -52,6 +57,13 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   along the rows per k step, column after column of op(B). The blocked path's
   micro-kernel would run vectors of a few columns, and spend most of each block on its
   setup. Threads take contiguous runs of blocks.
+- ``panel``: for an op(B) of one panel, at most ``NR`` columns (the panel limit) and
+  ``tile_k`` rows (a hidden layer of an MLP, a small K): op(B) is copied once into a ``K x width`` buffer,
+  zeroed beyond N, ``width`` 16, 32 or ``NR``, and each group of ``MR`` rows goes through
+  the micro-kernel over all of K at that constant width. On the blocked path such a
+  product spends most of each group on the micro-kernel's loop over few columns, which
+  gcc leaves scalar when its length is not a constant. Threads take contiguous runs of
+  groups.
 
 The micro-kernel keeps an ``MR x NR`` block of sums (a 4 KiB one on the skinny path) in a
 small buffer of constant shape (constant row offsets, so the C++ compiler needs no
@@ -88,6 +100,10 @@ import numpy as np
 # pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
 # pythran export column(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int)
 # pythran export column(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
+# pythran export panel(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int)
+# pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
+# pythran export rectify(float32[:,:] order(C))
+# pythran export rectify(float64[:,:] order(C))
 # pythran export gemm(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
 # pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
 # pythran export decide(int, int, int, bool, int64[:])
@@ -123,40 +139,48 @@ T_THREADS = 12
 T_SKINNY_MINIMUM_B = 13
 T_SKINNY_FMAS_PER_UNIT = 14
 T_COLUMN_LIMIT = 15
-T_FIELDS = 16
+T_PANEL_LIMIT = 16
+T_RELU = 17
+T_FIELDS = 18
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
 BLOCKED_PATH = 2
 PACKED_PATH = 3
 COLUMN_PATH = 4
+PANEL_PATH = 5
 
 
-def _finish(acc, oc, c, i0, j0, alpha, beta):
-    """oc = alpha * acc + beta * C[i0:, j0:] (broadcast) for the rows and columns of oc."""
-    rows, nw = oc.shape
+def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta):
+    """out[i0 + r, j0 + jj] = alpha * acc[r, jj] + beta * C (broadcast), r < rows, jj < nw.
+
+    ``out`` and C are indexed in place, not through views of them: each view took an
+    atomic reference count (OpenMP builds), and gcc left loads through a view handed in
+    here scalar. The ``max`` tells pythran the offsets are non-negative, so that it
+    compiles the indices without the negative-index check.
+    """
+    i0 = max(i0, 0)
+    j0 = max(j0, 0)
     cm, cn = c.shape
     if cm == 0 or cn == 0:
         for r in range(rows):
             for jj in range(nw):
-                oc[r, jj] = alpha * acc[r, jj]
+                out[i0 + r, j0 + jj] = alpha * acc[r, jj]
     elif cn == 1:
         for r in range(rows):
             t = beta * c[i0 + r if cm > 1 else 0, 0]
             for jj in range(nw):
-                oc[r, jj] = alpha * acc[r, jj] + t
+                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
     elif cm == 1:
         for r in range(rows):
             for jj in range(nw):
                 t = beta * c[0, j0 + jj]
-                oc[r, jj] = alpha * acc[r, jj] + t
+                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
     else:
-        # C indexed in place: a view of its row per output row took an atomic reference
-        # count each (OpenMP builds), which cost more than a short row's arithmetic
         for r in range(rows):
             for jj in range(nw):
                 t = beta * c[i0 + r, j0 + jj]
-                oc[r, jj] = alpha * acc[r, jj] + t
+                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
 
 
 def _load(acc, oc):
@@ -248,7 +272,7 @@ def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha
         else:
             _chunk(ap, b, bk, bn, acc, kc, nw)
         if last:
-            _finish(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw], c, i0, n0 + j0, alpha, beta)
+            _finish(acc, out, c, i0, n0 + j0, rows, nw, alpha, beta)
         else:
             _store(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw])
 
@@ -420,7 +444,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
                 _skinny_strip(at, bt, 0, acc, m, kk, nw)
             else:
                 _skinny_strip(at, b, n0 + j0, acc, m, kk, nw)
-            _finish(acc, out[0:m, n0 + j0:n0 + j0 + nw], c, 0, n0 + j0, alpha, beta)
+            _finish(acc, out, c, 0, n0 + j0, m, nw, alpha, beta)
     else:
         columns = GROUP_SUM_BYTES // (MR * out.itemsize)
         width = NR if trans_b else columns
@@ -440,7 +464,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
                     _chunk(ap, bt, 0, 0, acc, kk, nw)
                 else:
                     _chunk(ap, b, 0, n0 + j0, acc, kk, nw)
-                _finish(acc, out[g:g + rows, n0 + j0:n0 + j0 + nw], c, g, n0 + j0, alpha, beta)
+                _finish(acc, out, c, g, n0 + j0, rows, nw, alpha, beta)
 
 
 def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
@@ -503,16 +527,22 @@ def _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, first, last, kk):
                 for r in range(CB):
                     sums[r, j] = acc[r]
             # alpha and C as every path applies them: the same code, so the same contraction
-            _finish(sums, out[i0:i0 + rows, 0:n], c, i0, 0, alpha, beta)
+            _finish(sums, out, c, i0, 0, rows, n, alpha, beta)
+
+
+def _shares(units, nthreads):
+    """Contiguous runs of ``units`` (row blocks, row groups) for at most ``nthreads``
+    threads: the units a run takes, and the threads that have one."""
+    nthreads = max(1, min(nthreads, units))
+    share = (units + nthreads - 1) // nthreads
+    return share, (units + share - 1) // share
 
 
 def column(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
     m = out.shape[0]
     kk = a.shape[0] if trans_a else a.shape[1]
     blocks = (m + CB - 1) // CB
-    nthreads = max(1, min(nthreads, blocks))
-    share = (blocks + nthreads - 1) // nthreads
-    nthreads = (blocks + share - 1) // share
+    share, nthreads = _shares(blocks, nthreads)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(static)
         for p in range(nthreads):
@@ -520,6 +550,55 @@ def column(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
                         min(blocks, p * share + share), kk)
     else:
         _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, 0, blocks, kk)
+    return nthreads
+
+
+def _panel_run(a, bp, c, out, alpha, beta, trans_a, first, last, kk):
+    """Groups ``first`` to ``last`` (excluded) of ``MR`` rows of the panel path, with
+    buffers of their own (``bp``: op(B) zero-padded to 16, 32 or ``NR`` columns)."""
+    m, n = out.shape
+    width = bp.shape[1]
+    ap = np.zeros((MR, kk), out.dtype)
+    acc = np.zeros((MR, NR), out.dtype)
+    for i0 in range(0, m, MR):
+        if first * MR <= i0 < last * MR:
+            rows = min(MR, m - i0)
+            if trans_a:
+                for r in range(rows):
+                    for k in range(kk):
+                        ap[r, k] = a[k, i0 + r]
+            else:
+                for r in range(rows):
+                    for k in range(kk):
+                        ap[r, k] = a[i0 + r, k]
+            for r in range(MR):
+                for jj in range(width):
+                    acc[r, jj] = 0
+            # a constant width: gcc vectorises the micro-kernel's loop over columns only then
+            if width == 16:
+                _chunk(ap, bp, 0, 0, acc, kk, 16)
+            elif width == 32:
+                _chunk(ap, bp, 0, 0, acc, kk, 32)
+            else:
+                _chunk(ap, bp, 0, 0, acc, kk, NR)
+            _finish(acc, out, c, i0, 0, rows, n, alpha, beta)
+
+
+def panel(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
+    m, n = out.shape
+    kk = a.shape[0] if trans_a else a.shape[1]
+    width = 16 if n <= 16 else 32 if n <= 32 else NR
+    bp = np.zeros((kk, width), out.dtype)
+    _pack_b(b, trans_b, bp[0:kk, 0:n])
+    groups = (m + MR - 1) // MR
+    share, nthreads = _shares(groups, nthreads)
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(static)
+        for p in range(nthreads):
+            _panel_run(a, bp, c, out, alpha, beta, trans_a, p * share,
+                       min(groups, p * share + share), kk)
+    else:
+        _panel_run(a, bp, c, out, alpha, beta, trans_a, 0, groups, kk)
     return nthreads
 
 
@@ -547,8 +626,18 @@ def decide(m, k, n, serial, t):
     if n <= t[T_COLUMN_LIMIT]:
         return COLUMN_PATH, _threads((m + CB - 1) // CB, fmas, t[T_FMAS_PER_UNIT], t)
     tasks = (m + t[T_TILE_M] - 1) // t[T_TILE_M] * ((n + tile_n - 1) // tile_n)
+    if n <= t[T_PANEL_LIMIT] and k <= t[T_TILE_K]:
+        return PANEL_PATH, _threads(tasks, fmas, t[T_FMAS_PER_UNIT], t)
     return blocked_path, _threads(tasks, fmas, t[T_FMAS_PER_UNIT], t)
 
+
+def rectify(out):
+    """Relu in place, as the Relu kernel computes it: NaN stays NaN, -0.0 becomes 0."""
+    m, n = out.shape
+    for i in range(m):
+        for j in range(n):
+            v = out[i, j]
+            out[i, j] = v if (v > 0 or v != v) else 0
 
 def gemm(a, b, c, alpha, beta, t):
     trans_a = t[T_TRANS_A] != 0
@@ -569,7 +658,11 @@ def gemm(a, b, c, alpha, beta, t):
         skinny(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_N], threads)
     elif path == COLUMN_PATH:
         column(a, b, c, out, alpha, beta, trans_a, trans_b, threads)
+    elif path == PANEL_PATH:
+        panel(a, b, c, out, alpha, beta, trans_a, trans_b, threads)
     else:
         blocked(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_M], t[T_TILE_N],
                 t[T_TILE_K], path == PACKED_PATH, threads)
+    if t[T_RELU]:
+        rectify(out)
     return out

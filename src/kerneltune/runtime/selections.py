@@ -27,22 +27,33 @@ def concat(*inputs: np.ndarray, axis: int) -> np.ndarray:
 
 def array_feature_extractor(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """The columns ``indices`` of the last axis; a 1-D ``x`` is one row."""
-    return _extractor_of(indices)(x)
+    return _extract(x, _chosen(indices))
+
+
+def _chosen(indices: np.ndarray) -> np.ndarray:
+    return np.asarray(indices, np.int64).reshape(-1)
+
+
+def _extract(x: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    columns = x.shape[-1] if x.ndim else 0
+    if chosen.size == 0 or chosen.min() < 0 or chosen.max() >= columns:
+        raise ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not "
+                         f"all within the {columns} columns of the input")
+    taken = np.take(x, chosen, axis=-1)
+    return taken.reshape(1, -1) if x.ndim == 1 else taken
 
 
 def _extractor_of(indices: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """ArrayFeatureExtractor of ``indices``, read once (a session's constant indices)."""
-    chosen = np.asarray(indices, np.int64).reshape(-1)
+    chosen = _chosen(indices)
+    return lambda x: _extract(x, chosen)
 
-    def extract(x: np.ndarray) -> np.ndarray:
-        columns = x.shape[-1] if x.ndim else 0
-        if chosen.size == 0 or chosen.min() < 0 or chosen.max() >= columns:
-            raise ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not "
-                             f"all within the {columns} columns of the input")
-        taken = np.take(x, chosen, axis=-1)
-        return taken.reshape(1, -1) if x.ndim == 1 else taken
 
-    return extract
+def _taker_of(x: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """ArrayFeatureExtractor of a constant ``x`` (the labels of a classifier's classes,
+    indexed by its scores' ArgMax), the indices computed by the run."""
+    x = np.asarray(x)
+    return lambda indices: _extract(x, _chosen(indices))
 
 
 def take(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -82,3 +93,7 @@ FUNCTIONS: Mapping[str, Selection] = {"Concat": concat}
 #: function of the first input alone that a session's run calls instead
 BINDERS: Mapping[Selection, Callable[..., Callable[[np.ndarray], Any]]] = {
     array_feature_extractor: _extractor_of, zip_map: _zip_map_of}
+#: for a selection whose first input is a constant and whose second is not, the function of
+#: the second input alone that a session's run calls instead
+CONSTANT_FIRST_BINDERS: Mapping[Selection, Callable[[np.ndarray], Callable[[Any], Any]]] = {
+    array_feature_extractor: _taker_of, take: lambda values: np.asarray(values).take}

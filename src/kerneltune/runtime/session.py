@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,6 @@ import onnx
 
 from ..errors import KernelTuningError, UnknownKernelError
 from ..kernels import library
-from ..kernels.outputs import intermediates
 from ..machine.detect import current_execution
 from ..machine.selectors import Tier
 from ..machine.threads import thread_count
@@ -30,6 +29,7 @@ from . import selections, views
 from .contention import Contention, default_contention
 from .fusion import fuse
 from .model import Model, Node, Signature, prepare_model, read_model
+from .program import program
 from .views import View
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
@@ -135,8 +135,9 @@ class RuntimeSession:
         self._configs = {}
         self._steps, self._prepared = self._prepare(self.threads)
         self._uses_blas = any(p.uses_blas for p in self._prepared)
-        #: the steps per thread count: fewer than ``threads`` are prepared when first needed
-        self._steps_by_threads = {self.threads: self._steps}
+        #: the steps' program per thread count: fewer than ``threads`` are prepared when
+        #: first needed
+        self._programs = {self.threads: program(self._steps)}
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
             self._template[slots[name]] = value
@@ -168,12 +169,12 @@ class RuntimeSession:
             prepared_kernels.append(prepared)
         return tuple(steps), tuple(prepared_kernels)
 
-    def _steps_on(self, threads: int) -> tuple:
-        """The steps of a run on ``threads``."""
-        steps = self._steps_by_threads.get(threads)
-        if steps is None:
-            steps = self._steps_by_threads[threads] = self._prepare(threads)[0]
-        return steps
+    def _program_on(self, threads: int) -> Callable[[list], None]:
+        """The program of a run on ``threads``."""
+        run = self._programs.get(threads)
+        if run is None:
+            run = self._programs[threads] = program(self._prepare(threads)[0])
+        return run
 
     # -- onnxruntime's interface ---------------------------------------------------------------
 
@@ -205,28 +206,13 @@ class RuntimeSession:
             values[index] = value
         if self._symbols:
             self._check_symbols(input_feed)
-        steps, contention, reading = self._steps, self._contention, False
+        threads, contention, reading = self.threads, self._contention, False
         if contention is not None and (contention.fewer
                                        or contention.clock() >= contention.next_reading):
             threads, reading = contention.start(self.threads, self._uses_blas)
             if threads != self.threads:
-                steps = self._steps_on(threads)
                 self._reduced_runs[threads] = self._reduced_runs.get(threads, 0) + 1
-        pooled = False  # whether large outputs are recycled, as intermediates are
-        try:
-            for run, arguments, output, intermediate in steps:
-                if intermediate is not pooled:
-                    intermediates(intermediate)
-                    pooled = intermediate
-                if len(arguments) == 1:
-                    values[output] = run(values[arguments[0]])
-                elif len(arguments) == 2:
-                    values[output] = run(values[arguments[0]], values[arguments[1]])
-                else:
-                    values[output] = run(*[values[i] for i in arguments])
-        finally:
-            if pooled:
-                intermediates(False)
+        self._program_on(threads)(values)
         if reading:
             contention.finish()
         names = self._output_names if output_names is None else output_names
@@ -292,10 +278,14 @@ class RuntimeSession:
 def _bound(node: Node, constants: Mapping[str, np.ndarray]) -> tuple[View, tuple[str, ...]]:
     """A view or selection node's function and the inputs a run gives it: its first input
     alone, where its other inputs are constants its binder reads once (a Reshape's
-    sizes, a feature extractor's indices), else every input."""
+    sizes, a feature extractor's indices); its second alone, where its first is such a
+    constant (a classifier's labels); else every input."""
     view = node.view
     function, keywords = ((view.func, view.keywords) if isinstance(view, functools.partial)
                           else (view, {}))
+    first = selections.CONSTANT_FIRST_BINDERS.get(function)
+    if first is not None and node.inputs[0] in constants and node.inputs[1] not in constants:
+        return first(constants[node.inputs[0]], **keywords), node.inputs[1:]
     binder = views.BINDERS.get(function) or selections.BINDERS.get(function)
     if binder is None or any(name not in constants for name in node.inputs[1:]):
         return view, node.inputs
