@@ -32,7 +32,7 @@ SKINNY = {**PARALLEL, "algorithm.tile_m": 4096, "algorithm.skinny_m_limit": 4096
 COLUMN = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 10**6}
 #: the panel path where op(B) is one panel (at most NR columns, tile_k rows), else blocked
 PANEL = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 0,
-         "algorithm.tile_k": 256}
+         "algorithm.panel_n_limit": 64, "algorithm.tile_k": 256}
 PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY, "column": COLUMN,
          "panel": PANEL}
 
@@ -323,21 +323,21 @@ def check_plan(values, shape, path, threads=None, **attributes):
 
 def test_defaults_take_the_compiled_paths_for_small_products_and_blas_above():
     defaults = GEMM.configure("FLOAT", {})
-    check_plan({}, (64, 64, 64), "panel", threads=1)
-    check_plan({}, (64, 64, 65), "blocked", threads=1)
-    # few rows: a B that stays in cache goes through the panel path, a larger B streams
-    check_plan({}, (1, 64, 64), "panel", threads=1)
+    check_plan({}, (64, 64, 32), "panel", threads=1)
+    check_plan({}, (64, 64, 64), "blocked", threads=1)
+    # few rows: a B that stays in cache goes through the blocked path, a larger B streams
+    check_plan({}, (1, 64, 64), "blocked", threads=1)
     check_plan({}, (1, 128, 128), "skinny", threads=1)
     big = round(defaults.blas_minimum_fmas ** (1 / 3)) + 1
     plan = check_plan({}, (big, big, big), "blas")
     assert plan.threads >= 1
 
 
-def test_blas_minimum_fmas_switches_between_compiled_and_blas():
+def test_blas_minimum_fmas_switches_between_blocked_and_blas():
     shape = (20, 30, 40)
     fmas = 20 * 30 * 40
     check_plan({"algorithm.blas_minimum_fmas": fmas}, shape, "blas")
-    check_plan({"algorithm.blas_minimum_fmas": fmas + 1}, shape, "panel")
+    check_plan({"algorithm.blas_minimum_fmas": fmas + 1}, shape, "blocked")
     check_plan({"algorithm.blas_minimum_fmas": fmas}, shape, "blas", transA=1, transB=1)
 
 
@@ -424,7 +424,7 @@ def test_a_bias_of_fewer_dimensions_than_two_takes_the_compiled_call(bias, blas)
     a, b, c = operands(5, 30, 40, bias=bias)
     assert c.ndim < 2
     run = _fast_run(prepared, lambda *operands: pytest.fail("the checked run"))
-    assert prepared.plan(a, b, c).path == ("blas" if blas else "panel")
+    assert prepared.plan(a, b, c).path == ("blas" if blas else "blocked")
     out = run(a, b, c)
     assert_close(out, reference(a, b, c, 1.0, 2.0), 30)
     if not blas:
@@ -434,20 +434,20 @@ def test_a_bias_of_fewer_dimensions_than_two_takes_the_compiled_call(bias, blas)
 def test_skinny_m_limit_switches_the_skinny_path():
     any_b = {"algorithm.skinny_minimum_b_elements": 0}
     check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
-    check_plan({**any_b, "algorithm.skinny_m_limit": 7}, (8, 30, 40), "panel")
-    check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (9, 30, 40), "panel")
-    check_plan({**any_b, "algorithm.skinny_m_limit": 0}, (1, 30, 40), "panel")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (9, 30, 40), "blocked")
+    check_plan({**any_b, "algorithm.skinny_m_limit": 0}, (1, 30, 40), "blocked")
 
 
-def test_skinny_minimum_b_elements_keeps_small_b_off_the_skinny_path():
+def test_skinny_minimum_b_elements_keeps_small_b_on_the_blocked_path():
     few = {"algorithm.skinny_m_limit": 8}
     check_plan({**few, "algorithm.skinny_minimum_b_elements": 30 * 40}, (8, 30, 40), "skinny")
     check_plan({**few, "algorithm.skinny_minimum_b_elements": 30 * 40 + 1}, (8, 30, 40),
-               "panel")
-    # a skinny product left to the other paths meets their BLAS threshold
+               "blocked")
+    # a skinny product left to the blocked path meets the blocked path's BLAS threshold
     blas = {**few, "algorithm.skinny_blas_minimum_fmas": 1, "algorithm.blas_minimum_fmas": 10**9}
     check_plan({**blas, "algorithm.skinny_minimum_b_elements": 0}, (8, 30, 40), "blas")
-    check_plan({**blas, "algorithm.skinny_minimum_b_elements": 10**6}, (8, 30, 40), "panel")
+    check_plan({**blas, "algorithm.skinny_minimum_b_elements": 10**6}, (8, 30, 40), "blocked")
 
 
 def test_pack_b_minimum_elements_switches_packing():
@@ -685,7 +685,7 @@ def test_the_panel_limit_and_tile_k_say_which_products_take_the_panel_path(
               "algorithm.panel_n_limit": limit}
     assert prepare(values, kernel=MATMUL).plan(
         matrix((4096, depth)), matrix((depth, columns))).path == path
-    assert GEMM.configure("FLOAT", {}).panel_n_limit == 64
+    assert GEMM.configure("FLOAT", {}).panel_n_limit == 32
     with pytest.raises(ValueError, match="panel_n_limit"):
         GEMM.configure("FLOAT", {"algorithm.panel_n_limit": 65})
 

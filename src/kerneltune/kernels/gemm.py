@@ -129,7 +129,7 @@ class GemmConfig:
         "algorithm.column_n_limit", 8, minimum=0,
         doc="products of at most this many columns of op(B) take the column path (0: never)")
     panel_n_limit: int = tunable(
-        "algorithm.panel_n_limit", NR, minimum=0, maximum=NR,
+        "algorithm.panel_n_limit", NR // 2, minimum=0, maximum=NR,
         doc=f"products of at most this many columns of op(B) (at most {NR}) and at most "
             f"algorithm.tile_k rows of it take the panel path (0: never)")
     blas_minimum_fmas: int = tunable(
