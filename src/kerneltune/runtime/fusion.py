@@ -32,7 +32,7 @@ import onnx
 from ..tuning.dtypes import NUMPY_DTYPES
 from .model import Model, Node
 
-#: element types whose MatMul and Add fuse
+#: element types whose products fuse with their bias or their Relu
 FUSED_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
 
 
