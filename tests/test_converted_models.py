@@ -221,6 +221,31 @@ def test_an_array_feature_extractor_of_constant_indices_reads_them_once():
         extract(np.zeros((2, 3), np.float32))
 
 
+@pytest.mark.parametrize(("indices", "expected"), [([2, 0], [[9, 4]]), ([-1], None),
+                                                   ([3], None), ([], None)])
+def test_an_array_feature_extractor_of_constant_values_reads_them_once(indices, expected):
+    """A classifier's classes indexed by its scores' ArgMax: the run gives the indices
+    alone, each checked (a negative one too, which numpy would count from the end)."""
+    node = onnx.helper.make_node("ArrayFeatureExtractor", ["C", "I"], ["Y"],
+                                 domain="ai.onnx.ml")
+    graph = onnx.helper.make_graph(
+        [node], "labels", [onnx.helper.make_tensor_value_info("I", INT64, ["N"])],
+        [onnx.helper.make_tensor_value_info("Y", INT64, [1, "N"])],
+        initializer=[onnx.numpy_helper.from_array(np.array([4, 7, 9], np.int64), "C")])
+    model = onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("ai.onnx.ml", 1)])
+    session = RuntimeSession(model)
+    ((_, arguments, _, _),) = session._steps
+    assert len(arguments) == 1
+    feed = {"I": np.array(indices, np.int64)}
+    if expected is None:
+        with pytest.raises(ValueError, match="not all within the 3 columns"):
+            session.run(None, feed)
+    else:
+        (y,) = _same_as_onnxruntime(model, feed)
+        np.testing.assert_array_equal(y, expected)
+
+
 @pytest.mark.parametrize("labels", [(4,), (0, 1, 2), ("no", "yes"), tuple(range(300))])
 def test_zip_map_makes_a_dict_of_python_floats_per_row(labels):
     x = np.random.default_rng(4).standard_normal((5, len(labels))).astype(np.float32)

@@ -35,11 +35,16 @@ def _chosen(indices: np.ndarray) -> np.ndarray:
 
 
 def _extract(x: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    # ``take`` refuses an index past the end itself; a negative one it would count from
+    # the end, so those are looked for first
     columns = x.shape[-1] if x.ndim else 0
-    if chosen.size == 0 or chosen.min() < 0 or chosen.max() >= columns:
+    try:
+        if chosen.size == 0 or columns == 0 or chosen.min() < 0:
+            raise IndexError
+        taken = x.take(chosen, axis=-1)
+    except IndexError:
         raise ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not "
-                         f"all within the {columns} columns of the input")
-    taken = np.take(x, chosen, axis=-1)
+                         f"all within the {columns} columns of the input") from None
     return taken.reshape(1, -1) if x.ndim == 1 else taken
 
 
