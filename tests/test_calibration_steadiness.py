@@ -404,7 +404,9 @@ def test_a_failing_probe_is_reported_and_costs_nothing_else(toys, probe, error):
     before = registry.generation
     report = calibrate_toys(registry, library="test_library",
                   options=CalibrationOptions(threads=2, effort="quick"))
-    assert registry.generation == before + 1 and len(report.calibrated) == len(keys)
+    # every key measured; beside busy processes a key whose CPUs were stolen is withheld
+    assert registry.generation == before + 1
+    assert len(report.calibrated) + len(report.withheld) == len(keys)
     (watched,) = report.steadiness
     (trace,) = watched.probes
     assert error in trace.error and not watched.steady and trace.samples == ()
