@@ -199,7 +199,7 @@ class Gemm(Kernel):
         unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB", "activation"})
         if unknown:
             raise TypeError(f"{self.name}: unknown attributes {unknown}; expected alpha, beta, "
-                            f"transA, transB")
+                            f"transA, transB (and activation, from a session's fusion)")
         alpha, beta = (_number(attributes.get(name, 1.0), name) for name in ("alpha", "beta"))
         trans_a, trans_b = (_flag(attributes.get(name, 0), name) for name in ("transA", "transB"))
         return self._bind(element_type, config, threads, alpha, beta, trans_a, trans_b,

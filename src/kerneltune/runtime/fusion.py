@@ -47,11 +47,17 @@ def fuse(model: Model) -> Model:
     return _fold_casts(_fuse_pairs(_fuse_pairs(model, _join_bias), _join_relu))
 
 
+def _uses(model: Model) -> Counter:
+    """How many times each value is read: by the nodes, and as a graph output."""
+    uses = Counter(name for node in model.nodes for name in node.inputs)
+    uses.update(s.name for s in model.outputs)
+    return uses
+
+
 def _fuse_pairs(model: Model, join: Callable[[Node, Node, Model], Node | None]) -> Model:
     """``model`` with each node whose output only ``after`` reads, and ``after``, replaced
     by ``join(node, after, model)`` where that gives a node (in ``after``'s place)."""
-    uses = Counter(name for node in model.nodes for name in node.inputs)
-    uses.update(s.name for s in model.outputs)
+    uses = _uses(model)
     consumer = {name: node for node in model.nodes for name in node.inputs}
     fused: dict[int, Node] = {}  # id of the node replaced -> the fused node
     dropped: set[int] = set()  # ids of the nodes folded into it
@@ -108,8 +114,7 @@ def _bias(matmul: Node, add: Node, constants: Mapping, ranks: Mapping[str, int])
 def _fold_casts(model: Model) -> Model:
     """Each exact Cast of elements selected from a constant (through views read by nothing
     else) made a selection from the constant cast once."""
-    uses = Counter(name for node in model.nodes for name in node.inputs)
-    uses.update(s.name for s in model.outputs)
+    uses = _uses(model)
     producer = {node.output: node for node in model.nodes}
     constants = dict(model.constants)
     replaced: dict[int, Node] = {}  # id of a node -> the node that replaces it
