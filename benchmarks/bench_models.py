@@ -1,15 +1,19 @@
 """Converters' models through RuntimeSession against onnxruntime, each in a process of its own.
 
 The corpus: the twelve scikit-learn estimators skl2onnx wrote in tests/data/converted
-(``make_models.py`` there; input ``X``, FLOAT, [N, 8]), and two transformer MLP blocks
+(``make_models.py`` there; input ``X``, FLOAT, [N, 8]), and three transformer MLP blocks
 as exporters write them, built here with onnx.helper (hidden 256 -> 1024 -> 256, FLOAT,
-opset 17, input ``X`` [N, 256], weights drawn as PyTorch initialises a Linear):
+opset 17 unless said, input ``X`` [N, 256], weights drawn as PyTorch initialises a
+Linear):
 
 - ``gelu_gemm``: Gemm with transB=1 and a bias, GELU in its tanh form written out as
   exporters write it (Pow, Mul, Add, Tanh: ``0.5 * x * (1 + tanh(sqrt(2 / pi) *
   (x + 0.044715 * x^3)))``), a second Gemm with transB=1;
 - ``silu_matmul``: the rows reshaped to one sequence [1, N, 256], MatMul and Add, SiLU as
-  ``x * Sigmoid(x)``, MatMul and Add, reshaped back to [N, 256].
+  ``x * Sigmoid(x)``, MatMul and Add, reshaped back to [N, 256];
+- ``layernorm_gelu``: a pre-norm block as the PyTorch exporter writes ``nn.LayerNorm`` and
+  ``nn.GELU`` from opset 20 on: LayerNormalization, MatMul and Add, Gelu, MatMul and Add,
+  and the residual Add of the input.
 
 A model RuntimeSession refuses at construction is recorded as refused, with the
 UnsupportedModelError's first line and the operator types it names. Every model that
@@ -74,7 +78,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "converted"
 BATCHES = (1, 64, 4096)
 THREADS = (1, 2)
 HIDDEN, INNER = 256, 1024
-BLOCKS = ("gelu_gemm", "silu_matmul")
+BLOCKS = ("gelu_gemm", "silu_matmul", "layernorm_gelu")
 FIRST_SESSION_MODEL = "mlp_regressor_relu"
 RATIO_TARGET, MODEL_RATIO_TARGET, FIRST_SESSION_TARGET = 1.0, 0.8, 2.0
 TOLERANCE = 1e-4
@@ -139,6 +143,20 @@ def block(name: str):
             node("Mul", ["hh", "t1"], ["g"], name="gelu/mul"),
             node("Gemm", ["g", "w2", "b2"], ["Y"], name="fc2", transB=1),
         ]
+    elif name == "layernorm_gelu":
+        constants.update(w1=np.ascontiguousarray(w1.T), w2=np.ascontiguousarray(w2.T),
+                         gamma=rng.uniform(0.5, 1.5, HIDDEN).astype(np.float32),
+                         beta=rng.uniform(-0.1, 0.1, HIDDEN).astype(np.float32))
+        nodes = [
+            node("LayerNormalization", ["X", "gamma", "beta"], ["n"], name="norm", axis=-1,
+                 epsilon=1e-5),
+            node("MatMul", ["n", "w1"], ["m1"], name="fc1/matmul"),
+            node("Add", ["m1", "b1"], ["h"], name="fc1/add"),
+            node("Gelu", ["h"], ["g"], name="gelu"),
+            node("MatMul", ["g", "w2"], ["m2"], name="fc2/matmul"),
+            node("Add", ["m2", "b2"], ["f"], name="fc2/add"),
+            node("Add", ["X", "f"], ["Y"], name="residual"),
+        ]
     else:
         constants.update(w1=np.ascontiguousarray(w1.T), w2=np.ascontiguousarray(w2.T),
                          sequence=np.array([1, -1, HIDDEN], np.int64),
@@ -157,7 +175,8 @@ def block(name: str):
         nodes, name, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", HIDDEN])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", HIDDEN])],
         [numpy_helper.from_array(np.asarray(value), key) for key, value in constants.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+    opset = 20 if name == "layernorm_gelu" else 17  # Gelu is an operator from opset 20
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="bench_models")
     return model
 

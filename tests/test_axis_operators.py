@@ -1,5 +1,6 @@
 """The operators along axes (Softmax, LogSoftmax, ArgMax, ArgMin, ReduceSum, ReduceMean,
-ReduceMax), Cast between element types and Concat, against onnxruntime.
+ReduceMax, LayerNormalization), Cast between element types, Concat and Where, against
+onnxruntime.
 
 Each case is a one-node model run by a RuntimeSession and by onnxruntime, over the element
 types both have, the axes and attributes converters write and the opsets where the
@@ -20,6 +21,7 @@ from kerneltune.kernels import library
 from kerneltune.runtime import RuntimeSession
 
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
+         np.float16: TensorProto.FLOAT16,
          np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
          np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL}
 
@@ -224,7 +226,101 @@ def test_every_new_kernel_has_a_tuning_key_and_a_calibration_function():
 
     kernels = library()
     for name in ("Softmax", "LogSoftmax", "ArgMax", "ArgMin", "ReduceSum", "ReduceMean",
-                 "ReduceMax", "Normalizer", "Cast"):
+                 "ReduceMax", "Normalizer", "Cast", "LayerNormalization", "Erf", "Gelu",
+                 "LeakyRelu", "Clip"):
         for element_type in kernels[name].element_types:
             key = kernels[name].tuning_key(element_type)
             assert calibration_function(key) is not None
+
+
+def _layer_normalization(x, scale, bias, outputs=("y",), **attributes) -> onnx.ModelProto:
+    constants = {"scale": scale, **({} if bias is None else {"bias": bias})}
+    node = helper.make_node("LayerNormalization", ["x", *constants], list(outputs),
+                            **attributes)
+    graph = helper.make_graph(
+        [node], "LayerNormalization",
+        [helper.make_tensor_value_info("x", TYPES[x.dtype.type], list(x.shape))],
+        [helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None)
+         for name in outputs if name],
+        [onnx.numpy_helper.from_array(value, name) for name, value in constants.items()])
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("shape", "axis", "scale_shape"), [
+    ((64, 768), -1, (768,)), ((2, 3, 16), -1, (16,)), ((2, 3, 16), 1, (3, 16)),
+    ((2, 3, 16), 1, (16,)), ((2, 3, 16), 0, (2, 3, 16)), ((5000, 3), -1, (3,)),
+    ((7,), 0, (7,))])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_normalization_matches_onnxruntime(dtype, shape, axis, scale_shape, bias):
+    x = _data(shape, dtype) * 3 + 5  # a mean far from 0: the variance must not cancel
+    scale, offset = _data(scale_shape, dtype, 1), _data(scale_shape, dtype, 2)
+    model = _layer_normalization(x, scale, offset if bias else None, axis=axis, epsilon=1e-3)
+    ours, theirs = _both(model, x)
+    assert ours.dtype == dtype and ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_layer_normalization_gives_its_mean_and_inverse_deviation_where_named():
+    x, scale, bias = _data((4, 6, 8), np.float64), _data((8,), np.float64, 1), None
+    for outputs in (("y", "mean", "inv"), ("y", "", "inv"), ("y", "mean")):
+        model = _layer_normalization(x, scale, bias, outputs, axis=-1)
+        ours = RuntimeSession(model).run(None, {"x": x})
+        theirs = onnxruntime.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        assert len(ours) == len(theirs) == len([o for o in outputs if o])
+        for a, b in zip(ours, theirs, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert ours[1].dtype == np.float32  # the statistics are in the stash type, FLOAT
+
+
+def test_layer_normalization_serial_and_parallel_runs_give_the_same_bits():
+    x = _data((4096, 100), np.float32)
+    model = _layer_normalization(x, _data((100,), np.float32, 1), _data((100,), np.float32, 2))
+    runs = {threads: RuntimeSession(model, threads=threads, contention=None)
+            for threads in (1, 2)}
+    results = {threads: session.run(None, {"x": x})[0] for threads, session in runs.items()}
+    assert results[1].tobytes() == results[2].tobytes()
+    assert runs[2]._prepared[0].plan(x).threads == 2
+
+
+def test_layer_normalization_refuses_what_it_cannot_compute():
+    x = _data((3, 4), np.float32)
+    with pytest.raises(ValueError, match="stash_type 11 is not supported"):
+        RuntimeSession(_layer_normalization(x, _data((4,), np.float32), None, stash_type=11))
+    prepared = library()["LayerNormalization"].prepare("FLOAT")
+    with pytest.raises(ValueError, match=r"Scale of shape \[3\] does not broadcast to the "
+                                         r"normalised shape \[4\]"):
+        prepared.run(x, np.ones(3, np.float32))
+    with pytest.raises(UnsupportedModelError, match="no FLOAT16 kernel"):
+        RuntimeSession(_layer_normalization(x.astype(np.float16), np.ones(4, np.float16),
+                                            None))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.bool_])
+@pytest.mark.parametrize(("condition_shape", "x_shape", "y_shape"), [
+    ((3, 4), (3, 4), (3, 4)), ((3, 1), (1, 4), (3, 4)), ((4,), (3, 4), ()),
+    ((2, 1, 4), (3, 1), (1,))])
+def test_where_matches_onnxruntime_over_broadcasts(dtype, condition_shape, x_shape, y_shape):
+    rng = np.random.default_rng(5)
+    condition = rng.integers(0, 2, condition_shape).astype(np.bool_)
+    x = _data(x_shape, dtype) if dtype is not np.bool_ else np.ones(x_shape, np.bool_)
+    other = _data(y_shape, dtype, 1) if dtype is not np.bool_ else np.zeros(y_shape, np.bool_)
+    node = helper.make_node("Where", ["condition", "x", "other"], ["y"])
+    graph = helper.make_graph(
+        [node], "Where",
+        [helper.make_tensor_value_info("condition", TensorProto.BOOL, list(condition_shape)),
+         helper.make_tensor_value_info("x", TYPES[dtype], list(x_shape))],
+        [helper.make_tensor_value_info(
+            "y", TYPES[dtype], list(np.broadcast_shapes(condition_shape, x_shape, y_shape)))],
+        [onnx.numpy_helper.from_array(other, "other")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    feed = {"condition": condition, "x": x}
+    ours = RuntimeSession(model).run(None, feed)[0]
+    theirs = np.where(condition, x, other) if dtype is np.bool_ else (  # onnxruntime has none
+        onnxruntime.InferenceSession(model.SerializeToString(),
+                                     providers=["CPUExecutionProvider"]).run(None, feed)[0])
+    assert ours.dtype == theirs.dtype == dtype
+    np.testing.assert_array_equal(ours, theirs)

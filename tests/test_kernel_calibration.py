@@ -72,6 +72,8 @@ def test_the_library_registers_its_calibrations_with_the_registry_it_is_given(re
     ("Not", "BOOL"), ("GreaterOrEqual", "INT16"), ("LessOrEqual", "BFLOAT16"),
     ("Log", "BFLOAT16"), ("BitwiseNot", "UINT8"), ("Softmax", "FLOAT"), ("ArgMax", "INT64"),
     ("ReduceSum", "DOUBLE"), ("Normalizer", "FLOAT"), ("Cast", "INT32"), ("Cast", "FLOAT"),
+    ("LayerNormalization", "FLOAT"), ("Clip", "UINT8"), ("Clip", "FLOAT16"), ("Gelu", "FLOAT"),
+    ("LeakyRelu", "DOUBLE"),
 ])
 def test_elementwise_calibration_decides_every_parameter(registry, kernel, element_type):
     report = _calibrate(registry, 2, kernels=[kernel], element_types=[element_type])

@@ -41,7 +41,8 @@ def versions(op_type: str) -> list[int]:
 
 
 #: input shapes where an operator's are not all 3 x 4
-SHAPES = {"Gemm": ([3, 4], [3, 4], [3, 3]), "MatMul": ([3, 4], [4, 3])}
+SHAPES = {"Gemm": ([3, 4], [3, 4], [3, 3]), "MatMul": ([3, 4], [4, 3]),
+          "LayerNormalization": ([3, 4], [4])}
 #: inputs of each operator (Max and Min, variadic, with two; Gemm with C)
 ARITY = {"Gemm": 3, "Max": 2, "Min": 2}
 #: attributes of the tests' nodes (op(B) must be 4 x 3; a Cast to FLOAT, a view of FLOAT)
@@ -53,7 +54,7 @@ OUTPUT_TYPES = {"ArgMax": TensorProto.INT64, "ArgMin": TensorProto.INT64,
 #: the output's shape where it is not the input's: ArgMax and ArgMin along axis 0, the
 #: reductions over every axis, keeping them (the defaults)
 OUTPUT_SHAPES = {"ArgMax": [1, 4], "ArgMin": [1, 4], "ReduceSum": [1, 1],
-                 "ReduceMean": [1, 1], "ReduceMax": [1, 1]}
+                 "ReduceMean": [1, 1], "ReduceMax": [1, 1], "LayerNormalization": [3, 4]}
 
 
 def one_node(op_type: str, opset: int, element_type: int, arity: int | None = None,

@@ -26,8 +26,9 @@ from ..tuning.schema import element_type_number
 from . import catalog, half
 from .base import LIBRARY, SHARED_CACHE, TUNING_ABI, Kernel, Plan, PreparedKernel
 from .cast import CastKernel
-from .elementwise import BinaryKernel, UnaryKernel
+from .elementwise import BinaryKernel, ClipKernel, UnaryKernel
 from .gemm import Gemm, MatMul
+from .layer_normalization import LayerNormalization
 from .outputs import output_pool_bytes, set_output_pool_limit
 from .power import PowKernel
 from .rows import RowsKernel
@@ -103,14 +104,19 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
     """Every kernel of one ISA variant, by ONNX operator name."""
     implementation = implementation or selected_variant()
     unary, binary = load_module("unary", implementation), load_module("binary", implementation)
+    # Clip takes its bounds with each call; Pow also takes exponents of other types than its
+    # base's
+    kinds = {"Clip": ClipKernel,
+             "Pow": functools.partial(PowKernel, wide=_functions(binary, catalog.POW_WIDE))}
     kernels: dict[str, Kernel] = {
-        name: UnaryKernel(name, implementation,
-                          _functions(unary, unary_functions(name, implementation)),
-                          grains=_grains(name))
+        name: kinds.get(name, UnaryKernel)(
+            name, implementation, _functions(unary, unary_functions(name, implementation)),
+            grains=_grains(name), attributes=catalog.UNARY_ATTRIBUTES.get(name),
+            choices={attribute: {value: _functions(unary, table)
+                                 for value, table in options.items()}
+                     for attribute, options in catalog.UNARY_CHOICES.get(name, {}).items()})
         for name in catalog.UNARY
     }
-    # Pow also takes exponents of other types than its base's
-    kinds = {"Pow": functools.partial(PowKernel, wide=_functions(binary, catalog.POW_WIDE))}
     kernels.update(
         (name, kinds.get(name, BinaryKernel)(
             name, implementation, _functions(binary, table),
@@ -122,6 +128,9 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
     kernels.update((name, RowsKernel(name, implementation, _functions(rows, table),
                                      grains=_grains(name)))
                    for name, table in catalog.ROWS.items())
+    kernels["LayerNormalization"] = LayerNormalization(
+        implementation, _functions(rows, catalog.LAYER_NORMALIZATION),
+        grains=_grains("LayerNormalization"))
     kernels["Cast"] = CastKernel(implementation, unary.cast, grains=_grains("Cast"))
     kernels["Gemm"] = Gemm(implementation)
     kernels["MatMul"] = MatMul(implementation)
@@ -166,13 +175,23 @@ def _register_calibrations(kernels: Iterable[Kernel], registry: KernelTuningRegi
                                    registry=registry)
             register_machine_probe(LIBRARY, _Deferred("probes", "shared_cache_probe", kernel),
                                    SHARED_CACHE, minimum_threads=1, registry=registry)
-        module, kind = (("calibrate_gemm", "GemmCalibration") if isinstance(kernel, Gemm) else
-                        ("calibrate", "RowsCalibration") if isinstance(kernel, RowsKernel) else
-                        ("calibrate", "CastCalibration") if isinstance(kernel, CastKernel) else
-                        ("calibrate", "ElementwiseCalibration"))
+        module, kind = next(calibration for kind, calibration in _CALIBRATIONS
+                            if isinstance(kernel, kind))
         for element_type in kernel.element_types:
             registry.register_calibration_function(
                 kernel.tuning_key(element_type), _Deferred(module, kind, kernel, element_type))
+
+
+#: each kind of kernel's calibration (module, class), the first that the kernel is an
+#: instance of
+_CALIBRATIONS = (
+    (Gemm, ("calibrate_gemm", "GemmCalibration")),
+    (LayerNormalization, ("calibrate", "LayerNormalizationCalibration")),
+    (RowsKernel, ("calibrate", "RowsCalibration")),
+    (CastKernel, ("calibrate", "CastCalibration")),
+    (ClipKernel, ("calibrate", "ClipCalibration")),
+    (Kernel, ("calibrate", "ElementwiseCalibration")),
+)
 
 
 class _Deferred:

@@ -279,3 +279,23 @@ class RowsCalibration(ElementwiseCalibration):
     def _unary(self, context: CalibrationContext, n: int) -> tuple:
         rows = max(1, n // ROW_ELEMENTS)
         return (self._operand(context, (rows, ROW_ELEMENTS), 0),)
+
+
+class LayerNormalizationCalibration(RowsCalibration):
+    """LayerNormalization's grain on rows of ``ROW_ELEMENTS`` elements, with a scale and a
+    bias."""
+
+    def fixed_attributes(self) -> dict[str, Any]:
+        return {}
+
+    def _unary(self, context: CalibrationContext, n: int) -> tuple:
+        return (*super()._unary(context, n), self._operand(context, ROW_ELEMENTS, 1),
+                self._operand(context, ROW_ELEMENTS, 2))
+
+
+class ClipCalibration(ElementwiseCalibration):
+    """Clip's grain between the bounds 0 and 1, which cut some of every type's inputs."""
+
+    def _unary(self, context: CalibrationContext, n: int) -> tuple:
+        dtype = self._dtype()
+        return (*super()._unary(context, n), np.zeros((), dtype), np.ones((), dtype))

@@ -28,9 +28,23 @@ UNARY = {
     "Sqrt": {"sqrt": FLOATS},
     "Sigmoid": {"sigmoid": FLOATS},
     "Tanh": {"tanhf": ("FLOAT",), "tanh": ("DOUBLE",)},
+    "Erf": {"erff": ("FLOAT",), "erf": ("DOUBLE",)},
+    "Gelu": {"geluf": ("FLOAT",), "gelu": ("DOUBLE",)},
+    "LeakyRelu": {"leaky_relu": FLOATS},
+    "Clip": {"clip": NUMBERS},
     "Not": {"not_": BOOL},
     "BitwiseNot": {"bitwise_not": INTEGERS},
 }
+
+#: operator -> {attribute: ONNX default} of the unary operators with attributes. A number
+#: (LeakyRelu's alpha) is passed to the function after its output, in the element type; a
+#: string chooses the function (``UNARY_CHOICES``).
+UNARY_ATTRIBUTES = {"LeakyRelu": {"alpha": 0.01}, "Gelu": {"approximate": "none"}}
+
+#: operator -> {attribute: {value: {function: element types}}}: the functions an attribute's
+#: value other than its default chooses instead of ``UNARY``'s
+UNARY_CHOICES = {"Gelu": {"approximate": {"tanh": {"gelu_tanhf": ("FLOAT",),
+                                                   "gelu_tanh": ("DOUBLE",)}}}}
 
 #: operator -> {function: (ISA variants, element types)}: where a variant runs another
 #: function than ``UNARY``'s on those types, chosen by measurement against onnxruntime on
@@ -53,6 +67,9 @@ ROWS = {
     "ReduceMax": {"reduce_max": FLOATS + ("INT32", "INT64")},
     "Normalizer": {"normalize": FLOATS},
 }
+
+#: LayerNormalization's functions of the compiled ``rows`` module (kernels.layer_normalization)
+LAYER_NORMALIZATION = {"layer_norm": FLOATS}
 
 #: operator -> {function of the compiled ``binary`` module: element types}
 BINARY = {
@@ -107,6 +124,9 @@ GRAINS = {
     "Tanh": {8192: ("DOUBLE",), 16384: ("FLOAT",)},
     "Exp": {16384: ("DOUBLE",)},
     "Sqrt": {16384: ("DOUBLE",)},
+    "Erf": {2048: ("DOUBLE",)},
+    "Gelu": {2048: ("DOUBLE",)},
+    "LayerNormalization": {16384: ("DOUBLE",)},
 }
 
 #: operator -> {portable grain: element types} of ``parallel.broadcast_minimum_elements``

@@ -105,9 +105,10 @@ def with_grain(config_type: type, grain: int, broadcast_grain: int | None = None
 class PreparedUnary(PreparedKernel):
     """A unary kernel with its grain and thread limit as plain attributes."""
 
-    def __init__(self, key, config, threads, function, dtype, out_dtype):
+    def __init__(self, key, config, threads, function, dtype, out_dtype, parameters=()):
         self.key, self.config, self.threads = key, config, threads
-        self._function, self._dtype, self.out_dtype = function, dtype, out_dtype
+        self._dtype, self.out_dtype = dtype, out_dtype
+        self._function = _with_parameters(function, tuple(dtype.type(p) for p in parameters))
         self._grain = config.minimum_elements
         self.thread_limit = min(config.maximum_threads, threads)
         self._recycled_from = outputs.recycled_from(out_dtype)
@@ -128,13 +129,45 @@ class PreparedUnary(PreparedKernel):
     def run_serial(self, x) -> np.ndarray:
         return self._call(x, 1)
 
-    def _call(self, x, threads: int | None) -> np.ndarray:
+    def _call(self, x, threads: int | None, bounds: tuple = ()) -> np.ndarray:
         x = operand(x, self._dtype, "input")
         out = outputs.empty(x.shape, self.out_dtype, like=x)
         if x.size:
-            self._function(x.reshape(-1), out.reshape(-1),
+            self._function(x.reshape(-1), out.reshape(-1), *bounds,
                            self._threads(x.size) if threads is None else threads)
         return out
+
+
+class PreparedClip(PreparedUnary):
+    """Clip: its bounds come with each call (ONNX's inputs ``min`` and ``max``, one value
+    each, in the element type; the model binds an absent one to the type's extreme)."""
+
+    def __init__(self, key, config, threads, function, dtype, out_dtype):
+        super().__init__(key, config, threads, function, dtype, out_dtype)
+        self.run = self._bounded
+
+    def plan(self, x, low=None, high=None) -> Plan:
+        return super().plan(x)
+
+    def _bounded(self, x, low, high) -> np.ndarray:
+        return self._call(x, None, (self._bounds(low, high),))
+
+    def run_serial(self, x, low, high) -> np.ndarray:
+        return self._call(x, 1, (self._bounds(low, high),))
+
+    def _bounds(self, low, high) -> np.ndarray:
+        return np.array([self._bound(low, "min"), self._bound(high, "max")], self._dtype)
+
+    def _bound(self, value, name: str):
+        bound = np.asarray(value)
+        if bound.size != 1:
+            raise ValueError(f"Clip: {name} must be one value, got shape {list(bound.shape)}")
+        value = bound.reshape(-1)[0]
+        with np.errstate(all="ignore"):
+            converted = self._dtype.type(value)
+        if converted != value and value == value:  # NaN is a float bound's own
+            raise TypeError(f"Clip: {name} {value} is not a value of {self._dtype}")
+        return converted
 
 
 class PreparedBinary(PreparedKernel):
@@ -182,6 +215,18 @@ class PreparedBinary(PreparedKernel):
                            layout.b_offsets, layout.inner, layout.a_step, layout.b_step,
                            self._threads(layout) if threads is None else threads)
         return out
+
+
+def _with_parameters(function: Callable, parameters: tuple) -> Callable:
+    """``function`` as ``f(x, out, [bounds...,] threads)`` with ``parameters`` (a LeakyRelu's
+    alpha) passed after the output."""
+    if not parameters:
+        return function
+
+    def run(x, out, *rest):
+        return function(x, out, *parameters, *rest)
+
+    return run
 
 
 def _fast_unary(p: PreparedUnary):
@@ -331,21 +376,70 @@ class ElementwiseKernel(Kernel):
         return NUMPY_DTYPES[self._output if self._output is not None else element_type]
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
-        if attributes:
-            raise TypeError(f"{self.name} takes no attributes, got {sorted(attributes)}")
+        functions, parameters = self._chosen(attributes)
         key = self.tuning_key(element_type)
         if element_type in self._widened:
-            inner = self._prepared_type(key, config, threads, self._functions[FLOAT],
-                                        NUMPY_DTYPES[FLOAT], self.output_dtype(FLOAT))
+            inner = self._prepared_type(key, config, threads, functions[FLOAT],
+                                        NUMPY_DTYPES[FLOAT], self.output_dtype(FLOAT),
+                                        *parameters)
             return PreparedHalf(inner, half.FORMATS[element_type],
-                                config.conversion_minimum_elements)
-        return self._prepared_type(key, config, threads, self._functions[element_type],
-                                   NUMPY_DTYPES[element_type], self.output_dtype(element_type))
+                                config.conversion_minimum_elements, self._widened_inputs)
+        return self._prepared_type(key, config, threads, functions[element_type],
+                                   NUMPY_DTYPES[element_type], self.output_dtype(element_type),
+                                   *parameters)
+
+    #: the leading inputs a widened 16-bit float call converts (None: every input)
+    _widened_inputs: int | None = None
+
+    def _chosen(self, attributes: Mapping[str, Any]) -> tuple[Mapping[int, Callable], tuple]:
+        """The functions by element type and the prepared kernel's further arguments that
+        the node's attributes give (none, unless a subclass takes attributes)."""
+        if attributes:
+            raise TypeError(f"{self.name} takes no attributes, got {sorted(attributes)}")
+        return self._functions, ()
 
 
 class UnaryKernel(ElementwiseKernel):
+    """A unary operator; one with attributes (``catalog.UNARY_ATTRIBUTES``) takes its
+    numbers as parameters of the compiled function and its strings as a choice of function
+    (``choices``: attribute -> value -> functions by element type)."""
+
     _config_types = (HalfUnaryConfig, ElementwiseConfig)
     _prepared_type = PreparedUnary
+
+    def __init__(self, name: str, implementation: str, functions: Mapping[int, Callable],
+                 grains: Mapping[int, int] | None = None,
+                 attributes: Mapping[str, Any] | None = None,
+                 choices: Mapping[str, Mapping[str, Mapping[int, Callable]]] | None = None):
+        super().__init__(name, implementation, functions, grains=grains)
+        self._attributes = dict(attributes or {})
+        self._choices = dict(choices or {})
+
+    def _chosen(self, attributes: Mapping[str, Any]) -> tuple[Mapping[int, Callable], tuple]:
+        unknown = sorted(set(attributes) - set(self._attributes))
+        if unknown:
+            raise TypeError(f"{self.name} takes no attribute {unknown[0]}")
+        given = {**self._attributes, **attributes}
+        functions, parameters = self._functions, []
+        for name, default in self._attributes.items():
+            value = given[name]
+            if name not in self._choices:  # an ONNX float attribute: a float32
+                parameters.append(float(np.float32(value)))
+            elif value != default:
+                options = self._choices[name]
+                if value not in options:
+                    raise ValueError(f"{self.name}: {name} {value!r} is none of "
+                                     f"{', '.join([default, *options])}")
+                functions = options[value]
+        return functions, ((tuple(parameters),) if parameters else ())
+
+
+class ClipKernel(UnaryKernel):
+    """Clip, whose bounds are inputs of each call (:class:`PreparedClip`); a widened 16-bit
+    float call converts the tensor, and the bounds as they are read."""
+
+    _prepared_type = PreparedClip
+    _widened_inputs = 1
 
 
 class BinaryKernel(ElementwiseKernel):

@@ -7,7 +7,9 @@ moves the axes an ONNX node works along to the end (:mod:`kerneltune.kernels.row
 threads take contiguous runs of rows, so a row is computed by one thread with the same
 instructions whatever the thread count, and serial and parallel runs give identical bits.
 Each function returns the number of threads that ran (1: the serial path, with no OpenMP
-region at all). Rows must not be empty (the caller handles empty rows).
+region at all). Rows must not be empty (the caller handles empty rows). The module is
+compiled without contracting a multiply and an add into one rounding (meson.build), so
+the serial and the parallel copy of a loop round alike.
 """
 
 import numpy as np
@@ -18,6 +20,8 @@ import numpy as np
 # pythran export log_softmax(float64[:,:] order(C), float64[:,:] order(C), int)
 # pythran export normalize(float32[:,:] order(C), float32[:,:] order(C), int, int)
 # pythran export normalize(float64[:,:] order(C), float64[:,:] order(C), int, int)
+# pythran export layer_norm(float32[:,:] order(C), float32[:,:] order(C), float32[:], float32[:], float32[:], float32[:], float, int)
+# pythran export layer_norm(float64[:,:] order(C), float64[:,:] order(C), float64[:], float64[:], float64[:], float64[:], float, int)
 # pythran export argmax(float32[:,:] order(C), int64[:], bool, int)
 # pythran export argmax(float64[:,:] order(C), int64[:], bool, int)
 # pythran export argmax(int32[:,:] order(C), int64[:], bool, int)
@@ -92,6 +96,24 @@ def _normalize_rows(x, out, norm, start, stop):
             out[r] = row / scale
 
 
+def _layer_norm_rows(x, out, arg, start, stop):
+    """LayerNormalization: each row less its mean, over its standard deviation (``epsilon``
+    added to the variance), times ``scale`` plus ``bias``; each row's mean and the
+    reciprocal of its deviation go to ``mean`` and ``inv_std``. Two passes over the row
+    (mean, then the squared deviations from it) rather than the mean of squares less the
+    squared mean, which cancels when the mean is large against the deviation."""
+    scale, bias, mean, inv_std, epsilon = arg
+    n = x.shape[1]
+    for r in range(start, stop):
+        row = x[r]
+        # each statistic read back from its array, so that the row's arithmetic is all in
+        # the element type rather than mixed with float64 scalars
+        mean[r] = np.sum(row) / n
+        m = mean[r]
+        inv_std[r] = 1 / np.sqrt(np.sum((row - m) * (row - m)) / n + epsilon)
+        out[r] = (row - m) * inv_std[r] * scale + bias
+
+
 def _first_nan(row):
     """The index of the row's first NaN, or -1: a NaN is the largest and the smallest value,
     as numpy's argmax, argmin and max have it (the compiled ones skip NaNs)."""
@@ -156,6 +178,10 @@ def log_softmax(x, out, nthreads):
 
 def normalize(x, out, norm, nthreads):
     return _run(x, out, norm, nthreads, _normalize_rows)
+
+
+def layer_norm(x, out, scale, bias, mean, inv_std, epsilon, nthreads):
+    return _run(x, out, (scale, bias, mean, inv_std, epsilon), nthreads, _layer_norm_rows)
 
 
 def argmax(x, out, last, nthreads):

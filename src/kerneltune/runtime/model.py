@@ -12,6 +12,7 @@ computed the same since opset 7; what the older schemas add is in
 from __future__ import annotations
 
 import functools
+import operator
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,10 +24,11 @@ from onnx import numpy_helper
 
 from .._support.aligned import aligned
 from ..errors import UnsupportedModelError
-from ..kernels import Kernel
+from ..kernels import Kernel, catalog
 from ..kernels import rows as along_axes
 from ..kernels.cast import CastKernel
 from ..kernels.elementwise import ElementwiseKernel
+from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_name
 from . import ml, selections, views
 from .views import View
@@ -34,6 +36,8 @@ from .views import View
 #: node attributes each operator's kernel takes, with their ONNX defaults
 ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
     "Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
+    "LayerNormalization": {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+    **catalog.UNARY_ATTRIBUTES,
 }
 
 
@@ -133,6 +137,8 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
         if proto_node.domain == "ai.onnx.ml" and proto_node.op_type in ml.OPERATORS:
             node, problem = _lowered(proto_node, name, opsets, types, kernels, constants)
         else:
+            if proto_node.op_type == "Clip" and proto_node.domain in ("", "ai.onnx"):
+                proto_node = _clip_bounds(proto_node, types, constants)
             node, problem = _bind(proto_node, name, opsets, types, kernels)
         if problem:
             problems.append(problem)
@@ -221,7 +227,8 @@ def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
     if shape_only:
         return _view(node, name, described, element_type)
     if moved:
-        return _selection(node, name, described, element_type, present)
+        return _selection(node, name, described,
+                          input_types[selections.TYPED_BY.get(node.op_type, 0)], present)
     if element_type not in kernel.element_types:
         return [], f"{described}: no {_type_name(element_type)} kernel"
     attributes = _attribute_defaults(node.op_type, schema)
@@ -231,7 +238,7 @@ def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
             if keyword is None:
                 return [], f"{described}: input types mixed ({parameter})"
             (attributes[keyword],) = element_types
-    given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    given = _attributes(node)
     for attribute in given:
         if attribute in attributes:
             attributes[attribute] = given[attribute]
@@ -243,8 +250,61 @@ def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
             return [], f"{described}: attribute {attribute} is not supported"
     if schema.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
         return _folded(node, name, kernel, element_type, present), None
+    if any(node.output[1:]):
+        return _with_statistics(node, name, kernel, element_type, present, attributes), None
     return [Node(name, node.op_type, kernel, element_type, present, node.output[0],
                  attributes)], None
+
+
+def _with_statistics(node, name, kernel, element_type, present, attributes) -> list[Node]:
+    """A LayerNormalization that names its Mean or InvStdDev (the only node of more than
+    one output a kernel computes): the kernel's tuple of the three, and a view of each one
+    named."""
+    together = f"{node.output[0]}/{node.op_type}:outputs"
+    nodes = [Node(name, node.op_type, kernel, element_type, present, together,
+                  {**attributes, "statistics": True})]
+    for index, output in enumerate(node.output):
+        if output:
+            statistic = element_type if index == 0 else onnx.TensorProto.FLOAT
+            nodes.append(Node(name, node.op_type, None, statistic, (together,), output, {},
+                              operator.itemgetter(index)))
+    return nodes
+
+
+def _clip_bounds(node: onnx.NodeProto, types: dict[str, int],
+                 constants: dict[str, np.ndarray]) -> onnx.NodeProto:
+    """A Clip with both bounds as inputs: the attributes of opsets 6-10 and the bounds a node
+    leaves out (its type's lowest and highest finite values, as onnxruntime has them, so
+    an infinity is clipped) become constants."""
+    element_type = types.get(node.input[0])
+    if element_type not in NUMPY_DTYPES or NUMPY_DTYPES[element_type].kind == "b":
+        return node  # refused by _bind, which names the type
+    dtype = NUMPY_DTYPES[element_type]
+    given = _attributes(node)
+    bounded = onnx.NodeProto()
+    bounded.CopyFrom(node)
+    del bounded.input[1:]
+    del bounded.attribute[:]
+    bounded.attribute.extend(a for a in node.attribute if a.name not in ("min", "max"))
+    for index, bound in enumerate(("min", "max"), start=1):
+        if index < len(node.input) and node.input[index]:
+            bounded.input.append(node.input[index])
+            continue
+        if bound in given:
+            value = given[bound]
+        elif dtype.kind in "iu":
+            value = getattr(np.iinfo(dtype), bound)
+        elif dtype.kind == "f":
+            value = getattr(np.finfo(dtype), bound)
+        else:  # BFLOAT16
+            import ml_dtypes  # imported already: the dtype is its
+
+            value = getattr(ml_dtypes.finfo(dtype), bound)
+        name = f"{node.output[0]}/Clip:{bound}"
+        constants[name] = np.asarray(value, dtype)
+        types[name] = element_type
+        bounded.input.append(name)
+    return bounded
 
 
 def _attribute_defaults(op_type: str, schema: onnx.defs.OpSchema) -> dict[str, Any]:
@@ -289,7 +349,7 @@ def _cast_target(attribute: onnx.AttributeProto) -> int:
 
 def _selection(node, name, described, element_type, present) -> tuple[list[Node], str | None]:
     """An operator that moves elements into a fresh output, bound to its function."""
-    given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    given = _attributes(node)
     known = selections.ATTRIBUTES[node.op_type]
     unknown = sorted(set(given) - set(known))
     if unknown:
@@ -330,7 +390,7 @@ def _output_type(node: Node) -> int | None:
 
 def _view(node, name, described, element_type) -> tuple[list[Node], str | None]:
     """A shape-only node bound to its view, or why it cannot be one."""
-    given = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    given = _attributes(node)
     known = views.ATTRIBUTES[node.op_type]
     unknown = sorted(set(given) - set(known))
     if unknown:
@@ -375,6 +435,13 @@ def _folded(node, name, kernel, element_type, present) -> list[Node]:
         nodes.append(Node(name, node.op_type, kernel, element_type, (left, right), output, {}))
         left = output
     return nodes
+
+
+def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    """A node's attributes by name, a string's as ``str`` (onnx gives its bytes)."""
+    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {name: value.decode() if isinstance(value, bytes) else value
+            for name, value in values.items()}
 
 
 def _constant(node: onnx.NodeProto) -> np.ndarray:

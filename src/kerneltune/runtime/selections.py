@@ -1,4 +1,4 @@
-"""Operators that move elements without computing on them: Concat, and the ai.onnx.ml
+"""Operators that move elements without computing on them: Concat, Where, and the ai.onnx.ml
 ArrayFeatureExtractor and ZipMap that skl2onnx writes around a classifier.
 
 Each output is a fresh value, made by numpy (a copy costs what memory costs, on any
@@ -23,6 +23,11 @@ def concat(*inputs: np.ndarray, axis: int) -> np.ndarray:
     if not -rank <= axis < rank:
         raise ValueError(f"Concat: axis {axis} is outside [{-rank}, {rank - 1}]")
     return np.concatenate(inputs, axis=axis)
+
+
+def where(condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each element of ``x`` where ``condition`` holds, else of ``y``, the three broadcast."""
+    return np.where(condition, x, y)
 
 
 def array_feature_extractor(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -92,8 +97,11 @@ def _zip_map_of(labels: Sequence[Any]) -> Callable[[np.ndarray], list[dict[Any, 
 
 #: the selections of the default domain and their attributes (the checker has made sure a
 #: node has those its schema requires)
-ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {"Concat": {"axis": None}}
-FUNCTIONS: Mapping[str, Selection] = {"Concat": concat}
+ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {"Concat": {"axis": None}, "Where": {}}
+FUNCTIONS: Mapping[str, Selection] = {"Concat": concat, "Where": where}
+#: the input whose element type a selection's output has, where it is not the first (the
+#: first of Where is its BOOL condition)
+TYPED_BY: Mapping[str, int] = {"Where": 1}
 #: for a selection whose inputs after the first are constants (and its attributes), the
 #: function of the first input alone that a session's run calls instead
 BINDERS: Mapping[Selection, Callable[..., Callable[[np.ndarray], Any]]] = {

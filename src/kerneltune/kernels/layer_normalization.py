@@ -1,0 +1,132 @@
+"""LayerNormalization: each row of the axes from ``axis`` on, less its mean, over its
+standard deviation (``epsilon`` added to the variance), times a scale plus a bias.
+
+The compiled function (``rows_pythran.layer_norm``) works along the rows of a C-contiguous
+matrix. The axes a node normalises are its input's last ones, so that matrix is the input
+itself, reshaped; Scale and B broadcast to those axes. The threads take contiguous runs of
+rows with the grain and thread cap of the other row kernels (:mod:`.rows`), so a row is
+computed the same way whatever the thread count.
+
+A node that names its Mean and InvStdDev outputs (a training graph's) is prepared with
+``statistics``: its calls return the three as a tuple, the statistics of each row in
+float32 (``stash_type`` 1, the only one onnxruntime computes in).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..tuning.dtypes import NUMPY_DTYPES
+from . import outputs
+from .base import Plan, PreparedKernel, chunked_threads, operand, parallel_threads
+from .rows import RowsKernel
+
+#: the attributes a node takes, with ONNX's defaults (``statistics``: the kernel's own)
+ATTRIBUTES: Mapping[str, Any] = {"axis": -1, "epsilon": 1e-5, "stash_type": 1,
+                                 "statistics": False}
+#: ``stash_type``: ONNX's FLOAT, the type of the statistics
+STASH_FLOAT = 1
+
+
+class PreparedLayerNormalization(PreparedKernel):
+    """LayerNormalization with its grain, thread limit and attributes bound."""
+
+    def __init__(self, key, config, threads, function: Callable, dtype: np.dtype,
+                 attributes: Mapping[str, Any]):
+        self.key, self.config, self.threads = key, config, threads
+        self._function, self._dtype = function, dtype
+        self._axis, self._epsilon = int(attributes["axis"]), float(attributes["epsilon"])
+        self._statistics = bool(attributes["statistics"])
+        self._grain = config.minimum_elements
+        self.thread_limit = min(config.maximum_threads, threads)
+        #: the zero bias of a node without B, per row length
+        self._zeros: dict[int, np.ndarray] = {}
+
+    def _threads(self, elements: int) -> int:
+        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
+
+    def _split(self, shape: tuple[int, ...]) -> int:
+        """The first normalised axis of an input of ``shape``."""
+        rank = len(shape)
+        if not -rank <= self._axis < rank:
+            raise ValueError(f"LayerNormalization: axis {self._axis} is outside "
+                             f"[{-rank}, {rank - 1}] for an input of shape {list(shape)}")
+        return self._axis + rank if self._axis < 0 else self._axis
+
+    def plan(self, x, scale=None, bias=None) -> Plan:
+        shape = np.shape(x)
+        rows = math.prod(shape[:self._split(shape)])
+        size = math.prod(shape)
+        threads = chunked_threads(rows, self._threads(size), alignment=1)
+        return Plan("parallel" if threads > 1 else "serial", threads, size, "rows")
+
+    def run(self, x, scale, bias=None):
+        """Y, or (Y, Mean, InvStdDev) when prepared with ``statistics``."""
+        return self._call(x, scale, bias, None)
+
+    def run_serial(self, x, scale, bias=None):
+        return self._call(x, scale, bias, 1)
+
+    def _row(self, value, normalised: tuple[int, ...], name: str) -> np.ndarray:
+        """Scale or B as one row of the normalised axes' length."""
+        value = operand(value, self._dtype, name)
+        if value.shape == normalised:
+            return value.reshape(-1)
+        try:
+            return np.ascontiguousarray(np.broadcast_to(value, normalised)).reshape(-1)
+        except ValueError:
+            raise ValueError(f"LayerNormalization: {name} of shape {list(value.shape)} does not "
+                             f"broadcast to the normalised shape {list(normalised)}") from None
+
+    def _call(self, x, scale, bias, threads: int | None):
+        x = operand(x, self._dtype, "X")
+        axis = self._split(x.shape)
+        normalised = x.shape[axis:]
+        rows, n = math.prod(x.shape[:axis]), math.prod(normalised)
+        scale = self._row(scale, normalised, "Scale")
+        if bias is None:
+            bias = self._zeros.get(n)
+            if bias is None:
+                bias = self._zeros[n] = np.zeros(n, self._dtype)
+        else:
+            bias = self._row(bias, normalised, "B")
+        out = outputs.empty(x.shape, self._dtype, like=x)
+        mean, inv_std = np.empty(rows, self._dtype), np.empty(rows, self._dtype)
+        if rows and n:
+            self._function(x.reshape(rows, n), out.reshape(rows, n), scale, bias, mean, inv_std,
+                           self._epsilon, self._threads(x.size) if threads is None else threads)
+        elif rows:  # no element to normalise: a mean of nothing
+            mean[:], inv_std[:] = np.nan, np.nan
+        if not self._statistics:
+            return out
+        kept = x.shape[:axis] + (1,) * len(normalised)
+        stash = NUMPY_DTYPES[STASH_FLOAT]
+        return out, mean.astype(stash).reshape(kept), inv_std.astype(stash).reshape(kept)
+
+
+class LayerNormalization(RowsKernel):
+    """LayerNormalization over its compiled function per element type (FLOAT, DOUBLE)."""
+
+    def __init__(self, implementation: str, functions: Mapping[int, Callable],
+                 grains: Mapping[int, int] | None = None):
+        super().__init__("LayerNormalization", implementation, functions, grains)
+
+    def output_dtype(self, element_type: int) -> np.dtype:
+        return NUMPY_DTYPES[element_type]
+
+    def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
+        unknown = sorted(set(attributes) - set(ATTRIBUTES))
+        if unknown:
+            raise TypeError(f"LayerNormalization takes no attribute {unknown[0]}")
+        given = {**ATTRIBUTES, **attributes}
+        if given["stash_type"] != STASH_FLOAT:
+            raise ValueError(f"LayerNormalization: stash_type {given['stash_type']} is not "
+                             f"supported; the statistics are computed in FLOAT "
+                             f"(stash_type {STASH_FLOAT}), as onnxruntime computes them")
+        return PreparedLayerNormalization(self.tuning_key(element_type), config, threads,
+                                          self._functions[element_type],
+                                          NUMPY_DTYPES[element_type], given)
