@@ -1,7 +1,7 @@
 """RuntimeSession against onnxruntime's CPU provider on single-node models, per ISA variant.
 
-Abs, Add, Tanh and Sigmoid on FLOAT at 1e3 ... 1.6e7 elements, Gemm and MatMul at 64,
-256 and 1024 squared. For each thread count (``--threads``, 1 and 2 by default) each
+Abs, Add, Tanh, Sigmoid, Erf and Gelu on FLOAT at 1e3 ... 1.6e7 elements, Gemm and MatMul
+at 64, 256 and 1024 squared (opset 20, Gelu's first). For each thread count (``--threads``, 1 and 2 by default) each
 runtime times every model in a fresh process of its own, as its users run it: a
 kerneltune ``RuntimeSession(model, threads=t)`` on the ISA variant ``--variant`` names
 (``KERNELTUNE_ISA``; by default the one this processor selects), and an onnxruntime
@@ -66,7 +66,7 @@ def single_node(op: str, shapes: list[tuple[int, ...]], output: tuple[int, ...])
         [node], op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
                      for n, s in zip(names, shapes, strict=True)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, output)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
 def onnxruntime_session(model, threads: int, spinning: bool = False):
@@ -85,7 +85,8 @@ def onnxruntime_session(model, threads: int, spinning: bool = False):
 
 def cases(quick: bool):
     """(model, size label, input shapes, output shape) of every single-node model."""
-    for op, arity in (("Abs", 1), ("Add", 2), ("Tanh", 1), ("Sigmoid", 1)):
+    for op, arity in (("Abs", 1), ("Add", 2), ("Tanh", 1), ("Sigmoid", 1), ("Erf", 1),
+                      ("Gelu", 1)):
         for size in SIZES[:-1] if quick else SIZES:
             yield op, size, [(size,)] * arity, (size,)
     for op in ("Gemm", "MatMul"):
