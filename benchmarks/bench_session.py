@@ -1,10 +1,11 @@
 """RuntimeSession against onnxruntime's CPU provider on single-node models, per ISA variant.
 
 Abs, Add, Tanh, Sigmoid, Erf and Gelu on FLOAT at 1e3 ... 1.6e7 elements, Gemm and MatMul
-at 64, 256 and 1024 squared (opset 20, Gelu's first). For each thread count (``--threads``, 1 and 2 by default) each
-runtime times every model in a fresh process of its own, as its users run it: a
-kerneltune ``RuntimeSession(model, threads=t)`` on the ISA variant ``--variant`` names
-(``KERNELTUNE_ISA``; by default the one this processor selects), and an onnxruntime
+at 64, 256 and 1024 squared (opset 20, Gelu's first). For each thread count (``--threads``,
+1 and 2 by default) each runtime times every model in a fresh process of its own, as its
+users run it: a kerneltune ``RuntimeSession(model, threads=t)`` on the ISA variant
+``--variant`` names (``KERNELTUNE_ISA``; by default the one this processor selects), and
+an onnxruntime
 ``InferenceSession`` with ``intra_op_num_threads=t`` and otherwise its default options
 (graph optimisations on, intra-op threads spinning). ``ratio`` is onnxruntime's median
 time per run over kerneltune's (above 1: kerneltune is faster); it is the headline.

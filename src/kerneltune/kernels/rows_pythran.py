@@ -41,6 +41,13 @@ import numpy as np
 # pythran export reduce_max(int32[:,:] order(C), int32[:], int)
 # pythran export reduce_max(int64[:,:] order(C), int64[:], int)
 
+#: rows at most this long take the softmax of short rows (_softmax_short)
+SHORT_ROW = 16
+#: the short rows' exponentials: blocks of this many elements, in chunks starting on
+#: multiples of ALIGN, as the unary kernels' (unary_pythran)
+BLOCK = 2048
+ALIGN = 64
+
 #: Normalizer's norms, as the caller names them
 NORM_MAX = 0
 NORM_L1 = 1
@@ -169,7 +176,55 @@ def _max_rows(x, out, unused, start, stop):
 
 
 def softmax(x, out, nthreads):
+    if x.shape[1] <= SHORT_ROW:
+        return _softmax_short(x, out, nthreads)
     return _run(x, out, 0, nthreads, _softmax_rows)
+
+
+def _softmax_short(x, out, nthreads):
+    """Softmax of rows shorter than a few vectors (a classifier's classes): each row less its
+    largest value, then the exponentials over the whole matrix as one array, then each row
+    over its sum. Row by row, a short row's exponentials were library calls one element
+    at a time. The exponentials' chunks start on multiples of ``ALIGN`` elements, as the
+    unary kernels' do, so each element takes the same vector or scalar path whatever the
+    thread count; the row phases compute each row whole."""
+    _run(x, out, 0, nthreads, _shift_rows)
+    flat = out.reshape(-1)
+    n = flat.shape[0]
+    chunk = ((n + nthreads - 1) // nthreads + ALIGN - 1) // ALIGN * ALIGN
+    parts = (n + chunk - 1) // chunk
+    if parts > 1:
+        # omp parallel for num_threads(parts) schedule(static)
+        for c in range(parts):
+            _exp_chunk(flat, c * chunk, min(n, c * chunk + chunk))
+    else:
+        _exp_chunk(flat, 0, n)
+    return _run(out, out, 0, nthreads, _scale_rows)
+
+
+def _shift_rows(x, out, unused, start, stop):
+    for r in range(start, stop):
+        largest = x[r, 0]
+        for i in range(1, x.shape[1]):
+            largest = max(largest, x[r, i])  # a NaN makes the row NaN through its sum
+        for i in range(x.shape[1]):
+            out[r, i] = x[r, i] - largest
+
+
+def _exp_chunk(flat, start, stop):
+    for b in range(start, stop, BLOCK):
+        e = min(stop, b + BLOCK)
+        flat[b:e] = np.exp(flat[b:e])
+
+
+def _scale_rows(x, out, unused, start, stop):
+    for r in range(start, stop):
+        total = x[r, 0]
+        for i in range(1, x.shape[1]):
+            total += x[r, i]
+        scale = 1 / total
+        for i in range(x.shape[1]):
+            out[r, i] = x[r, i] * scale
 
 
 def log_softmax(x, out, nthreads):
