@@ -23,11 +23,12 @@ import numpy as np
 from ..tuning.dtypes import NUMPY_DTYPES
 from . import outputs
 from .base import Plan, PreparedKernel, chunked_threads, operand, parallel_threads
-from .rows import RowsKernel
+from .rows import RowsKernel, normal_axes
 
-#: the attributes a node takes, with ONNX's defaults (``statistics``: the kernel's own)
-ATTRIBUTES: Mapping[str, Any] = {"axis": -1, "epsilon": 1e-5, "stash_type": 1,
-                                 "statistics": False}
+#: the node attributes, with ONNX's defaults
+NODE_ATTRIBUTES: Mapping[str, Any] = {"axis": -1, "epsilon": 1e-5, "stash_type": 1}
+#: the attributes a kernel takes: the node's, and ``statistics`` (its three outputs)
+ATTRIBUTES: Mapping[str, Any] = {**NODE_ATTRIBUTES, "statistics": False}
 #: ``stash_type``: ONNX's FLOAT, the type of the statistics
 STASH_FLOAT = 1
 
@@ -51,11 +52,8 @@ class PreparedLayerNormalization(PreparedKernel):
 
     def _split(self, shape: tuple[int, ...]) -> int:
         """The first normalised axis of an input of ``shape``."""
-        rank = len(shape)
-        if not -rank <= self._axis < rank:
-            raise ValueError(f"LayerNormalization: axis {self._axis} is outside "
-                             f"[{-rank}, {rank - 1}] for an input of shape {list(shape)}")
-        return self._axis + rank if self._axis < 0 else self._axis
+        (axis,) = normal_axes([self._axis], len(shape), "LayerNormalization")
+        return axis
 
     def plan(self, x, scale=None, bias=None) -> Plan:
         shape = np.shape(x)

@@ -24,7 +24,7 @@ from onnx import numpy_helper
 
 from .._support.aligned import aligned
 from ..errors import UnsupportedModelError
-from ..kernels import Kernel, catalog
+from ..kernels import Kernel, catalog, layer_normalization
 from ..kernels import rows as along_axes
 from ..kernels.cast import CastKernel
 from ..kernels.elementwise import ElementwiseKernel
@@ -36,7 +36,7 @@ from .views import View
 #: node attributes each operator's kernel takes, with their ONNX defaults
 ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
     "Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
-    "LayerNormalization": {"axis": -1, "epsilon": 1e-5, "stash_type": 1},
+    "LayerNormalization": layer_normalization.NODE_ATTRIBUTES,
     **catalog.UNARY_ATTRIBUTES,
 }
 
