@@ -105,7 +105,8 @@ def test_a_session_s_intermediates_come_from_the_pool_run_after_run():
     graph = helper.make_graph(
         nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [INTERMEDIATE])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [INTERMEDIATE])])
-    session = RuntimeSession(helper.make_model(graph), threads=1)
+    # unfused: fused, the two nodes are one call with no intermediate
+    session = RuntimeSession(helper.make_model(graph), threads=1, fusion=False)
     x = np.ones(INTERMEDIATE, np.float32)
     block = outputs.block_bytes(INTERMEDIATE * 4)
     (first,) = session.run(None, {"x": x})

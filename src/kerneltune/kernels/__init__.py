@@ -26,7 +26,8 @@ from ..tuning.schema import element_type_number
 from . import catalog, half
 from .base import LIBRARY, SHARED_CACHE, TUNING_ABI, Kernel, Plan, PreparedKernel
 from .cast import CastKernel
-from .elementwise import BinaryKernel, ClipKernel, UnaryKernel
+from .chain import CHAIN, ChainKernel
+from .elementwise import FLOAT, BinaryKernel, ClipKernel, UnaryKernel
 from .gemm import Gemm, MatMul
 from .layer_normalization import LayerNormalization
 from .outputs import output_pool_bytes, set_output_pool_limit
@@ -101,7 +102,8 @@ def _on_bits(function):
 
 @functools.cache
 def library(implementation: str | None = None) -> Mapping[str, Kernel]:
-    """Every kernel of one ISA variant, by ONNX operator name."""
+    """Every kernel of one ISA variant, by ONNX operator name, and the chain a session fuses
+    elementwise nodes into (:mod:`.chain`) by its own."""
     implementation = implementation or selected_variant()
     unary, binary = load_module("unary", implementation), load_module("binary", implementation)
     # Clip takes its bounds with each call; Pow also takes exponents of other types than its
@@ -132,6 +134,8 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
         implementation, _functions(rows, catalog.LAYER_NORMALIZATION),
         grains=_grains("LayerNormalization"))
     kernels["Cast"] = CastKernel(implementation, unary.cast, grains=_grains("Cast"))
+    kernels[CHAIN] = ChainKernel(implementation, unary.chain,
+                                 kernels["Tanh"].function_name(FLOAT, {}), _grains(CHAIN))
     kernels["Gemm"] = Gemm(implementation)
     kernels["MatMul"] = MatMul(implementation)
     return kernels

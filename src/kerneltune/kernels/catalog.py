@@ -127,6 +127,7 @@ GRAINS = {
     "Erf": {2048: ("DOUBLE",)},
     "Gelu": {2048: ("DOUBLE",)},
     "LayerNormalization": {16384: ("DOUBLE",)},
+    "ElementwiseChain": {16384: ("FLOAT",)},
 }
 
 #: operator -> {portable grain: element types} of ``parallel.broadcast_minimum_elements``

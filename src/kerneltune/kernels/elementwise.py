@@ -108,7 +108,9 @@ class PreparedUnary(PreparedKernel):
     def __init__(self, key, config, threads, function, dtype, out_dtype, parameters=()):
         self.key, self.config, self.threads = key, config, threads
         self._dtype, self.out_dtype = dtype, out_dtype
-        self._function = _with_parameters(function, tuple(dtype.type(p) for p in parameters))
+        # numbers in the element type; arrays (a chain's steps) as they are
+        self._function = _with_parameters(function, tuple(
+            p if isinstance(p, np.ndarray) else dtype.type(p) for p in parameters))
         self._grain = config.minimum_elements
         self.thread_limit = min(config.maximum_threads, threads)
         self._recycled_from = outputs.recycled_from(out_dtype)
@@ -387,6 +389,13 @@ class ElementwiseKernel(Kernel):
         return self._prepared_type(key, config, threads, functions[element_type],
                                    NUMPY_DTYPES[element_type], self.output_dtype(element_type),
                                    *parameters)
+
+    def function_name(self, element_type: int, attributes: Mapping[str, Any]) -> str | None:
+        """The compiled function a node of ``attributes`` runs on ``element_type`` (None for a
+        widened type or a function that takes parameters), as a fused chain names it."""
+        functions, parameters = self._chosen(attributes)
+        function = functions.get(element_type)
+        return None if parameters or function is None else function.__name__
 
     #: the leading inputs a widened 16-bit float call converts (None: every input)
     _widened_inputs: int | None = None

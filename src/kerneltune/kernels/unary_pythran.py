@@ -58,6 +58,7 @@ import numpy as np
 # pythran export erf(float64[:], float64[:], int)
 # pythran export geluf(float32[:], float32[:], int)
 # pythran export gelu(float64[:], float64[:], int)
+# pythran export chain(float32[:], float32[:], int64[:,:] order(C), float32[:], int)
 # pythran export gelu_tanhf(float32[:], float32[:], int)
 # pythran export gelu_tanh(float64[:], float64[:], int)
 # pythran export leaky_relu(float32[:], float32[:], float32, int)
@@ -127,17 +128,25 @@ import numpy as np
 BLOCK = 2048
 ALIGN = 64
 
+#: ``chain``'s operations by code: the element operation of the unary function of that name,
+#: Pow's by 2 and by 3 (``x * x``, ``x * x * x``), then the binary ones
+CHAIN_OPERATIONS = ("abs_", "neg", "relu", "exp", "logf", "sqrt", "sigmoid", "tanhf",
+                    "tanhf_rational", "erff", "geluf", "gelu_tanhf", "square", "cube",
+                    "add", "sub", "mul", "div")
+#: code of the first binary operation
+CHAIN_BINARY = 14
+#: elements between the starts of two of ``chain``'s registers: a block and a cache line, so
+#: that registers start on cache lines, as the unfused kernels' blocks do, and not 4 KiB
+#: apart (a load at the address of a store 4 KiB away waits for it)
+REGISTER = BLOCK + 16
+
 
 def _run(x, out, nthreads, block_op):
     """``block_op(x block, out block)`` over the blocks of each thread's chunk."""
     n = x.shape[0]
     if n == 0:
         return 1
-    nthreads = max(1, min(nthreads, n))
-    # Chunks start on multiples of ALIGN (a multiple of every SIMD width), so each
-    # element takes the same vector or scalar-tail path whatever the thread count.
-    chunk = ((n + nthreads - 1) // nthreads + ALIGN - 1) // ALIGN * ALIGN
-    nthreads = (n + chunk - 1) // chunk
+    chunk, nthreads = _chunks(n, nthreads)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(static)
         for c in range(nthreads):
@@ -148,11 +157,131 @@ def _run(x, out, nthreads, block_op):
     return nthreads
 
 
+def _chunks(n, nthreads):
+    """Each thread's chunk length and the threads that get one."""
+    nthreads = max(1, min(nthreads, n))
+    # Chunks start on multiples of ALIGN (a multiple of every SIMD width), so each
+    # element takes the same vector or scalar-tail path whatever the thread count.
+    chunk = ((n + nthreads - 1) // nthreads + ALIGN - 1) // ALIGN * ALIGN
+    return chunk, (n + chunk - 1) // chunk
+
+
 def _chunk(x, out, start, stop, block_op):
     """One thread's chunk, block by block."""
     for b in range(start, stop, BLOCK):
         e = min(stop, b + BLOCK)
         block_op(x[b:e], out[b:e])
+
+
+def _chain_chunk(x, out, start, stop, code, constants):
+    """One thread's chunk of ``chain``, block by block through registers made once."""
+    steps = code.shape[0]
+    registers = np.empty((steps + 1) * REGISTER, x.dtype)
+    for b in range(start, stop, BLOCK):
+        e = min(stop, b + BLOCK)
+        _chain(x[b:e], out[b:e], code, constants, registers)
+
+
+def _chain(x, out, code, constants, registers):
+    """``chain``'s steps over one block, each a loop of its own over registers of the block's
+    length: register 0 holds the block of x, step ``s`` writes register ``s + 1``.
+
+    Each step runs its operation's own block function or loop, as the unfused kernel's does,
+    over a block of the same bounds: every element takes the same instructions (the same
+    vector or scalar-tail path) and gives the same bits. One loop per step, never one
+    expression, so that the compiler cannot fuse a product and a sum into one multiply-add
+    that the unfused steps round twice.
+    """
+    n = x.shape[0]
+    steps = code.shape[0]
+    _copy(x, registers[0:n])
+    for s in range(steps):
+        a, b = max(code[s, 1], 0), max(code[s, 2], 0)
+        _operation(code[s, 0], registers[a * REGISTER:a * REGISTER + n],
+                   registers[b * REGISTER:b * REGISTER + n], constants[s], code[s, 1] < 0,
+                   code[s, 2] < 0, registers[(s + 1) * REGISTER:(s + 1) * REGISTER + n])
+    _copy(registers[steps * REGISTER:steps * REGISTER + n], out)
+
+
+def _operation(op, a, b, c, a_constant, b_constant, out):
+    """One step of ``chain``: operation ``op`` (a code of ``CHAIN_OPERATIONS``) of ``a`` (and
+    ``b``), the constant ``c`` standing for whichever of them is flagged constant."""
+    if op >= CHAIN_BINARY:
+        if op == CHAIN_BINARY:
+            _pairs(_plus, a, b, c, a_constant, b_constant, out)
+        elif op == CHAIN_BINARY + 1:
+            _pairs(_minus, a, b, c, a_constant, b_constant, out)
+        elif op == CHAIN_BINARY + 2:
+            _pairs(_times, a, b, c, a_constant, b_constant, out)
+        else:
+            _pairs(_over, a, b, c, a_constant, b_constant, out)
+    elif op == 0:
+        _abs(a, out)
+    elif op == 1:
+        _neg(a, out)
+    elif op == 2:
+        _relu(a, out)
+    elif op == 3:
+        _exp(a, out)
+    elif op == 4:
+        _logf(a, out)
+    elif op == 5:
+        _sqrt(a, out)
+    elif op == 6:
+        _sigmoid(a, out)
+    elif op == 7:
+        _tanhf(a, out)
+    elif op == 8:
+        _tanhf_rational(a, out)
+    elif op == 9:
+        _erff(a, out)
+    elif op == 10:
+        _geluf(a, out)
+    elif op == 11:
+        _gelu_tanhf(a, out)
+    elif op == 12:
+        _pairs(_times, a, a, c, False, False, out)
+    else:
+        _cube(a, out)
+
+
+def _pairs(f, a, b, c, a_constant, b_constant, out):
+    if a_constant:
+        for i in range(out.shape[0]):
+            out[i] = f(c, b[i])
+    elif b_constant:
+        for i in range(out.shape[0]):
+            out[i] = f(a[i], c)
+    else:
+        for i in range(out.shape[0]):
+            out[i] = f(a[i], b[i])
+
+
+def _plus(x, y):
+    return x + y
+
+
+def _minus(x, y):
+    return x - y
+
+
+def _times(x, y):
+    return x * y
+
+
+def _over(x, y):
+    return x / y
+
+
+def _cube(x, out):
+    # onnxruntime's order of the products, as the binary module's Pow by 3
+    for i in range(x.shape[0]):
+        out[i] = x[i] * x[i] * x[i]
+
+
+def _copy(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i]
 
 
 def _abs(x, out):
@@ -483,6 +612,23 @@ def gelu_tanh(x, out, nthreads):
 
 def leaky_relu(x, out, alpha, nthreads):
     return _run(x, out, nthreads, lambda xb, ob: _leaky_relu(xb, ob, alpha))
+
+
+def chain(x, out, code, constants, nthreads):
+    """Elementwise steps of one input as one call (``_chain``): ``code`` has a row
+    ``(operation, a, b)`` per step, its operands registers (0: x, ``s + 1``: step ``s``'s
+    result) or -1 for the step's value in ``constants``; the last step's result is ``out``."""
+    n = x.shape[0]
+    if n == 0:
+        return 1
+    chunk, nthreads = _chunks(n, nthreads)
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(static)
+        for c in range(nthreads):
+            _chain_chunk(x, out, c * chunk, min(n, c * chunk + chunk), code, constants)
+    else:
+        _chain_chunk(x, out, 0, n, code, constants)
+    return nthreads
 
 
 def clip(x, out, bounds, nthreads):

@@ -67,9 +67,10 @@ class RuntimeSession:
         if contention is not None and not isinstance(contention, Contention):
             raise TypeError(f"contention must be a Contention or None, got {contention!r}")
         self._contention = contention if self.threads > 1 else None
-        self._model = prepare_model(read_model(model), library())
+        kernels = library()
+        self._model = prepare_model(read_model(model), kernels)
         if fusion:
-            self._model = fuse(self._model)
+            self._model = fuse(self._model, kernels)
         started = time.perf_counter()
         snapshot = registry.snapshot()
         captured = time.perf_counter()
