@@ -135,10 +135,14 @@ CHAIN_OPERATIONS = ("abs_", "neg", "relu", "exp", "logf", "sqrt", "sigmoid", "ta
                     "add", "sub", "mul", "div")
 #: code of the first binary operation
 CHAIN_BINARY = 14
+#: ``chain``'s block: its registers (one per step) stay in L1 where the unary kernels'
+#: 2048 would spill to L2; blocks start on multiples of ALIGN, so every element takes the
+#: same vector or scalar-tail path as in the unary kernels' blocks
+CHAIN_BLOCK = 1024
 #: elements between the starts of two of ``chain``'s registers: a block and a cache line, so
 #: that registers start on cache lines, as the unfused kernels' blocks do, and not 4 KiB
 #: apart (a load at the address of a store 4 KiB away waits for it)
-REGISTER = BLOCK + 16
+REGISTER = CHAIN_BLOCK + 16
 
 
 def _run(x, out, nthreads, block_op):
@@ -177,8 +181,8 @@ def _chain_chunk(x, out, start, stop, code, constants):
     """One thread's chunk of ``chain``, block by block through registers made once."""
     steps = code.shape[0]
     registers = np.empty((steps + 1) * REGISTER, x.dtype)
-    for b in range(start, stop, BLOCK):
-        e = min(stop, b + BLOCK)
+    for b in range(start, stop, CHAIN_BLOCK):
+        e = min(stop, b + CHAIN_BLOCK)
         _chain(x[b:e], out[b:e], code, constants, registers)
 
 
