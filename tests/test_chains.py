@@ -175,6 +175,23 @@ def test_a_chain_read_by_another_node_stops_where_it_is_read():
         _assert_same_bits(a, b)
 
 
+def test_a_chain_whose_inner_value_is_read_outside_it_runs_unfused():
+    node = helper.make_node
+    # n feeds b and c (steps), b is read by a MatMul too, c by the last step: the nodes join
+    # through n, but b would leave the chain before its end
+    model = _model([node("Neg", ["X"], ["n"]), node("Abs", ["n"], ["b"]),
+                    node("Exp", ["n"], ["c"]), node("Tanh", ["c"], ["Y"]),
+                    node("MatMul", ["b", "w"], ["Z"])], {"w": np.ones((4, 2))},
+                   outputs=("Y", "Z"))
+    session = RuntimeSession(model.SerializeToString(), contention=None)
+    assert [n.op_type for n in session._model.nodes] == ["Neg", "Abs", "Exp", "Tanh",
+                                                          "MatMul"]
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    unfused = RuntimeSession(model.SerializeToString(), fusion=False, contention=None)
+    for a, b in zip(session.run(None, {"X": x}), unfused.run(None, {"X": x}), strict=True):
+        _assert_same_bits(a, b)
+
+
 def test_the_chain_kernel_has_its_own_key_and_refuses_a_bad_program():
     kernel = library()[CHAIN]
     assert kernel.tuning_key("FLOAT").kernel == CHAIN

@@ -153,6 +153,12 @@ def _fuse_chains(model: Model, chain: Kernel) -> Model:
             members.setdefault(root(id(node)), []).append(node)
     replaced, dropped = {}, set()
     for nodes in members.values():
+        inside = {id(node) for node in nodes}
+        # a value read outside the chain (or returned) may only be its last node's
+        if any(node.output in outputs or any(id(r) not in inside
+                                              for r in consumers.get(node.output, []))
+               for node in nodes[:-1]):
+            continue
         made = _chain_node(nodes, [steps[id(node)] for node in nodes], chain)
         if made is not None:
             replaced[id(nodes[-1])] = made
