@@ -147,6 +147,12 @@ REGISTER = CHAIN_BLOCK + 16
 
 def _run(x, out, nthreads, block_op):
     """``block_op(x block, out block)`` over the blocks of each thread's chunk."""
+    return _threads(x, out, nthreads,
+                    lambda xs, os, start, stop: _chunk(xs, os, start, stop, block_op))
+
+
+def _threads(x, out, nthreads, chunk_op):
+    """``chunk_op(x, out, start, stop)`` over each thread's chunk."""
     n = x.shape[0]
     if n == 0:
         return 1
@@ -154,10 +160,10 @@ def _run(x, out, nthreads, block_op):
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(static)
         for c in range(nthreads):
-            _chunk(x, out, c * chunk, min(n, c * chunk + chunk), block_op)
+            chunk_op(x, out, c * chunk, min(n, c * chunk + chunk))
     else:
         # No OpenMP region for one thread: entering one costs more than a small call's work.
-        _chunk(x, out, 0, n, block_op)
+        chunk_op(x, out, 0, n)
     return nthreads
 
 
@@ -178,33 +184,32 @@ def _chunk(x, out, start, stop, block_op):
 
 
 def _chain_chunk(x, out, start, stop, code, constants):
-    """One thread's chunk of ``chain``, block by block through registers made once."""
-    steps = code.shape[0]
-    registers = np.empty((steps + 1) * REGISTER, x.dtype)
-    for b in range(start, stop, CHAIN_BLOCK):
-        e = min(stop, b + CHAIN_BLOCK)
-        _chain(x[b:e], out[b:e], code, constants, registers)
-
-
-def _chain(x, out, code, constants, registers):
-    """``chain``'s steps over one block, each a loop of its own over registers of the block's
-    length: register 0 holds the block of x, step ``s`` writes register ``s + 1``.
+    """One thread's chunk of ``chain``, block by block, each step a loop of its own over the
+    block: step ``s`` reads the block of x (register 0) or earlier steps' results (register
+    ``r`` is step ``r - 1``'s, kept in L1 in registers made once) and writes register
+    ``s + 1``, the last step the block of ``out``.
 
     Each step runs its operation's own block function or loop, as the unfused kernel's does,
-    over a block of the same bounds: every element takes the same instructions (the same
-    vector or scalar-tail path) and gives the same bits. One loop per step, never one
-    expression, so that the compiler cannot fuse a product and a sum into one multiply-add
-    that the unfused steps round twice.
+    over a block starting on a multiple of ALIGN: every element takes the same instructions
+    (the same vector or scalar-tail path) and gives the same bits. One loop per step, never
+    one expression, so that the compiler cannot fuse a product and a sum into one
+    multiply-add that the unfused steps round twice.
     """
-    n = x.shape[0]
     steps = code.shape[0]
-    _copy(x, registers[0:n])
-    for s in range(steps):
-        a, b = max(code[s, 1], 0), max(code[s, 2], 0)
-        _operation(code[s, 0], registers[a * REGISTER:a * REGISTER + n],
-                   registers[b * REGISTER:b * REGISTER + n], constants[s], code[s, 1] < 0,
-                   code[s, 2] < 0, registers[(s + 1) * REGISTER:(s + 1) * REGISTER + n])
-    _copy(registers[steps * REGISTER:steps * REGISTER + n], out)
+    registers = np.empty(steps * REGISTER, x.dtype)
+    for b in range(start, stop, CHAIN_BLOCK):
+        e = min(stop, b + CHAIN_BLOCK)
+        for s in range(steps):
+            a, c = code[s, 1], code[s, 2]
+            _operation(code[s, 0], _register(x, registers, b, e, a),
+                       _register(x, registers, b, e, c), constants[s], a < 0, c < 0,
+                       out[b:e] if s == steps - 1 else _register(x, registers, b, e, s + 1))
+
+
+def _register(x, registers, b, e, r):
+    """Register ``r`` over the block ``[b, e)``: x's block for 0 (and, unread, for a
+    constant), else step ``r - 1``'s result."""
+    return x[b:e] if r <= 0 else registers[(r - 1) * REGISTER:(r - 1) * REGISTER + e - b]
 
 
 def _operation(op, a, b, c, a_constant, b_constant, out):
@@ -281,11 +286,6 @@ def _cube(x, out):
     # onnxruntime's order of the products, as the binary module's Pow by 3
     for i in range(x.shape[0]):
         out[i] = x[i] * x[i] * x[i]
-
-
-def _copy(x, out):
-    for i in range(x.shape[0]):
-        out[i] = x[i]
 
 
 def _abs(x, out):
@@ -619,20 +619,12 @@ def leaky_relu(x, out, alpha, nthreads):
 
 
 def chain(x, out, code, constants, nthreads):
-    """Elementwise steps of one input as one call (``_chain``): ``code`` has a row
+    """Elementwise steps of one input as one call (``_chain_chunk``): ``code`` has a row
     ``(operation, a, b)`` per step, its operands registers (0: x, ``s + 1``: step ``s``'s
     result) or -1 for the step's value in ``constants``; the last step's result is ``out``."""
-    n = x.shape[0]
-    if n == 0:
-        return 1
-    chunk, nthreads = _chunks(n, nthreads)
-    if nthreads > 1:
-        # omp parallel for num_threads(nthreads) schedule(static)
-        for c in range(nthreads):
-            _chain_chunk(x, out, c * chunk, min(n, c * chunk + chunk), code, constants)
-    else:
-        _chain_chunk(x, out, 0, n, code, constants)
-    return nthreads
+    return _threads(x, out, nthreads,
+                    lambda xs, os, start, stop: _chain_chunk(xs, os, start, stop, code,
+                                                             constants))
 
 
 def clip(x, out, bounds, nthreads):
