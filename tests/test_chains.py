@@ -175,6 +175,18 @@ def test_a_chain_read_by_another_node_stops_where_it_is_read():
         _assert_same_bits(a, b)
 
 
+def test_a_bias_before_an_activation_stays_a_step_and_the_activation_chains():
+    node = helper.make_node
+    # SiLU after a MatMul and its bias, as exporters write it for a batch of sequences
+    # (rank 3: the bias does not fuse into the MatMul)
+    model = _model([node("Add", ["X", "b"], ["h"]), node("Sigmoid", ["h"], ["s"]),
+                    node("Mul", ["h", "s"], ["Y"])], {"b": [0.5, -0.5, 1.0]})
+    fused, unfused = _sessions(model)
+    assert [n.op_type for n in fused._model.nodes] == ["Add", CHAIN]
+    x = np.random.default_rng(3).standard_normal((5, 3)).astype(np.float32)
+    _assert_same_bits(fused.run(None, {"X": x})[0], unfused.run(None, {"X": x})[0])
+
+
 def test_a_chain_whose_inner_value_is_read_outside_it_runs_unfused():
     node = helper.make_node
     # n feeds b and c (steps), b is read by a MatMul too, c by the last step: the nodes join

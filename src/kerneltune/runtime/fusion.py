@@ -196,7 +196,9 @@ def _step(node: Node, model: Model) -> tuple[str, tuple, float] | None:
         return None
     if node.op_type in BINARY or node.op_type == "Pow":
         constants = [_scalar(name, model, node.inputs) for name in node.inputs]
-        if len(node.inputs) != 2 or all(c is not None for c in constants):
+        if (len(node.inputs) != 2 or all(c is not None for c in constants)
+                or any(c is None and name in model.constants  # a bias: not one value
+                       for name, c in zip(node.inputs, constants, strict=True))):
             return None
         if node.op_type == "Pow":
             power = POWERS.get(constants[1]) if constants[0] is None else None
