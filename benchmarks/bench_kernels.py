@@ -49,6 +49,7 @@ from results import (
 from threadpoolctl import threadpool_limits
 
 from kerneltune.kernels import catalog, library
+from kerneltune.kernels.elementwise import UnaryKernel
 from kerneltune.tuning.dtypes import FLOATING, NUMPY_DTYPES
 from kerneltune.tuning.schema import element_type_number
 
@@ -282,7 +283,7 @@ def default_grains(rounds: int, recorder: Recorder) -> list[str]:
           f"{'serial us':>10} {'ref x':>8} {'own x':>8} {'ref / own':>10}")
     for name, element_type, parameter, grain, reference in portable_grains():
         kernel = kernels[name]
-        arity = 1 if name in catalog.UNARY else 2
+        arity = 1 if isinstance(kernel, UnaryKernel) else 2  # the fused chain's too
         form = "equal" if parameter == "parallel.minimum_elements" else "broadcast"
         low, high = 2 * min(grain, reference), 2 * max(grain, reference)
         sizes = sorted({size for size in (low, 2 * low, 3 * reference // 2, 3 * reference)
