@@ -4,7 +4,9 @@ A session fuses a chain of elementwise nodes (an activation written out as expor
 GELU, ``x * Sigmoid(x)``) into one node of this kernel (:mod:`kerneltune.runtime.fusion`).
 The compiled ``chain`` runs the steps block by block, each block in the L1 cache: one pass
 over memory instead of one per node, and one call. Each step runs the unfused kernel's own
-code over blocks of the same bounds, so the chain gives the unfused session's bits.
+code over blocks that start on multiples of 64 elements as the unfused kernel's do, so each
+element takes the same vector or scalar-tail path and the chain gives the unfused
+session's bits.
 
 A step is ``(operation, a, b, constant)``: an operation of ``CHAIN_OPERATIONS`` (a unary
 operation is named after the compiled function the unfused kernel runs on this variant),
