@@ -126,7 +126,6 @@ def _fuse_chains(model: Model, chain: Kernel) -> Model:
     one tensor and constants of one element, one value leaving the chain (its last node's)."""
     steps = {id(node): step for node in model.nodes
              if (step := _step(node, model)) is not None}
-    uses = _uses(model)
     consumers: dict[str, list[Node]] = {}
     for node in model.nodes:
         for name in set(node.inputs):
@@ -143,8 +142,7 @@ def _fuse_chains(model: Model, chain: Kernel) -> Model:
         readers = consumers.get(node.output, [])
         # joined to its readers where only nodes of chains read it
         if (id(node) in steps and node.output not in outputs and readers
-                and uses[node.output] == sum(r.inputs.count(node.output)
-                                             for r in readers if id(r) in steps)):
+                and all(id(r) in steps for r in readers)):
             for reader in readers:
                 group[root(id(reader))] = root(id(node))
     members: dict[int, list[Node]] = {}
