@@ -301,8 +301,41 @@ def test_plain_products_return_arrays_the_caller_owns(values):
 def test_parallel_runs_use_the_task_grid():
     a, b, _ = operands(64, 16, 256)  # 8 x 4 tasks of 8 x 64
     assert prepare(BLOCKED, threads=4).plan(a, b).threads == 4
-    assert prepare(BLOCKED, threads=64).plan(a, b).threads == 32  # one thread per task at most
+    # more threads than tasks: rows halved to MR, 16 x 4 tasks, one thread each at most
+    assert prepare(BLOCKED, threads=48).plan(a, b).threads == 48
+    assert prepare(BLOCKED, threads=100).plan(a, b).threads == 64
     assert prepare(SKINNY, threads=64).plan(a, b).threads == 4  # skinny: column strips only
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_products_of_fewer_tiles_than_threads_get_a_task_per_thread(trans_b):
+    """The default 64 x 256 tiles make one task of a 64 x 1024 x 256 product: the grid's
+    tiles are halved until each thread has one, and the bits stay the serial run's."""
+    a, b, _ = operands(64, 1024, 256, 0, trans_b)
+    prepared = prepare({"algorithm.blas_minimum_fmas": 10**15}, threads=2, transB=trans_b)
+    plan = prepared.plan(a, b)
+    assert plan.path == "blocked_packed" and plan.threads == 2
+    assert prepared.run(a, b).tobytes() == prepared.run_serial(a, b).tobytes()
+    # one tile of the smallest size cannot be cut: one thread
+    a, b, _ = operands(MR, 4096, NR, 0, trans_b)
+    assert prepared.plan(a, b).threads == 1
+
+
+def test_products_on_the_openmp_pool_keep_off_blas_but_for_one_row():
+    """``pool="openmp"``: a product of several rows far above every BLAS threshold takes a
+    compiled path (the bits of the serial run); one row keeps its own threshold."""
+    values = {"algorithm.blas_minimum_fmas": 1, "algorithm.skinny_blas_minimum_fmas": 1,
+              "algorithm.vector_blas_minimum_fmas": 1}
+    for kernel, attributes in ((GEMM, {"transB": 1}), (MATMUL, {}), (MATMUL, {"bias": 1})):
+        anywhere = prepare(values, threads=2, kernel=kernel, **attributes)
+        pooled = prepare(values, threads=2, kernel=kernel, pool="openmp", **attributes)
+        for m, path in ((64, "blocked_packed"), (3, "skinny"), (1, "blas")):
+            a, b, c = operands(m, 300, 200, 0, attributes.get("transB", 0), "row")
+            inputs = (a, b) if kernel is MATMUL and not attributes else (a, b, c)
+            assert anywhere.plan(*inputs).path == "blas"
+            assert pooled.plan(*inputs).path == path, (kernel, attributes, m)
+            expected = anywhere.run(*inputs) if path == "blas" else pooled.run_serial(*inputs)
+            assert pooled.run(*inputs).tobytes() == expected.tobytes()
 
 
 # -- thresholds -----------------------------------------------------------------------------
@@ -578,6 +611,9 @@ def test_bad_attributes_are_clear_errors():
         GEMM.prepare("FLOAT", alpha="1")
     with pytest.raises(TypeError, match="MatMul takes no attributes"):
         MATMUL.prepare("FLOAT", alpha=1.0)
+    for kernel in (GEMM, MATMUL):
+        with pytest.raises(ValueError, match="pool: 'openmp' or none, got 'blas'"):
+            kernel.prepare("FLOAT", pool="blas")
 
 
 @pytest.mark.parametrize("values,fields", [

@@ -112,6 +112,44 @@ def _other_ticks(session, feed: dict, excluded: set[int]) -> int:
     return sum(end[t] - start.get(t, 0) for t in end if t != caller and t not in excluded)
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a second CPU to run a second thread")
+def test_a_session_of_several_kernels_runs_its_products_on_the_openmp_pool_alone():
+    found = _child(2, "pool")
+    if not found["blas_workers"]:
+        pytest.skip("the BLAS library runs on one thread in this process")
+    # a product far above the BLAS threshold, on the compiled path's threads: BLAS's idle
+    assert found["openmp_ticks"] > 0 and found["blas_ticks"] == 0, found
+
+
+def _one_pool() -> dict:
+    """A 2-thread session of a MatMul on the BLAS path alone and a Tanh after it: the
+    ticks BLAS's threads and the OpenMP workers took over its runs."""
+    import time
+
+    from onnx import helper
+
+    from kerneltune.runtime import RuntimeSession
+    from kerneltune.runtime.contention import blas_workers, openmp_workers
+
+    model, _, x = _model_and_input()
+    graph = model.graph
+    graph.node[0].output[0] = "P"
+    graph.node.append(helper.make_node("Tanh", ["P"], ["Y"]))
+    openmp = openmp_workers(2)
+    time.sleep(0.2)  # the OpenMP worker's spin after that region ends
+    blas = blas_workers(2) - openmp
+    session = RuntimeSession(model, threads=2, contention=None)
+    session.run(None, {"X": x})
+    time.sleep(0.2)
+    start = _ticks()
+    for _ in range(RUNS):
+        session.run(None, {"X": x})
+    end = _ticks()
+    return {"blas_workers": len(blas),
+            "blas_ticks": sum(end.get(t, 0) - start.get(t, 0) for t in blas),
+            "openmp_ticks": sum(end.get(t, 0) - start.get(t, 0) for t in openmp)}
+
+
 def _contended() -> dict:
     """A 2-thread session on the BLAS path beside a contention source this process controls:
     a thread that, while on, adds waits to the caller's schedstat in a task directory of
@@ -200,4 +238,6 @@ def _measure(threads: int) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_contended() if sys.argv[2] == "contended" else _measure(int(sys.argv[1]))))
+    modes = {"contended": _contended, "pool": _one_pool}
+    print(json.dumps(modes[sys.argv[2]]() if sys.argv[2] in modes
+                     else _measure(int(sys.argv[1]))))

@@ -128,6 +128,8 @@ class Kernel(abc.ABC):
     """One operator of the library for one ISA variant (the key's ``implementation``)."""
 
     name: str
+    #: whether its products may run on the BLAS library's threads (it takes ``pool``)
+    uses_blas: bool = False
 
     def __init__(self, implementation: str):
         self.implementation = implementation

@@ -22,8 +22,9 @@ Five algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_py
   matrix-vector products, with kernels of their own).
 
 Those are the algorithm decisions. The parallel decision is separate: the compiled paths
-cut the output into tasks (``tile_m x tile_n`` tiles; column strips of ``tile_n`` for
-skinny) and run ``min(threads, tasks, M * N * K // parallel.fmas_per_work_unit)`` threads
+cut the output into tasks (``tile_m x tile_n`` tiles, halved while there are fewer than
+threads; column strips of ``tile_n`` for skinny) and run
+``min(threads, tasks, M * N * K // parallel.fmas_per_work_unit)`` threads
 (``parallel.skinny_fmas_per_work_unit`` on the skinny path, whose multiply-adds each read
 an element of B that a square product reuses from cache) when there are at least
 ``parallel.minimum_tasks`` tasks, else one. The BLAS path runs on the BLAS library's
@@ -187,30 +188,40 @@ class Gemm(Kernel):
     Attributes as in ONNX: ``alpha`` and ``beta`` (1.0), ``transA`` and ``transB`` (0).
     ``activation="Relu"`` (FLOAT and DOUBLE) prepares the Gemm followed by a Relu, which a
     session fuses (:mod:`kerneltune.runtime.fusion`): the same thresholds, one call.
+    ``pool="openmp"`` keeps products of several rows off BLAS, on the compiled paths,
+    whose parallel regions run on the OpenMP pool of the library's other kernels: a
+    session that runs those too prepares its products so (one pool per run, see
+    :class:`~kerneltune.runtime.RuntimeSession`). One-row products keep their BLAS
+    threshold.
     """
 
     name = "Gemm"
     element_types = (FLOAT, DOUBLE, *half.FORMATS)
+    uses_blas = True
 
     def config_type(self, element_type: int) -> type:
         return HalfGemmConfig if element_type in half.FORMATS else GemmConfig
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
-        unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB", "activation"})
+        unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB", "activation",
+                                            "pool"})
         if unknown:
             raise TypeError(f"{self.name}: unknown attributes {unknown}; expected alpha, beta, "
-                            f"transA, transB (and activation, from a session's fusion)")
+                            f"transA, transB (and activation, from a session's fusion, and "
+                            f"pool)")
         alpha, beta = (_number(attributes.get(name, 1.0), name) for name in ("alpha", "beta"))
         trans_a, trans_b = (_flag(attributes.get(name, 0), name) for name in ("transA", "transB"))
         return self._bind(element_type, config, threads, alpha, beta, trans_a, trans_b,
-                          _relu(attributes.get("activation"), element_type))
+                          _relu(attributes.get("activation"), element_type),
+                          _openmp_pool(attributes.get("pool")))
 
-    def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b, relu=False):
+    def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b, relu=False,
+              openmp_pool=False):
         key = self.tuning_key(element_type)
         compute = half.compute_type(element_type)
         module = load_module("gemm", self.implementation)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
-                                beta, trans_a, trans_b, relu)
+                                beta, trans_a, trans_b, relu, openmp_pool)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)
@@ -222,21 +233,24 @@ class MatMul(Gemm):
 
     ``bias=1`` prepares the MatMul of two matrices followed by the Add of a bias (Gemm's
     C, ``beta`` 1), which a session fuses (:mod:`kerneltune.runtime.fusion`), and with
-    ``activation="Relu"`` followed by a Relu too.
+    ``activation="Relu"`` followed by a Relu too. ``pool`` as Gemm's.
     """
 
     name = "MatMul"
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
+        openmp_pool = _openmp_pool(attributes.get("pool"))
+        attributes = {name: value for name, value in attributes.items() if name != "pool"}
         if attributes.get("bias") == 1 and set(attributes) <= {"bias", "activation"} and (
                 element_type not in half.FORMATS):
             # MatMul then Add of a bias, fused (runtime.fusion): two matrices and Gemm's C
             return self._bind(element_type, config, threads, 1.0, 1.0, False, False,
-                              _relu(attributes.get("activation"), element_type))
+                              _relu(attributes.get("activation"), element_type), openmp_pool)
         if attributes:
             raise TypeError(f"MatMul takes no attributes but bias=1 and activation='Relu' "
-                            f"(FLOAT and DOUBLE), got {attributes}")
-        gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False)
+                            f"(FLOAT and DOUBLE) and pool, got {attributes}")
+        gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False,
+                          openmp_pool=openmp_pool)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(PreparedMatMul(gemm.inner), gemm.format,
                                     gemm.conversion_minimum)
@@ -251,6 +265,13 @@ def _relu(activation, element_type: int) -> bool:
         raise ValueError(f"a product's activation: 'Relu' on FLOAT and DOUBLE only, got "
                          f"{activation!r} on {element_type_name(element_type)}")
     return True
+
+
+def _openmp_pool(pool) -> bool:
+    """Whether a prepared product keeps to the OpenMP pool (``pool``: None or ``"openmp"``)."""
+    if pool not in (None, "openmp"):
+        raise ValueError(f"a product's pool: 'openmp' or none, got {pool!r}")
+    return pool == "openmp"
 
 
 def _number(value, name: str) -> float:
@@ -276,7 +297,7 @@ class PreparedGemm(PreparedKernel):
     uses_blas = True
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
-                 relu=False):
+                 relu=False, openmp_pool=False):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
@@ -289,9 +310,12 @@ class PreparedGemm(PreparedKernel):
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
         self._no_bias = np.zeros((0, 0), dtype)
+        #: products of several rows on the compiled paths only (Gemm's ``pool="openmp"``)
+        self.openmp_pool = openmp_pool
         fields = {T_TRANS_A: trans_a, T_TRANS_B: trans_b, T_SKINNY_LIMIT: config.skinny_m_limit,
                   T_VECTOR_BLAS: config.vector_blas_minimum_fmas,
-                  T_SKINNY_BLAS: config.skinny_blas_minimum_fmas, T_BLAS: config.blas_minimum_fmas,
+                  T_SKINNY_BLAS: INT64_MAX if openmp_pool else config.skinny_blas_minimum_fmas,
+                  T_BLAS: INT64_MAX if openmp_pool else config.blas_minimum_fmas,
                   T_TILE_M: config.tile_m, T_TILE_N: config.tile_n, T_TILE_K: config.tile_k,
                   T_PACK_MINIMUM: config.pack_b_minimum_elements,
                   T_MINIMUM_TASKS: config.minimum_tasks,

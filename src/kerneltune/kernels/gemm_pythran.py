@@ -35,8 +35,8 @@ and the Relu after it in one call, as a session fuses them.
 The caller checks the shapes and needs ``M, N > 0`` and tiles ``> 0``; ``K == 0`` is the
 caller's too (nothing is accumulated). Both return the number of threads that ran.
 
-- ``blocked``: the output is cut into tasks of ``tile_m x tile_n`` that ``nthreads`` OpenMP
-  threads share (dynamic schedule). A task walks K in ``tile_k`` steps; each step multiplies
+- ``blocked``: the output is cut into tasks of ``tile_m x tile_n`` (halved until there are
+  ``nthreads`` tasks, when fewer) that ``nthreads`` OpenMP threads share (dynamic schedule). A task walks K in ``tile_k`` steps; each step multiplies
   the task's rows, ``MR`` at a time (packed into a small contiguous ``MR x tile_k`` block), by
   the ``tile_k x tile_n`` panel of B, ``NR`` columns at a time. B is read in place, or first
   packed (``pack``, by all threads, once per call): each ``tile_k x NR`` block of a panel
@@ -371,6 +371,7 @@ def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
     pack = pack or trans_b
+    tile_m, tile_n = _grid(m, n, tile_m, tile_n, nthreads)
     nnt = (n + tile_n - 1) // tile_n
     panels = (kk + tile_k - 1) // tile_k * nnt if pack else 0
     tasks = (m + tile_m - 1) // tile_m * nnt
@@ -602,6 +603,22 @@ def panel(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
     return nthreads
 
 
+def _tasks(m, n, tile_m, tile_n):
+    return (m + tile_m - 1) // tile_m * ((n + tile_n - 1) // tile_n)
+
+
+def _grid(m, n, tile_m, tile_n, wanted):
+    """The tiles of the task grid: the configured ones, halved while the grid has fewer tasks
+    than ``wanted`` threads (columns first, down to ``NR``; then rows, down to ``MR``), so
+    that a product of few rows still has a task per thread. Tiles only cut the output into
+    tasks: the sums, hence the bits, stay the same."""
+    while _tasks(m, n, tile_m, tile_n) < wanted and tile_n > NR:
+        tile_n = max(NR, tile_n // 2 // NR * NR)
+    while _tasks(m, n, tile_m, tile_n) < wanted and tile_m > MR:
+        tile_m = max(MR, tile_m // 2 // MR * MR)
+    return tile_m, tile_n
+
+
 def _threads(tasks, fmas, unit, t):
     """Threads of a task grid: one below the minimum tasks, else as many as have ``unit``
     multiply-adds of work."""
@@ -625,10 +642,12 @@ def decide(m, k, n, serial, t):
                                      t[T_SKINNY_FMAS_PER_UNIT], t)
     if n <= t[T_COLUMN_LIMIT]:
         return COLUMN_PATH, _threads((m + CB - 1) // CB, fmas, t[T_FMAS_PER_UNIT], t)
-    tasks = (m + t[T_TILE_M] - 1) // t[T_TILE_M] * ((n + tile_n - 1) // tile_n)
+    unit = t[T_FMAS_PER_UNIT]
+    tiles = _grid(m, n, t[T_TILE_M], tile_n, max(1, min(t[T_THREADS], fmas // unit)))
+    threads = _threads(_tasks(m, n, tiles[0], tiles[1]), fmas, unit, t)
     if n <= t[T_PANEL_LIMIT] and k <= t[T_TILE_K]:
-        return PANEL_PATH, _threads(tasks, fmas, t[T_FMAS_PER_UNIT], t)
-    return blocked_path, _threads(tasks, fmas, t[T_FMAS_PER_UNIT], t)
+        return PANEL_PATH, threads
+    return blocked_path, threads
 
 
 def rectify(out):

@@ -147,8 +147,17 @@ class RuntimeSession:
         self._input_names = frozenset(s.name for s in model.inputs)
 
     def _prepare(self, threads: int) -> tuple[tuple, tuple]:
-        """The steps of a run on ``threads``, and each node's prepared kernel (for plans)."""
+        """The steps of a run on ``threads``, and each node's prepared kernel (for plans).
+
+        One pool per run: on several threads, a session of two kernels or more keeps its
+        products of several rows on the compiled paths, whose parallel regions run on the
+        OpenMP pool its other kernels use. Next to BLAS's pool, whose threads spin after
+        each product, each pool's regions wait for CPUs the other's threads hold
+        (docs/kernels.md, "One pool per run").
+        """
         steps, prepared_kernels = [], []
+        kernels = sum(node.kernel is not None for node in self._model.nodes)
+        pool = {"pool": "openmp"} if threads > 1 and kernels > 1 else {}
         for node in self._model.nodes:
             intermediate = node.output not in self._kept
             if node.view is not None:
@@ -164,7 +173,8 @@ class RuntimeSession:
                 self._configs[key, threads] = node.kernel.configure(
                     node.element_type, resolutions[key].values)
             prepared = node.kernel.prepare(node.element_type, self._configs[key, threads],
-                                           threads, **node.attributes)
+                                           threads, **node.attributes,
+                                           **(pool if node.kernel.uses_blas else {}))
             steps.append((prepared.run, tuple(self._slots[i] for i in node.inputs),
                           self._slots[node.output], intermediate))
             prepared_kernels.append(prepared)
