@@ -32,12 +32,14 @@ def test_heavy_names_load_on_first_use_only(name, home, heavy):
 
 
 #: what running a model never needs: the calibration machinery, the profile merge and
-#: verification, the profile store, the kernels' calibration functions and probes
+#: verification, the profile store, the kernels' calibration functions and probes, and
+#: (without a YAML file to read or a file to write) yaml and filelock
 NOT_FOR_A_SESSION = ("kerneltune.calibration.batch", "kerneltune.calibration.search",
                      "kerneltune.calibration.context", "kerneltune.profiles.merge",
                      "kerneltune.profiles.verification", "kerneltune.profiles.export",
                      "kerneltune.store", "kerneltune.kernels.calibrate",
-                     "kerneltune.kernels.calibrate_gemm", "kerneltune.kernels.probes")
+                     "kerneltune.kernels.calibrate_gemm", "kerneltune.kernels.probes", "yaml",
+                     "filelock")
 
 
 def test_a_first_session_imports_nothing_it_does_not_need(tmp_path):

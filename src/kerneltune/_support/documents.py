@@ -22,6 +22,7 @@ not a regular file), ``too_large`` (beyond :func:`maximum_bytes`),
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -29,11 +30,12 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import yaml
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import Problem
+
+if TYPE_CHECKING:
+    import yaml
 
 #: the variable that sets the largest file kerneltune reads, in bytes (``64M``, ``1G``)
 SIZE_VARIABLE = "KERNELTUNE_MAX_FILE_BYTES"
@@ -45,24 +47,30 @@ _FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                (stat.S_ISSOCK, "a socket"))
 
 
-class SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+@functools.cache
+def safe_loader() -> type:
     """The safe loader (the C one where built), refusing duplicate mapping keys.
 
     Plain YAML loaders keep the last of two equal keys without a word; a file
-    that says two things about one field means neither.
+    that says two things about one field means neither. Made, and yaml imported, at
+    the first YAML text: a first session reads none.
     """
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        mapping = super().construct_mapping(node, deep)
-        if len(mapping) != len(node.value):
-            seen: set = set()
-            for key_node, _ in node.value:
-                if key_node.value in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"found the key {key_node.value!r} twice",
-                        key_node.start_mark)
-                seen.add(key_node.value)
-        return mapping
+    class SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+            mapping = super().construct_mapping(node, deep)
+            if len(mapping) != len(node.value):
+                seen: set = set()
+                for key_node, _ in node.value:
+                    if key_node.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"found the key {key_node.value!r} twice",
+                            key_node.start_mark)
+                    seen.add(key_node.value)
+            return mapping
+
+    return SafeLoader
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -95,9 +103,11 @@ def parse_text(text: str) -> tuple[object, str | None]:
         return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=float), None
     except (ValueError, RecursionError):
         pass
+    import yaml
+
     try:
         if "*" not in text:  # no alias: nothing can expand
-            return yaml.load(text, Loader=SafeLoader), None  # noqa: S506 - a safe loader
+            return yaml.load(text, Loader=safe_loader()), None  # noqa: S506 - a safe loader
         return _load_bounded(text)
     except (yaml.YAMLError, ValueError, RecursionError) as error:
         return None, f"not plain YAML: {' '.join(str(error).split())}"
@@ -114,7 +124,9 @@ def _load_bounded(text: str) -> tuple[object, str | None]:
     nodes than memory holds; the composed graph is small, so its expanded size
     is counted there, once per node, before anything is constructed.
     """
-    loader = SafeLoader(text)
+    import yaml
+
+    loader = safe_loader()(text)
     try:
         root = loader.get_single_node()
         sizes: dict[int, int] = {}

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import filelock
 import platformdirs
+
+if TYPE_CHECKING:
+    import filelock
 
 #: the value of a file's environment variable that turns that file off
 DISABLED = "off"
@@ -41,7 +43,7 @@ def user_file_path(variable: str, file_name: str) -> Path | None:
 
 def temporary_sibling(target: Path) -> Path:
     """A unique ``<name>.<random>.tmp`` next to ``target``, the pattern cleaners look for."""
-    return target.with_name(f"{target.name}.{secrets.token_hex(8)}.tmp")
+    return target.with_name(f"{target.name}.{os.urandom(8).hex()}.tmp")
 
 
 def write_atomically(target: Path, text: str | bytes, mode: int | None = None) -> None:
@@ -88,7 +90,10 @@ def file_lock(target: Path, timeout: float) -> filelock.FileLock:
     """The inter-process lock of ``target``: its ``.lock`` sibling, never deleted.
 
     Deleting a lock file that another process waits on would let two writers in.
+    filelock is imported here: only writers lock, and a first session writes nothing.
     """
+    import filelock
+
     return filelock.FileLock(str(target) + ".lock", timeout=timeout)
 
 

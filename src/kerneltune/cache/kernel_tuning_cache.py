@@ -43,8 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import filelock
-
 from .._support.documents import collector_paused, read_document
 from .._support.files import DISABLED as DISABLED  # the value of KERNELTUNE_CACHE that is off
 from .._support.files import (
@@ -486,6 +484,8 @@ def update_cache_entries(
             return unusable
         merge = _merge(current.entries, incoming(current.entries), replace_existing, drop)
         return merge.report("read_only", path)
+    import filelock  # only writers lock (see file_lock)
+
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(target, lock_timeout):
@@ -561,6 +561,8 @@ def remove_kernel_tuning_cache(
     path = str(target)
     if not target.parent.is_dir():
         return CacheRemoveReport("not_found", path)
+    import filelock  # only writers lock (see file_lock)
+
     try:
         with file_lock(target, lock_timeout):
             try:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-
-import yaml
+from typing import TYPE_CHECKING
 
 from .._support.documents import read_bounded
 from ..errors import CpuDescriptorError, Problem
 from .descriptor import CpuDescriptor, _descriptor_error
+
+if TYPE_CHECKING:
+    import yaml
 
 FILE_FORMAT = "kerneltune-cpu-descriptor"
 SCHEMA_VERSION = 1
@@ -24,6 +26,8 @@ SCHEMA_VERSION = 1
 
 def write_cpu_descriptor(descriptor: CpuDescriptor, path: str | os.PathLike[str]) -> None:
     """Write ``descriptor`` under a format header, so a later reader can refuse a newer file."""
+    import yaml
+
     document = {"format": FILE_FORMAT, "schema_version": SCHEMA_VERSION, **descriptor.to_dict()}
     Path(path).write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
 
@@ -32,8 +36,11 @@ def read_cpu_descriptor(path: str | os.PathLike[str]) -> CpuDescriptor:
     """Read a descriptor file written by :func:`write_cpu_descriptor` or by hand.
 
     Only plain YAML is accepted: a tag that would construct a Python object
-    is an error, since a descriptor file may come from anywhere.
+    is an error, since a descriptor file may come from anywhere. (yaml is imported by
+    the functions that read or write YAML: a first session reads none.)
     """
+    import yaml
+
     source = os.fspath(path)
     contents = read_bounded(Path(path), "processor descriptor")
     if contents.data is None:
@@ -87,6 +94,8 @@ def _yaml_problem(text: str, error: yaml.YAMLError) -> Problem:
 
 def _field_at(text: str, mark: yaml.Mark) -> str:
     """The dotted key path whose value contains ``mark``; composing builds no Python objects."""
+    import yaml
+
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:

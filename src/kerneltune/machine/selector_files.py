@@ -15,10 +15,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-
-import yaml
 
 from .._support.documents import DocumentFormat, read_document
 from .._support.files import write_atomically
@@ -109,6 +106,8 @@ def selector_text(named: NamedSelector) -> str:
     document = {"format": SELECTOR_FORMAT.name, "schema_version": SELECTOR_FORMAT.schema_version,
                 "name": named.name, "description": named.description,
                 "selector": named.selector.to_dict()}
+    import yaml  # imported where YAML is written: a first session writes none
+
     # Lists of scalars in flow style keep a long model list to a few lines.
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=None,
                           allow_unicode=True)
@@ -120,6 +119,8 @@ def _looks_like_path(text: str) -> bool:
 
 def _shipped_directory() -> Path:
     # A package with compiled extensions is installed as files, never inside an archive.
+    from importlib import resources
+
     return Path(str(resources.files("kerneltune"))) / "data" / "selectors"
 
 
