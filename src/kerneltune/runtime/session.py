@@ -69,6 +69,9 @@ class RuntimeSession:
         self._contention = contention if self.threads > 1 else None
         kernels = library()
         self._model = prepare_model(read_model(model), kernels)
+        #: the model's kernel nodes before fusion, which must not change a path (one pool
+        #: per run, see _prepare)
+        self._kernel_nodes = sum(node.kernel is not None for node in self._model.nodes)
         if fusion:
             self._model = fuse(self._model, kernels)
         started = time.perf_counter()
@@ -149,15 +152,15 @@ class RuntimeSession:
     def _prepare(self, threads: int) -> tuple[tuple, tuple]:
         """The steps of a run on ``threads``, and each node's prepared kernel (for plans).
 
-        One pool per run: on several threads, a session of two kernels or more keeps its
-        products of several rows on the compiled paths, whose parallel regions run on the
-        OpenMP pool its other kernels use. Next to BLAS's pool, whose threads spin after
-        each product, each pool's regions wait for CPUs the other's threads hold
-        (docs/kernels.md, "One pool per run").
+        One pool per run: on several threads, a model of two kernel nodes or more (fused
+        or not: fusion changes no path) keeps its products of several rows on the
+        compiled paths, whose parallel regions run on the OpenMP pool its other kernels
+        use. Next to BLAS's pool, whose threads spin after each product, each pool's
+        regions wait for CPUs the other's threads hold (docs/kernels.md, "One pool per
+        run").
         """
         steps, prepared_kernels = [], []
-        kernels = sum(node.kernel is not None for node in self._model.nodes)
-        pool = {"pool": "openmp"} if threads > 1 and kernels > 1 else {}
+        pool = {"pool": "openmp"} if threads > 1 and self._kernel_nodes > 1 else {}
         for node in self._model.nodes:
             intermediate = node.output not in self._kept
             if node.view is not None:
