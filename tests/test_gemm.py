@@ -10,7 +10,7 @@ import pytest
 
 from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError
-from kerneltune.kernels.gemm import Gemm, MatMul, _fast_run
+from kerneltune.kernels.gemm import COMPILED_POOL_VARIANTS, Gemm, MatMul, _fast_run
 from kerneltune.kernels.gemm_pythran import KU, MR, NR
 from kerneltune.kernels.variants import selected_variant
 
@@ -321,11 +321,14 @@ def test_products_of_fewer_tiles_than_threads_get_a_task_per_thread(trans_b):
     assert prepared.plan(a, b).threads == 1
 
 
-def test_products_on_the_openmp_pool_keep_off_blas_but_for_one_row():
-    """``pool="openmp"``: a product of several rows far above every BLAS threshold takes a
-    compiled path (the bits of the serial run); one row keeps its own threshold."""
+def test_products_on_the_openmp_pool_keep_off_blas_s_threads():
+    """``pool="openmp"``: BLAS computes on the calling thread alone, and on the variants
+    whose compiled products beat that, a product of several rows far above every BLAS
+    threshold takes a compiled path (the bits of the serial run); one row keeps its own
+    threshold."""
     values = {"algorithm.blas_minimum_fmas": 1, "algorithm.skinny_blas_minimum_fmas": 1,
               "algorithm.vector_blas_minimum_fmas": 1}
+    compiled = selected_variant() in COMPILED_POOL_VARIANTS
     for kernel, attributes in ((GEMM, {"transB": 1}), (MATMUL, {}), (MATMUL, {"bias": 1})):
         anywhere = prepare(values, threads=2, kernel=kernel, **attributes)
         pooled = prepare(values, threads=2, kernel=kernel, pool="openmp", **attributes)
@@ -333,8 +336,12 @@ def test_products_on_the_openmp_pool_keep_off_blas_but_for_one_row():
             a, b, c = operands(m, 300, 200, 0, attributes.get("transB", 0), "row")
             inputs = (a, b) if kernel is MATMUL and not attributes else (a, b, c)
             assert anywhere.plan(*inputs).path == "blas"
-            assert pooled.plan(*inputs).path == path, (kernel, attributes, m)
-            expected = anywhere.run(*inputs) if path == "blas" else pooled.run_serial(*inputs)
+            plan = pooled.plan(*inputs)
+            assert plan.path == (path if compiled else "blas"), (kernel, attributes, m)
+            if plan.path == "blas":
+                assert plan.threads == 1
+            expected = anywhere.run(*inputs) if plan.path == "blas" else pooled.run_serial(
+                *inputs)
             assert pooled.run(*inputs).tobytes() == expected.tobytes()
 
 

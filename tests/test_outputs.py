@@ -147,6 +147,30 @@ def test_a_negative_limit_is_refused():
         outputs.set_output_pool_limit(-1)
 
 
+@pytest.mark.parametrize("op_type", ["MatMul", "Gemm"])
+def test_a_compiled_product_s_large_intermediate_comes_from_the_pool(op_type):
+    """A product made on a compiled path writes its large output into a pooled block, which
+    the next step releases and the next run takes again."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kerneltune.runtime import RuntimeSession
+
+    rows, depth, columns = 512, 4, 256  # 512 KiB out, far below the BLAS threshold
+    weight = np.random.default_rng(0).standard_normal((depth, columns)).astype(np.float32)
+    nodes = [helper.make_node(op_type, ["x", "w"], ["p"]), helper.make_node("Tanh", ["p"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "product", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, depth])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, columns])],
+        [numpy_helper.from_array(weight, "w")])
+    session = RuntimeSession(helper.make_model(graph), threads=1)
+    x = np.random.default_rng(1).standard_normal((rows, depth)).astype(np.float32)
+    block = outputs.block_bytes(rows * columns * 4)
+    for _ in range(2):
+        (y,) = session.run(None, {"x": x})
+        assert outputs.output_pool_bytes() == block
+        np.testing.assert_allclose(y, np.tanh(x @ weight), rtol=1e-5, atol=1e-6)
+
+
 def test_kernel_outputs_from_recycled_blocks_are_correct_and_distinct():
     abs_ = library()["Abs"].prepare("FLOAT", threads=2)
     x = np.linspace(-1, 1, LARGE, dtype=np.float32)

@@ -92,6 +92,11 @@ from .variants import load_module
 
 FLOAT = element_type_number("FLOAT")
 DOUBLE = element_type_number("DOUBLE")
+#: ISA variants whose compiled products on a session's threads beat BLAS on the calling
+#: thread alone: on the OpenMP pool (``pool="openmp"``), their products of several rows
+#: never take BLAS. The baseline variant's SSE2 products are not among them: BLAS runs the
+#: processor's own kernels (docs/kernels.md, "One pool per run").
+COMPILED_POOL_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
 
 #: paths of :attr:`Plan.path`
 BLAS, SKINNY, BLOCKED, BLOCKED_PACKED, COLUMN, PANEL = (
@@ -188,11 +193,11 @@ class Gemm(Kernel):
     Attributes as in ONNX: ``alpha`` and ``beta`` (1.0), ``transA`` and ``transB`` (0).
     ``activation="Relu"`` (FLOAT and DOUBLE) prepares the Gemm followed by a Relu, which a
     session fuses (:mod:`kerneltune.runtime.fusion`): the same thresholds, one call.
-    ``pool="openmp"`` keeps products of several rows off BLAS, on the compiled paths,
-    whose parallel regions run on the OpenMP pool of the library's other kernels: a
-    session that runs those too prepares its products so (one pool per run, see
-    :class:`~kerneltune.runtime.RuntimeSession`). One-row products keep their BLAS
-    threshold.
+    ``pool="openmp"`` keeps every product off BLAS's threads, for a session whose other
+    kernels run on the OpenMP pool (one pool per run, see
+    :class:`~kerneltune.runtime.RuntimeSession`): BLAS computes its products on the
+    calling thread alone, and on the variants of ``COMPILED_POOL_VARIANTS`` products of
+    several rows take the compiled paths, whose regions run on that pool, at every size.
     """
 
     name = "Gemm"
@@ -221,7 +226,8 @@ class Gemm(Kernel):
         compute = half.compute_type(element_type)
         module = load_module("gemm", self.implementation)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
-                                beta, trans_a, trans_b, relu, openmp_pool)
+                                beta, trans_a, trans_b, relu, openmp_pool,
+                                openmp_pool and self.implementation in COMPILED_POOL_VARIANTS)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)
@@ -297,25 +303,27 @@ class PreparedGemm(PreparedKernel):
     uses_blas = True
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
-                 relu=False, openmp_pool=False):
+                 relu=False, openmp_pool=False, compiled_rows=False):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
         self._blocked, self._skinny, self._column = module.blocked, module.skinny, module.column
         self._panel = module.panel
-        self._gemm, self._decide_compiled = module.gemm, module.decide
+        self._gemm, self._gemm_into = module.gemm, module.gemm_into
+        self._decide_compiled = module.decide
         #: Relu on the output, fused (the Relu kernel's code: the same bits)
         self._relu, self._rectify = relu, module.rectify
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
         self._no_bias = np.zeros((0, 0), dtype)
-        #: products of several rows on the compiled paths only (Gemm's ``pool="openmp"``)
-        self.openmp_pool = openmp_pool
+        #: BLAS's threads for a product: one, the calling thread, on the OpenMP pool (Gemm's
+        #: ``pool="openmp"``), where ``compiled_rows`` keeps products of several rows off BLAS
+        self.blas_threads = 1 if openmp_pool else threads
         fields = {T_TRANS_A: trans_a, T_TRANS_B: trans_b, T_SKINNY_LIMIT: config.skinny_m_limit,
                   T_VECTOR_BLAS: config.vector_blas_minimum_fmas,
-                  T_SKINNY_BLAS: INT64_MAX if openmp_pool else config.skinny_blas_minimum_fmas,
-                  T_BLAS: INT64_MAX if openmp_pool else config.blas_minimum_fmas,
+                  T_SKINNY_BLAS: INT64_MAX if compiled_rows else config.skinny_blas_minimum_fmas,
+                  T_BLAS: INT64_MAX if compiled_rows else config.blas_minimum_fmas,
                   T_TILE_M: config.tile_m, T_TILE_N: config.tile_n, T_TILE_K: config.tile_k,
                   T_PACK_MINIMUM: config.pack_b_minimum_elements,
                   T_MINIMUM_TASKS: config.minimum_tasks,
@@ -395,7 +403,7 @@ class PreparedGemm(PreparedKernel):
         """
         path, threads = self._decide(m, k, n, serial)
         if path == BLAS:
-            threads = min(_blas_threads(), self.threads)
+            threads = min(_blas_threads(), self.blas_threads)
         return Plan(path, threads, m * n, self._form)
 
     # -- runs ---------------------------------------------------------------------------------
@@ -418,7 +426,7 @@ class PreparedGemm(PreparedKernel):
         path, threads = self._decide(m, k, n, serial)
         if path == BLAS:
             return self._blas(a, b, bias)
-        out = np.empty((m, n), self.dtype)
+        out = outputs.empty((m, n), self.dtype)
         if m * n * k:
             self._run_compiled(a, b, bias, out, path, threads)
         else:
@@ -447,7 +455,8 @@ class PreparedGemm(PreparedKernel):
             out += self._beta * bias
 
     def _blas(self, a, b, bias) -> np.ndarray:
-        out = blas_matmul(a.T if self.trans_a else a, b.T if self.trans_b else b, self.threads)
+        out = blas_matmul(a.T if self.trans_a else a, b.T if self.trans_b else b,
+                          self.blas_threads)
         if self._scale:
             out *= self._alpha
         if bias.size:
@@ -466,11 +475,14 @@ def _fast_run(p: PreparedGemm, checked):
     which products are the BLAS path's; those go straight to BLAS. Empty or mismatched
     products, and everything else, take ``checked(a, b, c)``, whose errors name the
     operand. Through ``checked``, the BLAS path cost as much Python a call as BLAS takes
-    for a small product, enough to hide a faster BLAS from calibration.
+    for a small product, enough to hide a faster BLAS from calibration. A large output
+    comes from the output pool (:mod:`.outputs`) through ``gemm_into``: made in compiled
+    code, its pages were mapped and faulted afresh at every run.
     """
-    dtype, compiled = p.dtype, p._gemm
+    dtype, compiled, into = p.dtype, p._gemm, p._gemm_into
     no_bias, alpha, beta, thresholds = p._no_bias, p._alpha, p._beta, p._thresholds
-    use_bias = p._use_bias
+    use_bias, trans_a, trans_b = p._use_bias, p.trans_a, p.trans_b
+    empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
 
     def run(a, b, c=None):
         try:
@@ -482,14 +494,24 @@ def _fast_run(p: PreparedGemm, checked):
                     bias = c
                 else:  # a model's bias is mostly [N]: the compiled entry takes it as [1, N]
                     bias = c.reshape((1,) * (2 - c.ndim) + c.shape)
-                out = compiled(a, b, bias, alpha, beta, thresholds)
-                if out.size:
-                    return out
+                rows = a.shape[-1] if trans_a else a.shape[0]
+                columns = b.shape[0] if trans_b else b.shape[-1]
+                if rows * columns < pooled_from:
+                    out = compiled(a, b, bias, alpha, beta, thresholds)
+                    if out.size:
+                        return out
+                    blas = out.shape[1] != 0
+                else:
+                    out = empty((rows, columns), dtype)
+                    path = into(a, b, bias, out, alpha, beta, thresholds)
+                    if path > BLAS_PATH:  # a compiled path's code (a refusal is -1)
+                        return out
+                    blas = path == BLAS_PATH
                 # BLAS's product; numpy.matmul keeps a subclass (np.matrix), the checked
                 # run does not
-                if out.shape[1] and type(a) is np.ndarray and type(b) is np.ndarray:
+                if blas and type(a) is np.ndarray and type(b) is np.ndarray:
                     return p._blas(a, b, bias)
-        except (AttributeError, TypeError):
+        except (AttributeError, TypeError, IndexError):
             pass  # not arrays, or not ones the compiled code takes: the checked run says which
         return checked(a, b, c)
 
@@ -553,7 +575,8 @@ class PreparedMatMul(PreparedKernel):
         gemm = self.gemm
         path, threads = gemm._decide(rows, k, n, serial)
         if path == BLAS:
-            return np.asarray(blas_matmul(a, b, self.threads))  # two vectors: a numpy scalar
+            # two vectors: a numpy scalar
+            return np.asarray(blas_matmul(a, b, gemm.blas_threads))
         a2 = a.reshape(1, k) if a.ndim == 1 else a
         b2 = b.reshape(k, 1) if b.ndim == 1 else b
         out = outputs.empty(batch + (m, n), self.dtype)

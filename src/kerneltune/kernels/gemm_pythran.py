@@ -16,6 +16,8 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
     decide(m: int, k: int, n: int, serial: bool, t: int64[:]) -> (int, int)
     rectify(out: T[:,:]) -> None
     gemm(a: T[:,:], b: T[:,:], c: T[:,:], alpha: T, beta: T, t: int64[:]) -> T[:,:]
+    gemm_into(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
+              t: int64[:]) -> int
 
 ``t`` holds the transposition flags, the thresholds and the thread budget of a prepared
 kernel (the ``T_*`` indices below). ``decide`` names the path of one product (a ``*_PATH``
@@ -26,6 +28,9 @@ Python must act instead it returns an empty array: ``(0, 1)`` for a product of c
 operands on the BLAS path, which Python hands to BLAS without checking them again,
 ``(0, 0)`` for the rest (an empty product, mismatched shapes or bias). A small product
 costs mostly its call, so its output is made and its path decided here, not in Python.
+``gemm_into`` is the same call into an output the caller made (a large one, which the
+output pool recycles): it returns the path's code, ``BLAS_PATH`` without computing, and
+-1 where ``gemm`` returns ``(0, 0)`` or ``out`` is not ``(M, N)``.
 With ``t[T_RELU]`` set, ``gemm`` then applies Relu to the output (``rectify``): a product
 and the Relu after it in one call, as a session fuses them.
 
@@ -106,6 +111,8 @@ import numpy as np
 # pythran export rectify(float64[:,:] order(C))
 # pythran export gemm(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
 # pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
+# pythran export gemm_into(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
+# pythran export gemm_into(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
 # pythran export decide(int, int, int, bool, int64[:])
 
 #: rows of the micro-kernel; tile_m must be a multiple
@@ -658,7 +665,9 @@ def rectify(out):
             v = out[i, j]
             out[i, j] = v if (v > 0 or v != v) else 0
 
-def gemm(a, b, c, alpha, beta, t):
+def _checked(a, b, c, t):
+    """The path and threads of ``gemm``'s product, and its M and N; path -1 for an empty
+    product, mismatched shapes or a bias that does not broadcast."""
     trans_a = t[T_TRANS_A] != 0
     trans_b = t[T_TRANS_B] != 0
     m = a.shape[1] if trans_a else a.shape[0]
@@ -668,11 +677,14 @@ def gemm(a, b, c, alpha, beta, t):
     cm, cn = c.shape
     bias = (cm == 0 and cn == 0) or ((cm == 1 or cm == m) and (cn == 1 or cn == n))
     if k != kb or m * n * k == 0 or not bias:
-        return np.empty((0, 0), a.dtype)
+        return -1, 0, m, n
     path, threads = decide(m, k, n, False, t)
-    if path == BLAS_PATH:
-        return np.empty((0, 1), a.dtype)
-    out = np.empty((m, n), a.dtype)
+    return path, threads, m, n
+
+
+def _compute(a, b, c, out, alpha, beta, t, path, threads):
+    trans_a = t[T_TRANS_A] != 0
+    trans_b = t[T_TRANS_B] != 0
     if path == SKINNY_PATH:
         skinny(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_N], threads)
     elif path == COLUMN_PATH:
@@ -684,4 +696,23 @@ def gemm(a, b, c, alpha, beta, t):
                 t[T_TILE_K], path == PACKED_PATH, threads)
     if t[T_RELU]:
         rectify(out)
+
+
+def gemm(a, b, c, alpha, beta, t):
+    path, threads, m, n = _checked(a, b, c, t)
+    if path < 0:
+        return np.empty((0, 0), a.dtype)
+    if path == BLAS_PATH:
+        return np.empty((0, 1), a.dtype)
+    out = np.empty((m, n), a.dtype)
+    _compute(a, b, c, out, alpha, beta, t, path, threads)
     return out
+
+
+def gemm_into(a, b, c, out, alpha, beta, t):
+    path, threads, m, n = _checked(a, b, c, t)
+    if path < 0 or out.shape[0] != m or out.shape[1] != n:
+        return -1
+    if path != BLAS_PATH:
+        _compute(a, b, c, out, alpha, beta, t, path, threads)
+    return path
