@@ -569,6 +569,11 @@ def test_matmul_batch_against_one_matrix_is_one_product():
     gemm = prepare(BLOCKED, threads=1)
     assert out.tobytes() == np.stack([gemm.run(a[i], b) for i in range(6)]).tobytes()
     assert prepare(BLOCKED, kernel=MATMUL).plan(a, b[None]).form == "batch 6"
+    # the same through the checked route (run_serial), and for a strided A (copied)
+    assert out.tobytes() == prepared.run_serial(a, b).tobytes()
+    strided = np.ascontiguousarray(np.swapaxes(a, 0, 1)).swapaxes(0, 1)
+    assert prepared.run(strided, b).tobytes() == out.tobytes()
+    assert prepared.run(a[None], b).shape == (1, 6, 8, 70)
 
 
 @pytest.mark.parametrize("element_type,dtype", [("DOUBLE", np.float64), ("FLOAT16", np.float16)])
