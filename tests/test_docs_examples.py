@@ -9,7 +9,9 @@ why, in an HTML comment (``<!-- not run by the tests: why -->``) just before the
 block; output shown as a block of its own follows ``<!-- its output -->``; config
 files (dockerfile, ini) are not commands. Nothing here checks a timing: a
 calibration that runs out of its budget on a busy machine reports so, exits done
-in part (3) or, having published nothing, 1, and the example still counts as run.
+in part (3) or, having published nothing, 1, and the example still counts as run;
+so does one that withheld its keys (measured under interference), whose report then
+has no measurement to plot.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def _commands(body: list[str], first: int, prompted: bool) -> list[Example]:
 
 #: runs a document's examples in order; prints where and why the first one failed
 DRIVER = r"""
-import json, subprocess, sys, traceback
+import json, re, subprocess, sys, traceback
 document, examples = sys.argv[1], json.load(open(sys.argv[2]))
 namespace = {"__name__": "__main__"}
 for example in examples:
@@ -123,6 +125,11 @@ for example in examples:
         nothing = "nothing calibrated:" in done.stdout or "0 keys tuned" in done.stdout
         stopped = budget and (done.returncode == 3 or (done.returncode == 1 and nothing
                                                        and not errors))
+        # ... or withheld its keys, measured under interference: its report has nothing
+        # to plot, and says so
+        withheld = re.search(r"keys calibrated in [^,]*, [1-9][0-9]* withheld", done.stdout)
+        stopped |= bool(withheld and done.returncode == 1 and errors and all(
+            "no decision measured anything to plot" in line for line in errors))
         if done.returncode != 0 and not stopped:
             print(f"FAILED {where}: exit status {done.returncode}", flush=True)
             sys.exit(1)
