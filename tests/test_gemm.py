@@ -338,8 +338,8 @@ def test_products_on_the_openmp_pool_keep_off_blas_s_threads():
             assert anywhere.plan(*inputs).path == "blas"
             plan = pooled.plan(*inputs)
             assert plan.path == (path if compiled else "blas"), (kernel, attributes, m)
-            if plan.path == "blas":
-                assert plan.threads == 1
+            if plan.path == "blas":  # several rows on the calling thread; one row on 2
+                assert plan.threads == min(2 if m == 1 else 1, anywhere.plan(*inputs).threads)
             expected = anywhere.run(*inputs) if plan.path == "blas" else pooled.run_serial(
                 *inputs)
             assert pooled.run(*inputs).tobytes() == expected.tobytes()

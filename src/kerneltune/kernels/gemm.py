@@ -193,11 +193,11 @@ class Gemm(Kernel):
     Attributes as in ONNX: ``alpha`` and ``beta`` (1.0), ``transA`` and ``transB`` (0).
     ``activation="Relu"`` (FLOAT and DOUBLE) prepares the Gemm followed by a Relu, which a
     session fuses (:mod:`kerneltune.runtime.fusion`): the same thresholds, one call.
-    ``pool="openmp"`` keeps every product off BLAS's threads, for a session whose other
-    kernels run on the OpenMP pool (one pool per run, see
-    :class:`~kerneltune.runtime.RuntimeSession`): BLAS computes its products on the
-    calling thread alone, and on the variants of ``COMPILED_POOL_VARIANTS`` products of
-    several rows take the compiled paths, whose regions run on that pool, at every size.
+    ``pool="openmp"`` keeps products of several rows off BLAS's threads, for a session
+    whose other kernels run on the OpenMP pool (one pool per run, see
+    :class:`~kerneltune.runtime.RuntimeSession`): BLAS computes them on the calling thread
+    alone, and on the variants of ``COMPILED_POOL_VARIANTS`` they take the compiled paths,
+    whose regions run on that pool, at every size.
     """
 
     name = "Gemm"
@@ -317,9 +317,11 @@ class PreparedGemm(PreparedKernel):
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
         self._no_bias = np.zeros((0, 0), dtype)
-        #: BLAS's threads for a product: one, the calling thread, on the OpenMP pool (Gemm's
-        #: ``pool="openmp"``), where ``compiled_rows`` keeps products of several rows off BLAS
-        self.blas_threads = 1 if openmp_pool else threads
+        #: BLAS's threads for a product of several rows: one, the calling thread, on the
+        #: OpenMP pool (Gemm's ``pool="openmp"``), where ``compiled_rows`` keeps them off
+        #: BLAS altogether; a one-row product's steps around it run serially, so it keeps
+        #: ``threads``
+        self.rows_blas_threads = 1 if openmp_pool else threads
         fields = {T_TRANS_A: trans_a, T_TRANS_B: trans_b, T_SKINNY_LIMIT: config.skinny_m_limit,
                   T_VECTOR_BLAS: config.vector_blas_minimum_fmas,
                   T_SKINNY_BLAS: INT64_MAX if compiled_rows else config.skinny_blas_minimum_fmas,
@@ -403,8 +405,12 @@ class PreparedGemm(PreparedKernel):
         """
         path, threads = self._decide(m, k, n, serial)
         if path == BLAS:
-            threads = min(_blas_threads(), self.blas_threads)
+            threads = min(_blas_threads(), self.blas_threads(m))
         return Plan(path, threads, m * n, self._form)
+
+    def blas_threads(self, rows: int) -> int:
+        """BLAS's threads for a product of ``rows`` rows."""
+        return self.threads if rows == 1 else self.rows_blas_threads
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -455,8 +461,8 @@ class PreparedGemm(PreparedKernel):
             out += self._beta * bias
 
     def _blas(self, a, b, bias) -> np.ndarray:
-        out = blas_matmul(a.T if self.trans_a else a, b.T if self.trans_b else b,
-                          self.blas_threads)
+        a = a.T if self.trans_a else a
+        out = blas_matmul(a, b.T if self.trans_b else b, self.blas_threads(a.shape[0]))
         if self._scale:
             out *= self._alpha
         if bias.size:
@@ -585,7 +591,7 @@ class PreparedMatMul(PreparedKernel):
         path, threads = gemm._decide(rows, k, n, serial)
         if path == BLAS:
             # two vectors: a numpy scalar
-            return np.asarray(blas_matmul(a, b, gemm.blas_threads))
+            return np.asarray(blas_matmul(a, b, gemm.blas_threads(rows)))
         a2 = a.reshape(1, k) if a.ndim == 1 else a
         b2 = b.reshape(k, 1) if b.ndim == 1 else b
         out = outputs.empty(batch + (m, n), self.dtype)

@@ -153,10 +153,11 @@ class RuntimeSession:
         """The steps of a run on ``threads``, and each node's prepared kernel (for plans).
 
         One pool per run: on several threads, a model of two kernel nodes or more (fused
-        or not: fusion changes no path) keeps its products off BLAS's threads (Gemm's
-        ``pool="openmp"``): next to BLAS's pool, whose threads spin after each product,
-        the regions of the OpenMP pool its other kernels use wait for CPUs BLAS's threads
-        hold, and the other way round (docs/kernels.md, "One pool per run").
+        or not: fusion changes no path) keeps its products of several rows off BLAS's
+        threads (Gemm's ``pool="openmp"``): next to BLAS's pool, whose threads spin after
+        each product, the regions of the OpenMP pool its other kernels use wait for CPUs
+        BLAS's threads hold, and the other way round (docs/kernels.md, "One pool per
+        run").
         """
         steps, prepared_kernels = [], []
         pool = {"pool": "openmp"} if threads > 1 and self._kernel_nodes > 1 else {}
