@@ -41,9 +41,10 @@ The caller checks the shapes and needs ``M, N > 0`` and tiles ``> 0``; ``K == 0`
 caller's too (nothing is accumulated). Both return the number of threads that ran.
 
 - ``blocked``: the output is cut into tasks of ``tile_m x tile_n`` (halved until there are
-  ``nthreads`` tasks, when fewer) that ``nthreads`` OpenMP threads share (dynamic schedule). A task walks K in ``tile_k`` steps; each step multiplies
-  the task's rows, ``MR`` at a time (packed into a small contiguous ``MR x tile_k`` block), by
-  the ``tile_k x tile_n`` panel of B, ``NR`` columns at a time. B is read in place, or first
+  ``nthreads`` tasks, when fewer) that ``nthreads`` OpenMP threads share (dynamic
+  schedule). A task walks K in ``tile_k`` steps; each step multiplies the task's rows,
+  ``MR`` at a time (packed into a small contiguous ``MR x tile_k`` block), by the
+  ``tile_k x tile_n`` panel of B, ``NR`` columns at a time. B is read in place, or first
   packed (``pack``, by all threads, once per call): each ``tile_k x NR`` block of a panel
   becomes contiguous, so the micro-kernel streams it instead of ``tile_k`` runs of ``NR``
   strided by N (strided runs fill only some of L1's sets and evict each other); ``trans_b``
