@@ -12,7 +12,7 @@ from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError
 from kerneltune.kernels.gemm import COMPILED_POOL_VARIANTS, Gemm, MatMul, _fast_run
 from kerneltune.kernels.gemm_pythran import KU, MR, NR
-from kerneltune.kernels.variants import selected_variant
+from kerneltune.kernels.variants import load_module, selected_variant
 
 GEMM = Gemm(selected_variant())
 MATMUL = MatMul(selected_variant())
@@ -720,6 +720,28 @@ def test_one_panel_of_b_takes_the_panel_path_with_the_bits_of_the_blocked_path(
         outputs += [prepared.run(a, b, c), prepared.run_serial(a, b, c)]
     assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
     assert_close(outputs[0], reference(a, b, c, alpha, 1.0, trans_a, trans_b), k, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(1, 5, 16), (7, 8, 16), (8, 32, 16), (9, 3, 32), (63, 17, 33),
+                                   (4097, 8, 64), (24, 1, 9)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1)])
+def test_panel_groups_of_four_and_eight_rows_give_the_bits_of_the_blocked_path(
+        dtype, m, k, n, trans_a, trans_b):
+    """The compiled panel path in either group height (``tall``: eight rows at every
+    width; else eight at 16 columns, four wider), rows read in place or packed, a last
+    group of fewer: the blocked path's bits on this process's variant."""
+    module = load_module("gemm", selected_variant())
+    a, b, c = operands(m, k, n, trans_a, trans_b, "row", dtype)
+    c = c.reshape(1, n)
+    one = dtype(1)
+    expected = np.empty((m, n), dtype)
+    module.blocked(a, b, c, expected, one, one, bool(trans_a), bool(trans_b), 8, 64, 16,
+                   False, 1)
+    for tall, threads in itertools.product((False, True), (1, 2, 3)):
+        out = np.full((m, n), np.nan, dtype)
+        module.panel(a, b, c, out, one, one, bool(trans_a), bool(trans_b), tall, threads)
+        assert out.tobytes() == expected.tobytes(), (tall, threads)
 
 
 @pytest.mark.parametrize(("limit", "columns", "depth", "path"), [

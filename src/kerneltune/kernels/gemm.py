@@ -75,6 +75,7 @@ from .gemm_pythran import (
     T_MINIMUM_TASKS,
     T_PACK_MINIMUM,
     T_PANEL_LIMIT,
+    T_PANEL_TALL,
     T_RELU,
     T_SKINNY_BLAS,
     T_SKINNY_FMAS_PER_UNIT,
@@ -97,6 +98,10 @@ DOUBLE = element_type_number("DOUBLE")
 #: never take BLAS. The baseline variant's SSE2 products are not among them: BLAS runs the
 #: processor's own kernels (docs/kernels.md, "One pool per run").
 COMPILED_POOL_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
+#: ISA variants whose panel path runs groups of eight rows at 32 and 64 columns too (at 16,
+#: every variant does): their 32 vector registers of 16 floats hold eight rows' operands,
+#: where the other variants ran groups of four faster (docs/kernels.md, "The panel path")
+TALL_PANEL_VARIANTS = frozenset({"x86_64_v4"})
 
 #: paths of :attr:`Plan.path`
 BLAS, SKINNY, BLOCKED, BLOCKED_PACKED, COLUMN, PANEL = (
@@ -227,7 +232,8 @@ class Gemm(Kernel):
         module = load_module("gemm", self.implementation)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
                                 beta, trans_a, trans_b, relu, openmp_pool,
-                                openmp_pool and self.implementation in COMPILED_POOL_VARIANTS)
+                                openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
+                                self.implementation in TALL_PANEL_VARIANTS)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)
@@ -303,7 +309,7 @@ class PreparedGemm(PreparedKernel):
     uses_blas = True
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
-                 relu=False, openmp_pool=False, compiled_rows=False):
+                 relu=False, openmp_pool=False, compiled_rows=False, tall_panel=False):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
@@ -333,7 +339,8 @@ class PreparedGemm(PreparedKernel):
                   T_SKINNY_MINIMUM_B: config.skinny_minimum_b_elements,
                   T_SKINNY_FMAS_PER_UNIT: config.skinny_fmas_per_work_unit,
                   T_COLUMN_LIMIT: config.column_n_limit, T_PANEL_LIMIT: config.panel_n_limit,
-                  T_RELU: relu}
+                  T_RELU: relu,
+                  T_PANEL_TALL: tall_panel}
         self._thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)],
                                     np.int64)
         self._thresholds.flags.writeable = False
@@ -446,9 +453,12 @@ class PreparedGemm(PreparedKernel):
         if path == SKINNY:
             self._skinny(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                          self.config.tile_n, threads)
-        elif path in (COLUMN, PANEL):
-            run = self._column if path == COLUMN else self._panel
-            run(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b, threads)
+        elif path == COLUMN:
+            self._column(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
+                         threads)
+        elif path == PANEL:
+            self._panel(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
+                        bool(self._thresholds[T_PANEL_TALL]), threads)
         else:
             self._blocked(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                           self.config.tile_m, self.config.tile_n, self.config.tile_k,

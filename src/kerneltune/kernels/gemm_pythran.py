@@ -9,7 +9,7 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
     column(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            trans_a: bool, trans_b: bool, nthreads: int) -> int
     panel(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-          trans_a: bool, trans_b: bool, nthreads: int) -> int
+          trans_a: bool, trans_b: bool, tall: bool, nthreads: int) -> int
     skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
 
@@ -65,11 +65,14 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   setup. Threads take contiguous runs of blocks.
 - ``panel``: for an op(B) of one panel, at most ``NR`` columns (the panel limit) and
   ``tile_k`` rows (a hidden layer of an MLP, a small K): op(B) is copied once into a ``K x width`` buffer,
-  zeroed beyond N, ``width`` 16, 32 or ``NR``, and each group of ``MR`` rows goes through
-  the micro-kernel over all of K at that constant width. On the blocked path such a
+  zeroed beyond N, ``width`` 16, 32 or ``NR``, and each group of rows goes through a
+  micro-kernel over all of K at that constant width: ``PR`` rows at width 16, and at every
+  width when ``tall`` (``t[T_PANEL_TALL]``), else ``MR`` rows, packed as the blocked
+  path packs them. On the blocked path such a
   product spends most of each group on the micro-kernel's loop over few columns, which
-  gcc leaves scalar when its length is not a constant. Threads take contiguous runs of
-  groups.
+  gcc leaves scalar when its length is not a constant. A group's sums stay in memory
+  between k steps (each ``KU`` steps wait for the previous ones' stores): eight rows run
+  twice the independent chains of four. Threads take contiguous runs of groups.
 
 The micro-kernel keeps an ``MR x NR`` block of sums (a 4 KiB one on the skinny path) in a
 small buffer of constant shape (constant row offsets, so the C++ compiler needs no
@@ -106,8 +109,8 @@ import numpy as np
 # pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
 # pythran export column(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int)
 # pythran export column(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
-# pythran export panel(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int)
-# pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
+# pythran export panel(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int)
+# pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int)
 # pythran export rectify(float32[:,:] order(C))
 # pythran export rectify(float64[:,:] order(C))
 # pythran export gemm(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
@@ -118,6 +121,8 @@ import numpy as np
 
 #: rows of the micro-kernel; tile_m must be a multiple
 MR = 4
+#: rows of the panel path's taller micro-kernel
+PR = 8
 #: columns of the micro-kernel's block of sums; tile_n must be a multiple
 NR = 64
 #: k steps of one pass of the micro-kernel; tile_k must be a multiple
@@ -149,7 +154,8 @@ T_SKINNY_FMAS_PER_UNIT = 14
 T_COLUMN_LIMIT = 15
 T_PANEL_LIMIT = 16
 T_RELU = 17
-T_FIELDS = 18
+T_PANEL_TALL = 18
+T_FIELDS = 19
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
@@ -261,6 +267,100 @@ def _chunk(ap, b, bk0, bn0, acc, kc, nw):
             acc[3, jj] += a3 * b0
 
 
+def _chunk8(ap, b, acc, kc, nw):
+    """acc[:8, :nw] += ap[:8, :kc] @ b[:kc, :nw], k in order: ``_chunk`` on eight rows."""
+    kc4 = kc - kc % KU
+    for k in range(0, kc4, KU):
+        a0_0 = ap[0, k + 0]
+        a0_1 = ap[0, k + 1]
+        a0_2 = ap[0, k + 2]
+        a0_3 = ap[0, k + 3]
+        a1_0 = ap[1, k + 0]
+        a1_1 = ap[1, k + 1]
+        a1_2 = ap[1, k + 2]
+        a1_3 = ap[1, k + 3]
+        a2_0 = ap[2, k + 0]
+        a2_1 = ap[2, k + 1]
+        a2_2 = ap[2, k + 2]
+        a2_3 = ap[2, k + 3]
+        a3_0 = ap[3, k + 0]
+        a3_1 = ap[3, k + 1]
+        a3_2 = ap[3, k + 2]
+        a3_3 = ap[3, k + 3]
+        a4_0 = ap[4, k + 0]
+        a4_1 = ap[4, k + 1]
+        a4_2 = ap[4, k + 2]
+        a4_3 = ap[4, k + 3]
+        a5_0 = ap[5, k + 0]
+        a5_1 = ap[5, k + 1]
+        a5_2 = ap[5, k + 2]
+        a5_3 = ap[5, k + 3]
+        a6_0 = ap[6, k + 0]
+        a6_1 = ap[6, k + 1]
+        a6_2 = ap[6, k + 2]
+        a6_3 = ap[6, k + 3]
+        a7_0 = ap[7, k + 0]
+        a7_1 = ap[7, k + 1]
+        a7_2 = ap[7, k + 2]
+        a7_3 = ap[7, k + 3]
+        for jj in range(nw):
+            b0 = b[k + 0, jj]
+            b1 = b[k + 1, jj]
+            b2 = b[k + 2, jj]
+            b3 = b[k + 3, jj]
+            acc[0, jj] += a0_0 * b0
+            acc[0, jj] += a0_1 * b1
+            acc[0, jj] += a0_2 * b2
+            acc[0, jj] += a0_3 * b3
+            acc[1, jj] += a1_0 * b0
+            acc[1, jj] += a1_1 * b1
+            acc[1, jj] += a1_2 * b2
+            acc[1, jj] += a1_3 * b3
+            acc[2, jj] += a2_0 * b0
+            acc[2, jj] += a2_1 * b1
+            acc[2, jj] += a2_2 * b2
+            acc[2, jj] += a2_3 * b3
+            acc[3, jj] += a3_0 * b0
+            acc[3, jj] += a3_1 * b1
+            acc[3, jj] += a3_2 * b2
+            acc[3, jj] += a3_3 * b3
+            acc[4, jj] += a4_0 * b0
+            acc[4, jj] += a4_1 * b1
+            acc[4, jj] += a4_2 * b2
+            acc[4, jj] += a4_3 * b3
+            acc[5, jj] += a5_0 * b0
+            acc[5, jj] += a5_1 * b1
+            acc[5, jj] += a5_2 * b2
+            acc[5, jj] += a5_3 * b3
+            acc[6, jj] += a6_0 * b0
+            acc[6, jj] += a6_1 * b1
+            acc[6, jj] += a6_2 * b2
+            acc[6, jj] += a6_3 * b3
+            acc[7, jj] += a7_0 * b0
+            acc[7, jj] += a7_1 * b1
+            acc[7, jj] += a7_2 * b2
+            acc[7, jj] += a7_3 * b3
+    for q in range(kc - kc4):
+        a0 = ap[0, kc4 + q]
+        a1 = ap[1, kc4 + q]
+        a2 = ap[2, kc4 + q]
+        a3 = ap[3, kc4 + q]
+        a4 = ap[4, kc4 + q]
+        a5 = ap[5, kc4 + q]
+        a6 = ap[6, kc4 + q]
+        a7 = ap[7, kc4 + q]
+        for jj in range(nw):
+            b0 = b[kc4 + q, jj]
+            acc[0, jj] += a0 * b0
+            acc[1, jj] += a1 * b0
+            acc[2, jj] += a2 * b0
+            acc[3, jj] += a3 * b0
+            acc[4, jj] += a4 * b0
+            acc[5, jj] += a5 * b0
+            acc[6, jj] += a6 * b0
+            acc[7, jj] += a7 * b0
+
+
 def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha, beta, block):
     """out[i0:i0 + rows, n0:n0 + nc] (+)= ap[:rows, :kc] @ op(B) of k-tile and columns.
 
@@ -297,8 +397,8 @@ def _pack_a(a, trans_a, ap, i0, rows, k0, kc):
         for r in range(rows):
             for k in range(kc):
                 ap[r, k] = av[r, k]
-    for r in range(MR - rows):
-        ap[MR - 1 - r] = 0
+    for r in range(rows, ap.shape[0]):
+        ap[r] = 0
 
 
 def _pack_b(src, trans_b, bv):
@@ -562,52 +662,63 @@ def column(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
     return nthreads
 
 
-def _panel_run(a, bp, c, out, alpha, beta, trans_a, first, last, kk):
-    """Groups ``first`` to ``last`` (excluded) of ``MR`` rows of the panel path, with
-    buffers of their own (``bp``: op(B) zero-padded to 16, 32 or ``NR`` columns)."""
+def _panel_run(a, bp, c, out, alpha, beta, trans_a, first, last, kk, tall):
+    """Groups ``first`` to ``last`` (excluded) of the panel path, of ``PR`` rows when
+    ``tall`` or op(B) is 16 columns wide, else of ``MR``, with buffers of their own (``bp``:
+    op(B) zero-padded to 16, 32 or ``NR`` columns)."""
     m, n = out.shape
     width = bp.shape[1]
-    ap = np.zeros((MR, kk), out.dtype)
-    acc = np.zeros((MR, NR), out.dtype)
-    for i0 in range(0, m, MR):
-        if first * MR <= i0 < last * MR:
-            rows = min(MR, m - i0)
-            if trans_a:
-                for r in range(rows):
-                    for k in range(kk):
-                        ap[r, k] = a[k, i0 + r]
-            else:
-                for r in range(rows):
-                    for k in range(kk):
-                        ap[r, k] = a[i0 + r, k]
-            for r in range(MR):
-                for jj in range(width):
-                    acc[r, jj] = 0
+    rows_per = _group_rows(width, tall)
+    ap = np.zeros((PR, kk), out.dtype)
+    acc = np.zeros((PR, NR), out.dtype)
+    for i0 in range(0, m, rows_per):
+        if first * rows_per <= i0 < last * rows_per:
+            rows = min(rows_per, m - i0)
+            _pack_a(a, trans_a, ap, i0, rows, 0, kk)
             # a constant width: gcc vectorises the micro-kernel's loop over columns only then
             if width == 16:
-                _chunk(ap, bp, 0, 0, acc, kk, 16)
+                _panel_sums(ap, bp, acc, kk, 16, rows_per)
             elif width == 32:
-                _chunk(ap, bp, 0, 0, acc, kk, 32)
+                _panel_sums(ap, bp, acc, kk, 32, rows_per)
             else:
-                _chunk(ap, bp, 0, 0, acc, kk, NR)
+                _panel_sums(ap, bp, acc, kk, NR, rows_per)
             _finish(acc, out, c, i0, 0, rows, n, alpha, beta)
 
 
-def panel(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
+def _group_rows(width, tall):
+    """Rows of a group of the panel path at ``width`` columns."""
+    if tall or width == 16:
+        return PR
+    return MR
+
+
+def _panel_sums(ap, bp, acc, kk, width, rows_per):
+    """The sums of one group of packed rows at a constant ``width``."""
+    for r in range(rows_per):
+        for jj in range(width):
+            acc[r, jj] = 0
+    if rows_per == MR:
+        _chunk(ap, bp, 0, 0, acc, kk, width)
+    else:
+        _chunk8(ap, bp, acc, kk, width)
+
+
+def panel(a, b, c, out, alpha, beta, trans_a, trans_b, tall, nthreads):
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
     width = 16 if n <= 16 else 32 if n <= 32 else NR
     bp = np.zeros((kk, width), out.dtype)
     _pack_b(b, trans_b, bp[0:kk, 0:n])
-    groups = (m + MR - 1) // MR
+    rows_per = _group_rows(width, tall)
+    groups = (m + rows_per - 1) // rows_per
     share, nthreads = _shares(groups, nthreads)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(static)
         for p in range(nthreads):
             _panel_run(a, bp, c, out, alpha, beta, trans_a, p * share,
-                       min(groups, p * share + share), kk)
+                       min(groups, p * share + share), kk, tall)
     else:
-        _panel_run(a, bp, c, out, alpha, beta, trans_a, 0, groups, kk)
+        _panel_run(a, bp, c, out, alpha, beta, trans_a, 0, groups, kk, tall)
     return nthreads
 
 
@@ -691,7 +802,7 @@ def _compute(a, b, c, out, alpha, beta, t, path, threads):
     elif path == COLUMN_PATH:
         column(a, b, c, out, alpha, beta, trans_a, trans_b, threads)
     elif path == PANEL_PATH:
-        panel(a, b, c, out, alpha, beta, trans_a, trans_b, threads)
+        panel(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_PANEL_TALL] != 0, threads)
     else:
         blocked(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_M], t[T_TILE_N],
                 t[T_TILE_K], path == PACKED_PATH, threads)
