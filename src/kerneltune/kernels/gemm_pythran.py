@@ -669,7 +669,8 @@ def _panel_run(a, bp, c, out, alpha, beta, trans_a, first, last, kk, tall):
     m, n = out.shape
     width = bp.shape[1]
     rows_per = _group_rows(width, tall)
-    ap = np.zeros((PR, kk), out.dtype)
+    # rows_per rows: _pack_a zeroes the rows a group lacks, so only a last, short group pays
+    ap = np.zeros((rows_per, kk), out.dtype)
     acc = np.zeros((PR, NR), out.dtype)
     for i0 in range(0, m, rows_per):
         if first * rows_per <= i0 < last * rows_per:
