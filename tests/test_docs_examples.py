@@ -10,8 +10,8 @@ block; output shown as a block of its own follows ``<!-- its output -->``; confi
 files (dockerfile, ini) are not commands. Nothing here checks a timing: a
 calibration that runs out of its budget on a busy machine reports so, exits done
 in part (3) or, having published nothing, 1, and the example still counts as run;
-so does one that withheld its keys (measured under interference), whose report then
-has no measurement to plot.
+so does one that withheld its keys (measured under interference) or stopped them, and
+the command that plots its report, which then has no measurement to plot.
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ DRIVER = r"""
 import json, re, subprocess, sys, traceback
 document, examples = sys.argv[1], json.load(open(sys.argv[2]))
 namespace = {"__name__": "__main__"}
+unfinished = False  # a calibration so far withheld or stopped keys
 for example in examples:
     where = f"{document}:{example['line']}"
     print(f"--- {where}: {example['text'].splitlines()[0][:100]}", flush=True)
@@ -125,10 +126,11 @@ for example in examples:
         nothing = "nothing calibrated:" in done.stdout or "0 keys tuned" in done.stdout
         stopped = budget and (done.returncode == 3 or (done.returncode == 1 and nothing
                                                        and not errors))
-        # ... or withheld its keys, measured under interference: its report has nothing
-        # to plot, and says so
-        withheld = re.search(r"keys calibrated in [^,]*, [1-9][0-9]* withheld", done.stdout)
-        stopped |= bool(withheld and done.returncode == 1 and errors and all(
+        # ... or withheld its keys, measured under interference, or stopped them: the report
+        # it wrote, read by this command or a later one, has nothing to plot, and says so
+        unfinished |= bool(re.search(r"keys calibrated in [^,]*, ([1-9][0-9]* withheld|"
+                                     r"[0-9]+ withheld, [1-9][0-9]* stopped)", done.stdout))
+        stopped |= bool(unfinished and done.returncode == 1 and errors and all(
             "no decision measured anything to plot" in line for line in errors))
         if done.returncode != 0 and not stopped:
             print(f"FAILED {where}: exit status {done.returncode}", flush=True)
