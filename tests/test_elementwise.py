@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 
 from conftest import host_can_run
 from kerneltune.errors import TuningValidationError, UnknownKernelError
-from kerneltune.kernels import catalog, library, unary_functions
+from kerneltune.kernels import catalog, library
 from kerneltune.kernels.variants import installed_variants, load_module
 from kerneltune.tuning.schema import element_type_name, element_type_number
 
@@ -208,9 +208,9 @@ def test_unary_against_numpy(name, element_type):
                                    rtol=tolerance, atol=tolerance)
     elif name in TRANSCENDENTAL and dtype in HALVES:
         assert ulps(out, expected) <= 1
-    elif name in TRANSCENDENTAL:  # the bound of the function this variant runs, else 2
-        function, = (function for function, types in unary_functions(
-            name, LIBRARY[name].implementation).items() if element_type in types)
+    elif name in TRANSCENDENTAL:  # the bound of the function that runs, else 2
+        function, = (function for function, types in catalog.UNARY[name].items()
+                     if element_type in types)
         assert ulps(out, expected) <= FLOAT_ULPS.get(function, 2)
     else:
         assert_same_values(out, expected)
@@ -233,25 +233,21 @@ def test_16_bit_abs_and_neg_touch_only_the_sign_bit_of_every_pattern(element_typ
             assert_same_bits(out, reference[-out.size:].view(x.dtype))
 
 
-#: the float tanh functions and the ulps each is within, on every variant
-FLOAT_TANH = {"tanhf": 1, "tanhf_rational": 6}
-#: the float functions' bounds in ulps besides tanh's (test_activations checks erff's
-#: everywhere)
-FLOAT_ULPS = {**FLOAT_TANH, "erff": 8}
+#: the float functions' bounds in ulps (test_activations checks erff's everywhere)
+FLOAT_ULPS = {"tanhf_rational": 6, "erff": 8}
 
 
 @pytest.mark.parametrize("variant", installed_variants())
-@pytest.mark.parametrize(("function", "bound"), FLOAT_TANH.items())
-def test_float_tanh_is_within_its_ulps_everywhere(variant, function, bound):
+def test_float_tanh_is_within_its_ulps_everywhere(variant):
     """A sample of every float32 binade, both signs, each variant this host runs.
 
-    Float tanh is rational approximations of kerneltune's own, so the sample
-    of the test above is not enough: this is dense where two of them meet (1.0) and
-    where tanh rounds to 1 (about 9.01), and reaches every exponent elsewhere.
+    Float tanh is a rational approximation of kerneltune's own, so the sample of the test
+    above is not enough: this is dense around 1.0 and where tanh rounds to 1 (about 9.01),
+    and reaches every exponent elsewhere.
     """
     if not host_can_run(variant):
         pytest.skip(f"this host cannot run {variant}")
-    tanhf = getattr(load_module("unary", variant), function)
+    tanhf = load_module("unary", variant).tanhf_rational
     every_float = np.arange(0, 0x7F800001, 4099, dtype=np.int64)
     near_the_seams = np.concatenate([np.arange(bits - 50_000, bits + 50_000) for bits in (
         np.float32(1.0).view(np.int32), np.float32(9.01).view(np.int32))])
@@ -266,7 +262,7 @@ def test_float_tanh_is_within_its_ulps_everywhere(variant, function, bound):
     for threads in (1, 2):
         out = np.empty_like(x)
         assert tanhf(x, out, threads) == threads
-        assert ulps(out, expected) <= bound
+        assert ulps(out, expected) <= FLOAT_ULPS["tanhf_rational"]
         assert np.array_equal(np.signbit(out[x == 0]), np.signbit(x[x == 0]))
         assert np.array_equal(np.isnan(out), np.isnan(x))
 
@@ -649,17 +645,11 @@ def test_broadcasting_matches_numpy_for_any_shapes(shapes, seed):
     assert_same_bits(sub.run_serial(a, b), np.subtract(a, b))
 
 
-def test_each_variant_runs_the_float_tanh_the_catalog_gives_it():
-    assert unary_functions("Tanh", "x86_64_v4") == dict(catalog.UNARY["Tanh"])
-    assert unary_functions("Abs", "x86_64_v3") == dict(catalog.UNARY["Abs"])
-    for variant in ("baseline", "x86_64_v3"):
-        assert unary_functions("Tanh", variant) == {"tanh": ("DOUBLE",),
-                                                    "tanhf_rational": ("FLOAT",)}
+def test_every_variant_runs_the_float_tanh_of_the_catalog_on_any_thread_count():
     x = np.linspace(-10, 10, 100_003, dtype=np.float32)
     for variant in filter(host_can_run, installed_variants()):
-        function = "tanhf" if variant == "x86_64_v4" else "tanhf_rational"
         expected = np.empty_like(x)
-        getattr(load_module("unary", variant), function)(x, expected, 1)
+        load_module("unary", variant).tanhf_rational(x, expected, 1)
         kernel = library(variant)["Tanh"]
         assert_same_bits(kernel.run([x], threads=1), expected)
         assert_same_bits(kernel.run([x], threads=2), expected)

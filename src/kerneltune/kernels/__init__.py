@@ -27,7 +27,7 @@ from . import catalog, half
 from .base import LIBRARY, SHARED_CACHE, TUNING_ABI, Kernel, Plan, PreparedKernel
 from .cast import CastKernel
 from .chain import CHAIN, ChainKernel
-from .elementwise import FLOAT, BinaryKernel, ClipKernel, UnaryKernel
+from .elementwise import BinaryKernel, ClipKernel, UnaryKernel
 from .gemm import Gemm, MatMul
 from .layer_normalization import LayerNormalization
 from .outputs import output_pool_bytes, set_output_pool_limit
@@ -46,7 +46,6 @@ __all__ = [
     "register",
     "register_library",
     "set_output_pool_limit",
-    "unary_functions",
 ]
 
 _BOOL = element_type_number("BOOL")
@@ -66,18 +65,6 @@ def _functions(module, table: Mapping[str, tuple[str, ...]]) -> dict[int, object
         if element_type in functions:
             functions[element_type] = _on_bits(functions[element_type])
     return functions
-
-
-def unary_functions(name: str, implementation: str) -> dict[str, tuple[str, ...]]:
-    """``catalog.UNARY``'s functions of an operator with ``catalog.VARIANT_UNARY``'s for the
-    variant ``implementation`` in their place."""
-    table = dict(catalog.UNARY[name])
-    for function, (variants, element_types) in catalog.VARIANT_UNARY.get(name, {}).items():
-        if implementation in variants:
-            table = {other: tuple(t for t in types if t not in element_types)
-                     for other, types in table.items()}
-            table[function] = element_types
-    return {function: types for function, types in table.items() if types}
 
 
 def _by_element_type(grains: Mapping[int, tuple[str, ...]]) -> dict[int, int]:
@@ -112,7 +99,7 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
              "Pow": functools.partial(PowKernel, wide=_functions(binary, catalog.POW_WIDE))}
     kernels: dict[str, Kernel] = {
         name: kinds.get(name, UnaryKernel)(
-            name, implementation, _functions(unary, unary_functions(name, implementation)),
+            name, implementation, _functions(unary, catalog.UNARY[name]),
             grains=_grains(name), attributes=catalog.UNARY_ATTRIBUTES.get(name),
             choices={attribute: {value: _functions(unary, table)
                                  for value, table in options.items()}
@@ -134,8 +121,7 @@ def library(implementation: str | None = None) -> Mapping[str, Kernel]:
         implementation, _functions(rows, catalog.LAYER_NORMALIZATION),
         grains=_grains("LayerNormalization"))
     kernels["Cast"] = CastKernel(implementation, unary.cast, grains=_grains("Cast"))
-    kernels[CHAIN] = ChainKernel(implementation, unary.chain,
-                                 kernels["Tanh"].function_name(FLOAT, {}), _grains(CHAIN))
+    kernels[CHAIN] = ChainKernel(implementation, unary.chain, _grains(CHAIN))
     kernels["Gemm"] = Gemm(implementation)
     kernels["MatMul"] = MatMul(implementation)
     return kernels

@@ -27,7 +27,7 @@ UNARY = {
     "Log": {"logf": ("FLOAT",), "log": ("DOUBLE",)},
     "Sqrt": {"sqrt": FLOATS},
     "Sigmoid": {"sigmoid": FLOATS},
-    "Tanh": {"tanhf": ("FLOAT",), "tanh": ("DOUBLE",)},
+    "Tanh": {"tanhf_rational": ("FLOAT",), "tanh": ("DOUBLE",)},
     "Erf": {"erff": ("FLOAT",), "erf": ("DOUBLE",)},
     "Gelu": {"geluf": ("FLOAT",), "gelu": ("DOUBLE",)},
     "LeakyRelu": {"leaky_relu": FLOATS},
@@ -45,13 +45,6 @@ UNARY_ATTRIBUTES = {"LeakyRelu": {"alpha": 0.01}, "Gelu": {"approximate": "none"
 #: value other than its default chooses instead of ``UNARY``'s
 UNARY_CHOICES = {"Gelu": {"approximate": {"tanh": {"gelu_tanhf": ("FLOAT",),
                                                    "gelu_tanh": ("DOUBLE",)}}}}
-
-#: operator -> {function: (ISA variants, element types)}: where a variant runs another
-#: function than ``UNARY``'s on those types, chosen by measurement against onnxruntime on
-#: each variant (docs/kernels.md, Formulations per variant). Float tanh by one rational
-#: (``tanhf_rational``, within 6 ulp) instead of two (within 1 ulp): on AVX-512 the two
-#: are fast enough to keep the accuracy; on AVX2 and SSE2 they are not.
-VARIANT_UNARY = {"Tanh": {"tanhf_rational": (("baseline", "x86_64_v3"), ("FLOAT",))}}
 
 #: element types ``unary.cast`` converts from and to, each to every other
 CAST = ("FLOAT", "DOUBLE", "INT8", "UINT8", "INT32", "INT64", "BOOL")

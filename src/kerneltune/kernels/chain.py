@@ -39,26 +39,23 @@ POWERS = {2.0: "square", 3.0: "cube"}
 
 #: x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3))), as exporters write it
 GELU_TANH = (("cube", 0, 0, 0.0), ("mul", 1, CONSTANT, 0.044715), ("add", 0, 2, 0.0),
-             ("mul", 3, CONSTANT, 0.7978845608028654), ("tanhf", 4, 4, 0.0),
+             ("mul", 3, CONSTANT, 0.7978845608028654), ("tanhf_rational", 4, 4, 0.0),
              ("add", 5, CONSTANT, 1.0), ("mul", 0, 6, 0.0), ("mul", 7, CONSTANT, 0.5))
 
 
 class ChainKernel(UnaryKernel):
-    """FLOAT chains; the ``steps`` attribute is the chain (by default ``GELU_TANH``, with
-    the variant's tanh)."""
+    """FLOAT chains; the ``steps`` attribute is the chain (by default ``GELU_TANH``)."""
 
-    def __init__(self, implementation: str, function: Callable, tanh: str,
+    def __init__(self, implementation: str, function: Callable,
                  grains: Mapping[int, int] | None = None):
         super().__init__(CHAIN, implementation, {FLOAT: function}, grains=grains)
         self._widened = ()  # a 16-bit product is rounded at each node: no chain of those
-        self._default = tuple((tanh if op == "tanhf" else op, a, b, c)
-                              for op, a, b, c in GELU_TANH)
 
     def _chosen(self, attributes: Mapping[str, Any]) -> tuple[Mapping[int, Callable], tuple]:
         unknown = sorted(set(attributes) - {"steps"})
         if unknown:
             raise TypeError(f"{self.name} takes no attribute {unknown[0]}")
-        steps = attributes.get("steps", self._default)
+        steps = attributes.get("steps", GELU_TANH)
         if not steps:
             raise ValueError(f"{self.name}: a chain needs at least one step")
         code = np.empty((len(steps), 3), np.int64)

@@ -9,8 +9,8 @@ compiled code only clamps it (``kernels.base.chunked_threads`` mirrors it).
 Chunks are processed in blocks small enough to stay in the L1 cache. The
 transcendental functions are array expressions over a block, so pythran
 vectorises them with xsimd (a scalar loop would call libm once per element),
-except float tanh, whose own approximations are plain loops of arithmetic; the
-integer-friendly ones are plain loops too, which the C++ compiler vectorises.
+except float tanh and erf, whose own approximations are plain loops of arithmetic;
+the integer-friendly ones are plain loops too, which the C++ compiler vectorises.
 Serial and parallel runs compute every element with the same instructions,
 so their results are identical bit for bit.
 """
@@ -52,7 +52,6 @@ import numpy as np
 # pythran export sigmoid(float32[:], float32[:], int)
 # pythran export sigmoid(float64[:], float64[:], int)
 # pythran export tanh(float64[:], float64[:], int)
-# pythran export tanhf(float32[:], float32[:], int)
 # pythran export tanhf_rational(float32[:], float32[:], int)
 # pythran export erff(float32[:], float32[:], int)
 # pythran export erf(float64[:], float64[:], int)
@@ -130,11 +129,11 @@ ALIGN = 64
 
 #: ``chain``'s operations by code: the element operation of the unary function of that name,
 #: Pow's by 2 and by 3 (``x * x``, ``x * x * x``), then the binary ones
-CHAIN_OPERATIONS = ("abs_", "neg", "relu", "exp", "logf", "sqrt", "sigmoid", "tanhf",
+CHAIN_OPERATIONS = ("abs_", "neg", "relu", "exp", "logf", "sqrt", "sigmoid",
                     "tanhf_rational", "erff", "geluf", "gelu_tanhf", "square", "cube",
                     "add", "sub", "mul", "div")
 #: code of the first binary operation
-CHAIN_BINARY = 14
+CHAIN_BINARY = 13
 #: ``chain``'s block: its registers (one per step) stay in L1 where the unary kernels'
 #: 2048 would spill to L2; blocks start on multiples of ALIGN, so every element takes the
 #: same vector or scalar-tail path as in the unary kernels' blocks
@@ -239,16 +238,14 @@ def _operation(op, a, b, c, a_constant, b_constant, out):
     elif op == 6:
         _sigmoid(a, out)
     elif op == 7:
-        _tanhf(a, out)
-    elif op == 8:
         _tanhf_rational(a, out)
-    elif op == 9:
+    elif op == 8:
         _erff(a, out)
-    elif op == 10:
+    elif op == 9:
         _geluf(a, out)
-    elif op == 11:
+    elif op == 10:
         _gelu_tanhf(a, out)
-    elif op == 12:
+    elif op == 11:
         _pairs(_times, a, a, c, False, False, out)
     else:
         _cube(a, out)
@@ -344,75 +341,11 @@ def _tanh(x, out):
     out[:] = np.tanh(x)
 
 
-def _tanhf(x, out):
-    """tanh on float32 by two rational approximations, selected per lane.
-
-    xsimd's float tanh evaluates exp, a polynomial and a division for every lane
-    and selects; this costs less and is within 1 ulp of the correctly rounded
-    result for every float32 (each was checked when the coefficients were set;
-    the tests sample every binade).
-    With ``a = |x|`` (tanh rounds to 1 from about 9.01):
-
-    - ``a < 1``: ``tanh(a) = a - a**3 * h(a*a)``, ``h`` a (2, 1) rational;
-    - ``a >= 1``: ``tanh(a) = 1 - R(min(a, 9.1) - 1)``, ``R`` a (5, 6) rational.
-
-    Both are minimax fits (Lawson-weighted least squares on the linearised
-    error; relative error for ``h``, absolute for ``R``). Each result is an
-    exact term plus a correction at most a third of it, so the correction's
-    rounding errors reach the result damped: the float32 evaluation stays
-    within 1 ulp, with or without FMA.
-
-    The loop is bound by the instructions it issues, so the coefficients are
-    arranged to save some. A polynomial whose leading coefficient is 1 starts
-    Horner's scheme with an addition, which writes a new register; any other
-    starts with an FMA that overwrites an input still needed and costs a copy.
-    ``R``'s numerator and denominator, and ``h``'s denominator, are scaled so;
-    ``R``'s remaining factor becomes the large branch's scale, and ``h``'s
-    numerator is negated so the small branch's scale is ``a**3`` itself. (A
-    monic numerator of ``h`` too would save one more copy, at 2 ulp.) The
-    coefficients are rounded to float32 after scaling.
-
-    A plain loop, which the C++ compiler vectorises by computing both branches and
-    selecting (the quotient of the selected terms becomes one division per branch).
-    Every select tests ``a < 1``, so one comparison serves them all. Only the
-    large branch clamps, and NaN goes there: it fails ``a < 1``, and ``min`` keeps
-    it (``9.1 < NaN`` is false), so it stays NaN and nothing else guards it.
-    Pythran divides scalars in double; the float32 cast of the quotient lets the
-    compiler narrow that back to a float32 division, which gives the same bits.
-    """
-    one = np.float32(1)
-    for i in range(x.shape[0]):
-        a = abs(x[i])
-        s = a * a
-        d = min(a, np.float32(9.1)) - one
-        small_num = ((np.float32(0.00014140336134005338) * s
-                      + np.float32(-0.0042636813595891)) * s + np.float32(-0.8226754665374756))
-        small_den = s + np.float32(2.4680263996124268)
-        large_num = (((((d + np.float32(-34.5357666015625)) * d
-                        + np.float32(486.06463623046875)) * d
-                       + np.float32(-3501.1708984375)) * d
-                      + np.float32(12965.65234375)) * d
-                     + np.float32(-19829.14453125))
-        large_den = ((((((d + np.float32(4.884415149688721)) * d
-                         + np.float32(26.349096298217773)) * d
-                        + np.float32(90.2316665649414)) * d
-                       + np.float32(229.9663543701172)) * d
-                      + np.float32(323.9266357421875)) * d
-                     + np.float32(292.4266662597656))
-        small = a < one
-        r = np.float32((small_num if small else large_num) / (small_den if small else large_den))
-        scale = a * s if small else np.float32(0.0035158463288098574)
-        base = a if small else one
-        # The sign goes on last: tanh is odd, and -0.0 stays -0.0.
-        out[i] = np.copysign(scale * r + base, x[i])
-
-
 def _tanhf_rational(x, out):
-    """tanh on float32 by one rational approximation: half the instructions of ``_tanhf``,
-    within 6 ulp of the correctly rounded result, 5 where multiply-adds fuse (x86_64_v3
-    and v4): every float32 was checked, the tests sample every binade. The variants where
-    it is faster than ``_tanhf`` by enough to be worth the accuracy use it
-    (``catalog.VARIANT_UNARY``).
+    """tanh on float32 by one rational approximation, within 6 ulp of the correctly rounded
+    result, 5 where multiply-adds fuse (x86_64_v3 and v4): every float32 was checked, the
+    tests sample every binade. It replaced a 1-ulp pair of rationals selected per lane, which
+    issued twice the instructions and was slower on every variant (docs/kernels.md).
 
     ``tanh(x) = x * P(x*x) / Q(x*x)`` on ``x`` clamped to [-9, 9] (beyond, tanh rounds to
     +-1), ``P`` and ``Q`` of degree 4 with positive coefficients, so that Horner's scheme
@@ -580,10 +513,6 @@ def sigmoid(x, out, nthreads):
 
 def tanh(x, out, nthreads):
     return _run(x, out, nthreads, _tanh)
-
-
-def tanhf(x, out, nthreads):
-    return _run(x, out, nthreads, _tanhf)
 
 
 def tanhf_rational(x, out, nthreads):
