@@ -48,7 +48,7 @@ from results import (
 )
 from threadpoolctl import threadpool_limits
 
-from kerneltune.kernels import catalog, library
+from kerneltune.kernels import catalog, library, outputs
 from kerneltune.kernels.elementwise import UnaryKernel
 from kerneltune.tuning.dtypes import FLOATING, NUMPY_DTYPES
 from kerneltune.tuning.schema import element_type_number
@@ -364,19 +364,26 @@ def narrow(rounds: int, recorder: Recorder) -> list[str]:
         1)
     rng = np.random.default_rng(2)
     misses = []
-    recorder.table("narrow", f"FLOAT, {NARROW_ROWS} x K times K x N, one thread, BLAS off; "
-                   "path: the default plan's; blocked_ratio: the blocked path's time over the "
-                   "default plan's, numpy_ratio numpy's (its BLAS) over it")
+    recorder.table("narrow", f"FLOAT, {NARROW_ROWS} x K times K x N, one thread, BLAS off, "
+                   "outputs recycled as a session's intermediates; path: the default plan's; "
+                   "blocked_ratio: the blocked path's time over the default plan's, numpy_ratio "
+                   "numpy's (its BLAS) over it")
     print(f"\n{'narrow M x K x N':18} {'default us':>10} {'blocked x':>9} {'numpy x':>8} "
           f"{'path':>8}")
     for k in NARROW_DEPTHS:
         for n in NARROW_WIDTHS:
             a = rng.standard_normal((NARROW_ROWS, k)).astype(np.float32)
             b = rng.standard_normal((k, n)).astype(np.float32)
-            with threadpool_limits(1):
-                times = timed({"default": lambda a=a, b=b: default.run(a, b),
-                               "blocked": lambda a=a, b=b: blocked.run(a, b),
-                               "numpy": lambda a=a, b=b: np.matmul(a, b)}, rounds)
+            # as a session's intermediates (these are MLPs' hidden layers): outputs come
+            # from the pool, not from pages the C library may map afresh at each call
+            outputs.intermediates(True)
+            try:
+                with threadpool_limits(1):
+                    times = timed({"default": lambda a=a, b=b: default.run(a, b),
+                                   "blocked": lambda a=a, b=b: blocked.run(a, b),
+                                   "numpy": lambda a=a, b=b: np.matmul(a, b)}, rounds)
+            finally:
+                outputs.intermediates(False)
             path = default.plan(a, b).path
             ratio = times["blocked"] / times["default"]
             print(f"{f'{NARROW_ROWS} x {k} x {n}':18} {times['default'] * 1e6:>10.1f} "
