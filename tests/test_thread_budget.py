@@ -25,12 +25,12 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"),
                                 reason="reads threads' CPU time from /proc")
 
 
-def _child(threads: int, mode: str = "budget") -> dict:
+def _child(threads: int, mode: str = "budget", **environment: str) -> dict:
     # BLAS's workers sleep as soon as a product ends, so that only work takes their ticks
     done = subprocess.run([sys.executable, __file__, str(threads), mode], capture_output=True,
                           text=True, timeout=300,
                           env={**os.environ, "KERNELTUNE_CACHE": "off",
-                               "OPENBLAS_THREAD_TIMEOUT": "4"})
+                               "OPENBLAS_THREAD_TIMEOUT": "4", **environment})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -53,6 +53,17 @@ def test_a_session_of_two_threads_does_run_blas_on_its_second(tmp_path):
         pytest.skip("the BLAS library runs on one thread in this process")
     assert found["paths"] == ["blas"] and found["planned_threads"] == [2]
     assert found["other_ticks"] > 0, found
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 3,
+                    reason="three CPUs: BLAS runs at most a thread per CPU, and a budget of one "
+                           "is the test above")
+def test_a_session_of_two_threads_runs_on_two_where_blas_would_take_more():
+    found = _child(2, "wide")
+    if found["blas_threads"] < 3 or found["numpy_workers"] < 2:
+        pytest.skip(f"the BLAS library runs fewer than three threads in this process: {found}")
+    # the same products through numpy took two or more of BLAS's workers; the session one
+    assert found["session_workers"] <= 1, found
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a second CPU to run BLAS's thread")
@@ -209,6 +220,28 @@ def _contended() -> dict:
             "blas_threads_after": _blas_threads()}
 
 
+def _wide() -> dict:
+    """A 2-thread session on the BLAS path, and the same product through numpy on BLAS's own
+    thread count: how many threads besides the caller took CPU time over each's runs."""
+    from kerneltune.runtime import RuntimeSession
+
+    model, weight, x = _model_and_input()
+    session = RuntimeSession(model, threads=2, contention=None)
+    caller = threading.get_native_id()
+
+    def workers(run) -> int:
+        run()
+        start = _ticks()
+        for _ in range(RUNS):
+            run()
+        end = _ticks()
+        return sum(1 for t in end if t != caller and end[t] > start.get(t, 0))
+
+    return {"blas_threads": _blas_threads(),
+            "session_workers": workers(lambda: session.run(None, {"X": x})),
+            "numpy_workers": workers(lambda: x @ weight)}
+
+
 def _measure(threads: int) -> dict:
     from onnx import TensorProto
 
@@ -238,6 +271,6 @@ def _measure(threads: int) -> dict:
 
 
 if __name__ == "__main__":
-    modes = {"contended": _contended, "pool": _one_pool}
+    modes = {"contended": _contended, "pool": _one_pool, "wide": _wide}
     print(json.dumps(modes[sys.argv[2]]() if sys.argv[2] in modes
                      else _measure(int(sys.argv[1]))))
