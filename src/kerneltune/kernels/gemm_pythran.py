@@ -123,6 +123,10 @@ import numpy as np
 MR = 4
 #: rows of the panel path's taller micro-kernel
 PR = 8
+#: rows from which the panel path runs in an OpenMP region on one thread too: called outside
+#: one from gemm's entry, gcc compiled the groups' loop apart and twice as slow (the region's
+#: copy is the fast one); below, the region's entry costs more than that copy saves
+PANEL_REGION_ROWS = 256
 #: columns of the micro-kernel's block of sums; tile_n must be a multiple
 NR = 64
 #: k steps of one pass of the micro-kernel; tile_k must be a multiple
@@ -720,7 +724,7 @@ def panel(a, b, c, out, alpha, beta, trans_a, trans_b, tall, nthreads):
     rows_per = _group_rows(width, tall)
     groups = (m + rows_per - 1) // rows_per
     share, nthreads = _shares(groups, nthreads)
-    if nthreads > 1:
+    if nthreads > 1 or m >= PANEL_REGION_ROWS:
         # omp parallel for num_threads(nthreads) schedule(static)
         for p in range(nthreads):
             _panel_run(a, bp, c, out, alpha, beta, trans_a, p * share,
