@@ -10,6 +10,7 @@ import pytest
 
 from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError
+from kerneltune.kernels import outputs
 from kerneltune.kernels.gemm import COMPILED_POOL_VARIANTS, Gemm, MatMul, _fast_run
 from kerneltune.kernels.gemm_pythran import KU, MR, NR
 from kerneltune.kernels.variants import load_module, selected_variant
@@ -240,6 +241,30 @@ def test_serial_and_parallel_runs_give_identical_bits(path, m, k, n, trans_b, al
         outputs += [prepared.run(a, b, c), prepared.run_serial(a, b, c)]
     assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
     assert_close(outputs[0], reference(a, b, c, alpha, 1.0, 0, trans_b), k)
+
+
+@pytest.mark.parametrize(("path", "m", "k", "n"), [
+    ("blocked", 520, 70, 130), ("blocked_packed", 520, 70, 130), ("skinny", 3, 40, 11_000),
+    ("column", 4100, 9, 8), ("panel", 4100, 8, 32), ("panel", 1030, 33, 64)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("relu", [False, True])
+def test_large_outputs_take_their_path_s_export_with_the_bits_of_the_checked_run(
+        path, m, k, n, trans_a, trans_b, relu):
+    """An output of 128 KiB or more comes from Python (the output pool) and its product from
+    the path's own compiled export: the bits of the checked run, Relu and bias included."""
+    a, b, c = operands(m, k, n, trans_a, trans_b, "row")
+    assert m * n * 4 >= outputs.INTERMEDIATE_MINIMUM_BYTES
+    for threads in (1, 2):
+        prepared = prepare(PATHS[path], threads=threads, transA=trans_a, transB=trans_b,
+                           activation="Relu" if relu else None)
+        # with transB, the blocked path packs B always
+        assert prepared.plan(a, b, c).path == (
+            "blocked_packed" if path == "blocked" and trans_b else path)
+        fast = prepared.run(a, b, c)
+        checked = prepared._run_checked(a, b, c)
+        assert fast.tobytes() == checked.tobytes()
+        assert fast.tobytes() == prepared.run_serial(a, b, c).tobytes()
+        assert (fast.min() >= 0) == relu
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])

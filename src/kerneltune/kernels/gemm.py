@@ -315,7 +315,7 @@ class PreparedGemm(PreparedKernel):
         self.dtype = dtype
         self._blocked, self._skinny, self._column = module.blocked, module.skinny, module.column
         self._panel = module.panel
-        self._gemm, self._gemm_into = module.gemm, module.gemm_into
+        self._gemm = module.gemm
         self._decide_compiled = module.decide
         #: Relu on the output, fused (the Relu kernel's code: the same bits)
         self._relu, self._rectify = relu, module.rectify
@@ -492,12 +492,16 @@ def _fast_run(p: PreparedGemm, checked):
     products, and everything else, take ``checked(a, b, c)``, whose errors name the
     operand. Through ``checked``, the BLAS path cost as much Python a call as BLAS takes
     for a small product, enough to hide a faster BLAS from calibration. A large output
-    comes from the output pool (:mod:`.outputs`) through ``gemm_into``: made in compiled
-    code, its pages were mapped and faulted afresh at every run.
+    comes from the output pool (:mod:`.outputs`): made in compiled code, its pages were
+    mapped and faulted afresh at every run. Its product runs through the path's own export,
+    not through ``gemm_into``, where gcc compiled the panel path's loop inlined and up to
+    twice as slow (docs/kernels.md, The panel path); beside such a product, the Python of
+    the decision costs little.
     """
-    dtype, compiled, into = p.dtype, p._gemm, p._gemm_into
+    dtype, compiled, decide, run_compiled = p.dtype, p._gemm, p._decide_compiled, p._run_compiled
     no_bias, alpha, beta, thresholds = p._no_bias, p._alpha, p._beta, p._thresholds
-    use_bias, trans_a, trans_b = p._use_bias, p.trans_a, p.trans_b
+    use_bias, trans_a, trans_b, relu, rectify = (p._use_bias, p.trans_a, p.trans_b, p._relu,
+                                                 p._rectify)
     empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
 
     def run(a, b, c=None):
@@ -518,11 +522,18 @@ def _fast_run(p: PreparedGemm, checked):
                         return out
                     blas = out.shape[1] != 0
                 else:
-                    out = empty((rows, columns), dtype)
-                    path = into(a, b, bias, out, alpha, beta, thresholds)
-                    if path > BLAS_PATH:  # a compiled path's code (a refusal is -1)
-                        return out
-                    blas = path == BLAS_PATH
+                    depth = a.shape[0] if trans_a else a.shape[-1]
+                    blas = False
+                    if (a.ndim == 2 and b.ndim == 2 and depth and _fits(bias, rows, columns)
+                            and (b.shape[1] if trans_b else b.shape[0]) == depth):
+                        code, threads = decide(rows, depth, columns, False, thresholds)
+                        blas = code == BLAS_PATH
+                        if not blas:
+                            out = empty((rows, columns), dtype)
+                            run_compiled(a, b, bias, out, PATH_NAMES[code], threads)
+                            if relu:
+                                rectify(out)
+                            return out
                 # BLAS's product; numpy.matmul keeps a subclass (np.matrix), the checked
                 # run does not
                 if blas and type(a) is np.ndarray and type(b) is np.ndarray:
@@ -532,6 +543,15 @@ def _fast_run(p: PreparedGemm, checked):
         return checked(a, b, c)
 
     return run
+
+
+def _fits(bias: np.ndarray, rows: int, columns: int) -> bool:
+    """Whether C is absent (0 x 0) or 2-D and broadcasts to the output, as gemm's entry
+    checks; any other C takes the checked run, which names the problem."""
+    if bias.ndim != 2:
+        return False
+    c_rows, c_columns = bias.shape
+    return (c_rows == c_columns == 0) or (c_rows in (1, rows) and c_columns in (1, columns))
 
 
 class PreparedMatMul(PreparedKernel):

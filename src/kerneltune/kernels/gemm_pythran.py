@@ -16,8 +16,6 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
     decide(m: int, k: int, n: int, serial: bool, t: int64[:]) -> (int, int)
     rectify(out: T[:,:]) -> None
     gemm(a: T[:,:], b: T[:,:], c: T[:,:], alpha: T, beta: T, t: int64[:]) -> T[:,:]
-    gemm_into(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-              t: int64[:]) -> int
 
 ``t`` holds the transposition flags, the thresholds and the thread budget of a prepared
 kernel (the ``T_*`` indices below). ``decide`` names the path of one product (a ``*_PATH``
@@ -28,9 +26,8 @@ Python must act instead it returns an empty array: ``(0, 1)`` for a product of c
 operands on the BLAS path, which Python hands to BLAS without checking them again,
 ``(0, 0)`` for the rest (an empty product, mismatched shapes or bias). A small product
 costs mostly its call, so its output is made and its path decided here, not in Python.
-``gemm_into`` is the same call into an output the caller made (a large one, which the
-output pool recycles): it returns the path's code, ``BLAS_PATH`` without computing, and
--1 where ``gemm`` returns ``(0, 0)`` or ``out`` is not ``(M, N)``.
+A large product's caller decides with ``decide`` and calls the path's export into an output
+the output pool recycles.
 With ``t[T_RELU]`` set, ``gemm`` then applies Relu to the output (``rectify``): a product
 and the Relu after it in one call, as a session fuses them.
 
@@ -115,8 +112,6 @@ import numpy as np
 # pythran export rectify(float64[:,:] order(C))
 # pythran export gemm(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
 # pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
-# pythran export gemm_into(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
-# pythran export gemm_into(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
 # pythran export decide(int, int, int, bool, int64[:])
 
 #: rows of the micro-kernel; tile_m must be a multiple
@@ -831,12 +826,3 @@ def gemm(a, b, c, alpha, beta, t):
     out = np.empty((m, n), a.dtype)
     _compute(a, b, c, out, alpha, beta, t, path, threads)
     return out
-
-
-def gemm_into(a, b, c, out, alpha, beta, t):
-    path, threads, m, n = _checked(a, b, c, t)
-    if path < 0 or out.shape[0] != m or out.shape[1] != n:
-        return -1
-    if path != BLAS_PATH:
-        _compute(a, b, c, out, alpha, beta, t, path, threads)
-    return path
