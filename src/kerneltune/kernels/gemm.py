@@ -494,9 +494,9 @@ def _fast_run(p: PreparedGemm, checked):
     for a small product, enough to hide a faster BLAS from calibration. A large output
     comes from the output pool (:mod:`.outputs`): made in compiled code, its pages were
     mapped and faulted afresh at every run. Its product runs through the path's own export,
-    not through ``gemm_into``, where gcc compiled the panel path's loop inlined and up to
-    twice as slow (docs/kernels.md, The panel path); beside such a product, the Python of
-    the decision costs little.
+    the path decided here: inlined into a compiled entry that decided and computed, gcc
+    compiled the panel path's loop up to twice as slow (docs/kernels.md, The panel path),
+    and beside such a product the Python of the decision costs little.
     """
     dtype, compiled, decide, run_compiled = p.dtype, p._gemm, p._decide_compiled, p._run_compiled
     no_bias, alpha, beta, thresholds = p._no_bias, p._alpha, p._beta, p._thresholds
