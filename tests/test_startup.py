@@ -50,6 +50,16 @@ def test_a_clean_start_warns_of_nothing():
     assert done.stdout.strip() == "()" and CATEGORY not in done.stderr
 
 
+def test_the_profile_importer_loads_only_when_the_variable_names_profiles(tmp_path):
+    code = "import sys, kerneltune; print('kerneltune.profiles.importer' in sys.modules)"
+    done = start(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    done = start(code, KERNELTUNE_DEPLOYMENT_PROFILES=str(tmp_path / "none.yaml"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
 def test_an_unknown_isa_variant_is_one_warning_naming_the_variable_and_the_installed_ones():
     done = start("import kerneltune", KERNELTUNE_ISA="no_such_variant")
     assert done.returncode == 0

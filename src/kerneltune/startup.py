@@ -22,18 +22,13 @@ import types
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._support.reprs import brief_repr
 from .cache.kernel_tuning_cache import CacheLoadReport, load_kernel_tuning_cache
 from .errors import KerneltuneStartupWarning
 from .machine.detect import get_cpu_descriptor
-from .profiles.importer import (
-    ENVIRONMENT_VARIABLE,
-    IMPORTED,
-    ProfileImportReport,
-    import_deployment_profiles,
-    profile_paths,
-)
+from .profiles.environment import ENVIRONMENT_VARIABLE
 from .tuning.libraries import (
     ENTRY_POINT_GROUP,
     FAILED,
@@ -43,6 +38,9 @@ from .tuning.libraries import (
 )
 from .tuning.libraries import ENVIRONMENT_VARIABLE as LIBRARIES_VARIABLE
 from .tuning.registry import KernelTuningRegistry
+
+if TYPE_CHECKING:
+    from .profiles.importer import ProfileImportReport
 
 #: cache statuses that say nothing went wrong
 _QUIET_CACHE = ("loaded", "not_found", "disabled")
@@ -112,6 +110,9 @@ def _profiles(registry: KernelTuningRegistry) -> tuple[ProfileImportReport | Non
     spec = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
     if not spec:
         return None, []
+    # imported here: a process that names no profile does not load the importer
+    from .profiles.importer import IMPORTED, import_deployment_profiles, profile_paths
+
     try:
         report = import_deployment_profiles(profile_paths(spec), registry=registry,
                                             processor=get_cpu_descriptor())

@@ -114,7 +114,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from ..machine.detect import get_cpu_descriptor
-    from ..profiles.importer import ENVIRONMENT_VARIABLE, profile_paths
+    from ..profiles.environment import ENVIRONMENT_VARIABLE
+    from ..profiles.importer import profile_paths
     from ..tuning.explanation import Explanation, explain
     from ..tuning.registry import default_registry
 
@@ -172,7 +173,8 @@ def _described_registry(descriptor: str) -> tuple[object, object]:
     libraries and the deployment files, whose profiles for that processor this one left
     unread; the user cache is this machine's), and the import's report (None: no files)."""
     from ..machine.descriptor_files import read_cpu_descriptor
-    from ..profiles.importer import ENVIRONMENT_VARIABLE, import_deployment_profiles, profile_paths
+    from ..profiles.environment import ENVIRONMENT_VARIABLE
+    from ..profiles.importer import import_deployment_profiles, profile_paths
 
     registry, report = _libraries_alone(), None
     spec = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()

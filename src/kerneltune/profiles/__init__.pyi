@@ -1,10 +1,10 @@
 """Type stub of the package: the names its submodules give, each loaded on first use
 (``lazy_loader.attach_stub`` reads the imports below at run time)."""
 
+from .environment import ENVIRONMENT_VARIABLE
 from .export import export_deployment_profile
 from .files import read_deployment_profile, write_deployment_profile
 from .importer import (
-    ENVIRONMENT_VARIABLE,
     ProfileFileReport,
     ProfileImportReport,
     import_deployment_profiles,

@@ -42,8 +42,6 @@ from ..tuning.schema import KernelTuningKey, KernelTuningSchema
 from .deployment import IndexRow, read_profiles
 from .model import DeploymentProfile, ProfileEntry
 
-#: files or folders (``os.pathsep``-separated) that ``import kerneltune`` imports
-ENVIRONMENT_VARIABLE = "KERNELTUNE_DEPLOYMENT_PROFILES"
 #: a file's outcome when it was published
 IMPORTED = "imported"
 

@@ -67,8 +67,8 @@ from ..tuning.registry import (
     default_registry,
 )
 from ..tuning.schema import KernelTuningKey, TuningValue
+from .environment import ENVIRONMENT_VARIABLE
 from .importer import (
-    ENVIRONMENT_VARIABLE,
     IMPORTED,
     ProfileFileReport,
     import_deployment_profiles,
