@@ -20,7 +20,8 @@ MATMUL = MatMul(selected_variant())
 
 #: small tiles and no BLAS: many tasks, several k-tiles and partial tiles on small products
 SMALL_TILES = {"algorithm.tile_m": 8, "algorithm.tile_n": 64, "algorithm.tile_k": 16,
-               "algorithm.skinny_m_limit": 8, "algorithm.blas_minimum_fmas": 10**15}
+               "algorithm.skinny_m_limit": 8, "algorithm.blas_minimum_fmas": 10**15,
+               "algorithm.column_blas_minimum_fmas": 10**15}
 #: ... and a thread for every task
 PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_tasks": 2}
 #: the four compiled paths, forced whatever the shape
@@ -346,6 +347,21 @@ def test_products_of_fewer_tiles_than_threads_get_a_task_per_thread(trans_b):
     assert prepared.plan(a, b).threads == 1
 
 
+@pytest.mark.parametrize("columns", [1, 16])
+@pytest.mark.parametrize("bias", [None, "scalar", "row", "column", "full"])
+def test_blas_products_take_c_and_relu_as_an_add_and_a_relu_after_them(columns, bias):
+    """On the BLAS path, C and a fused Relu (compiled, in one call) give the bits of BLAS's
+    product followed by an Add and a Relu, a session's unfused nodes: one column or many."""
+    a, b, c = operands(300, 32, columns, 0, 0, bias)
+    prepared = prepare({"algorithm.blas_minimum_fmas": 0,
+                        "algorithm.column_blas_minimum_fmas": 0}, threads=1, activation="Relu")
+    inputs = (a, b) if c is None else (a, b, c)
+    assert prepared.plan(*inputs).path == "blas"
+    product = np.matmul(a, b) if c is None else np.matmul(a, b) + c
+    expected = np.where(product > 0, product, np.float32(0))
+    assert prepared.run(*inputs).tobytes() == expected.tobytes()
+
+
 def test_products_on_the_openmp_pool_keep_off_blas_s_threads():
     """``pool="openmp"``: BLAS computes on the calling thread alone, and on the variants
     whose compiled products beat that, a product of several rows far above every BLAS
@@ -428,6 +444,35 @@ def test_one_row_products_have_their_own_blas_threshold():
     check_plan({"algorithm.vector_blas_minimum_fmas": fmas, "algorithm.skinny_m_limit": 0},
                shape, "blas")
     check_plan({"algorithm.vector_blas_minimum_fmas": 0}, (2, 300, 400), "skinny")
+
+
+def test_column_path_products_have_their_own_blas_threshold():
+    """The column path's few columns meet algorithm.column_blas_minimum_fmas, whatever the
+    square threshold; a product of more columns meets the square one."""
+    shape = (64, 32, 3)
+    fmas = 64 * 32 * 3
+    check_plan({"algorithm.column_blas_minimum_fmas": fmas}, shape, "blas")
+    check_plan({"algorithm.column_blas_minimum_fmas": fmas + 1}, shape, "column")
+    check_plan({"algorithm.column_blas_minimum_fmas": fmas + 1, "algorithm.blas_minimum_fmas": 0},
+               shape, "column")
+    check_plan({"algorithm.column_blas_minimum_fmas": fmas, "algorithm.blas_minimum_fmas": 0},
+               shape, "blas", transA=1, transB=1)
+    check_plan({"algorithm.column_blas_minimum_fmas": 0, "algorithm.column_n_limit": 2}, shape,
+               "panel")  # not the column path's: the square threshold, not reached
+
+
+def test_column_path_products_on_the_openmp_pool_take_blas_on_the_calling_thread():
+    """The column path runs one thread where BLAS on one is faster: on the OpenMP pool its
+    products keep their BLAS threshold, every variant, with BLAS held to the calling thread."""
+    values = {"algorithm.blas_minimum_fmas": 1, "algorithm.column_blas_minimum_fmas": 1}
+    for kernel in (GEMM, MATMUL):
+        anywhere = prepare(values, threads=2, kernel=kernel)
+        pooled = prepare(values, threads=2, kernel=kernel, pool="openmp")
+        a, b, c = operands(512, 32, 2, 0, 0, "row")
+        inputs = (a, b) if kernel is MATMUL else (a, b, c)
+        plan = pooled.plan(*inputs)
+        assert plan.path == "blas" and plan.threads == 1
+        assert pooled.run(*inputs).tobytes() == anywhere.run(*inputs).tobytes()
 
 
 @pytest.mark.parametrize(("threshold", "calls"), [(300 * 400, 1), (300 * 400 + 1, 0)])
@@ -792,7 +837,7 @@ def test_the_column_limit_says_which_products_take_the_column_path(limit, column
     """A regressor's last layer (one column), a classifier's scores (a few): the column path
     up to algorithm.column_n_limit columns."""
     values = {"algorithm.blas_minimum_fmas": 10**15, "algorithm.column_n_limit": limit,
-              "algorithm.panel_n_limit": 0}
+              "algorithm.column_blas_minimum_fmas": 10**15, "algorithm.panel_n_limit": 0}
     assert prepare(values, kernel=MATMUL).plan(
         matrix((4096, 16)), matrix((16, columns))).path == path
     assert GEMM.configure("FLOAT", {}).column_n_limit == 8

@@ -581,6 +581,34 @@ def test_the_one_row_blas_threshold_keeps_a_crossover_within_two_octaves_of_n(bl
     assert decision.units == {"1 x N x N": "N (1 x N by N x N)"}  # what the plot's axis says
 
 
+def test_the_column_blas_threshold_is_where_blas_beats_the_column_path_on_tall_products():
+    """One threshold serves one column and the column limit's: it moves toward the lower of
+    the two crossovers, in multiply-adds, when both lie above the value in use (an octave
+    short of it, as every crossover)."""
+    kernel, element_type, context = _calibration_context("MatMul", 1, **QUICK,
+                                                         memory_budget=20_000_000)
+    _timed_by_point(context, lambda name, rows: 1.0 if (name == "BLAS") == (rows >= 4096)
+                    else 2.0)
+    calibration = GemmCalibration(kernel, element_type)
+    calibration._column_blas(context, ("compiled", calibration._runner(
+        context, {"algorithm.column_blas_minimum_fmas": 1 << 62})),
+        ("BLAS", calibration._runner(context, {"algorithm.column_blas_minimum_fmas": 0})))
+    (decision,) = context.decisions
+    assert decision.parameter == "algorithm.column_blas_minimum_fmas"
+    assert decision.measured == 4096 * 32 and decision.value == 2048 * 32 and decision.changed
+    assert set(decision.units) == {"M x 32 x 1", "M x 32 x 8"}
+
+
+def test_the_column_blas_threshold_is_kept_when_no_product_takes_the_column_path():
+    kernel, element_type, context = _calibration_context(
+        "Gemm", 1, {"algorithm.column_n_limit": 0}, **QUICK)
+    GemmCalibration(kernel, element_type)._column_blas(context, ("compiled", None),
+                                                        ("BLAS", None))
+    (decision,) = context.decisions
+    assert not decision.changed and not decision.candidates
+    assert "column_n_limit is 0" in decision.reason
+
+
 def test_every_case_of_the_library_says_what_its_size_counts():
     kernel, element_type, context = _calibration_context("Add", 2)
     elementwise = ElementwiseCalibration(kernel, element_type).cases(context)

@@ -59,6 +59,7 @@ SKINNY_B = "algorithm.skinny_minimum_b_elements"
 BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
 VECTOR_BLAS = "algorithm.vector_blas_minimum_fmas"
+COLUMN_BLAS = "algorithm.column_blas_minimum_fmas"
 FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
 SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
@@ -66,6 +67,9 @@ MINIMUM_TASKS = "parallel.minimum_tasks"
 SKINNY_DEPTH = 512
 #: rows and depth of the narrow-N family (a classifier's scores over a batch)
 NARROW_ROWS, NARROW_DEPTH = 1024, 64
+#: depth of the tall family, on which BLAS races the column path (the last layer of an MLP,
+#: a linear model's features)
+TALL_DEPTH = 32
 #: the cache sizes assumed when the descriptor does not know them
 DEFAULT_L1, DEFAULT_L2 = 32 * 1024, 512 * 1024
 
@@ -188,6 +192,12 @@ class GemmCalibration(KernelCalibration):
                              lambda s: NARROW_DEPTH, int,
                              f"columns N ({NARROW_ROWS} x {NARROW_DEPTH} by {NARROW_DEPTH} x N)")
 
+    def _tall(self, context: CalibrationContext, columns: int) -> Case:
+        """M x 32 by 32 x ``columns``, on the rows M."""
+        return self._product(f"M x {TALL_DEPTH} x {columns}", context, int,
+                             lambda s: TALL_DEPTH, lambda s: columns,
+                             f"rows M (M x {TALL_DEPTH} by {TALL_DEPTH} x {columns})")
+
     def families(self, context: CalibrationContext) -> list[tuple[Case, int]]:
         """Square, wide N, large K and (Gemm only) transposed B: the cases tiles are judged on."""
         product = self._product
@@ -223,7 +233,7 @@ class GemmCalibration(KernelCalibration):
         return self._runner_for(context.configure(values), threads or context.threads)
 
     def __call__(self, context: CalibrationContext) -> None:
-        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER}
+        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER, COLUMN_BLAS: NEVER}
         self._tiles(context, compiled)
         square = self._square(context)
         steps = context.options.level.steps_per_octave
@@ -362,8 +372,10 @@ class GemmCalibration(KernelCalibration):
 
     def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
               compiled: dict) -> None:
-        """The BLAS crossovers, in multiply-adds: square, one-row and skinny products."""
-        on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0, VECTOR_BLAS: 0}))
+        """The BLAS crossovers, in multiply-adds: square, one-row, column-path and skinny
+        products."""
+        on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0, VECTOR_BLAS: 0,
+                                                  COLUMN_BLAS: 0}))
         compiled_run = ("compiled", self._runner(context, compiled))
         decide_crossover(context, Crossover(
             BLAS, square, squares, compiled_run, on_blas,
@@ -373,6 +385,7 @@ class GemmCalibration(KernelCalibration):
             VECTOR_BLAS, self._rows(context, 1), _wide(context), compiled_run, on_blas,
             lambda s: s * s, max(1, math.isqrt(int(context.values[VECTOR_BLAS]))),
             self._tolerance(), VECTOR_BLAS_RESOLUTION_OCTAVES))
+        self._column_blas(context, compiled_run, on_blas)
         limit = int(context.values[SKINNY])
         if limit < 2:
             context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_m_limit is {limit}, no product of "
@@ -392,6 +405,23 @@ class GemmCalibration(KernelCalibration):
                       max(1, math.isqrt(int(context.values[SKINNY_BLAS]) // rows)),
                       self._tolerance())
             for rows in sorted({2, max(2, limit // 2)})])
+
+    def _column_blas(self, context: CalibrationContext, compiled_run: tuple,
+                     on_blas: tuple) -> None:
+        """Where BLAS beats the column path, in multiply-adds, on tall products of one column
+        and of the column limit's together: one threshold serves both."""
+        limit = int(context.values[COLUMN])
+        if limit < 1:
+            context.keep(COLUMN_BLAS, f"kept: algorithm.column_n_limit is {limit}, no product "
+                                      f"takes the column path")
+            return
+        rows = geometric_grid(16, 16384, context.options.level.steps_per_octave)
+        in_use = int(context.values[COLUMN_BLAS])
+        decide_shared_crossover(context, [
+            Crossover(COLUMN_BLAS, self._tall(context, columns), rows, compiled_run, on_blas,
+                      lambda s, columns=columns: s * TALL_DEPTH * columns,
+                      max(1, in_use // (TALL_DEPTH * columns)), self._tolerance())
+            for columns in sorted({1, limit})])
 
     def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
                   compiled: dict) -> None:
@@ -429,11 +459,12 @@ class GemmCalibration(KernelCalibration):
 
     def workload(self, context: CalibrationContext) -> Workload:
         """The tile families, skinny products of a few row counts, narrow ones of a few
-        column counts, and the square, one-row and two-row products an octave apart, on
-        which the thresholds between paths move."""
+        column counts, tall one-column ones of a few row counts, and the square, one-row
+        and two-row products an octave apart, on which the thresholds between paths move."""
         cases = [*self.families(context),
                  *((self._skinny_m(context), rows) for rows in (4, 12, 24)),
                  *((self._narrow(context), columns) for columns in (3, 16, 48)),
+                 *((self._tall(context, 1), rows) for rows in (256, 1024, 4096)),
                  *((self._square(context), size) for size in whole_block_grid(16, 724, 1)),
                  *((self._rows(context, rows), size) for rows in (1, 2)
                    for size in whole_block_grid(64, 4096, 1))]

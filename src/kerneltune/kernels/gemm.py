@@ -19,7 +19,10 @@ Five algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_py
   products from ``algorithm.skinny_blas_minimum_fmas`` on (the skinny path holds out
   against BLAS far longer than the blocked one, so one threshold cannot serve both), and
   for one-row products from ``algorithm.vector_blas_minimum_fmas`` on (BLAS runs those as
-  matrix-vector products, with kernels of their own).
+  matrix-vector products, with kernels of their own), and for products of the column path's
+  few columns from ``algorithm.column_blas_minimum_fmas`` on (the column path transposes
+  each block of rows of A, which costs more than BLAS's whole product once there are a few
+  hundred rows).
 
 Those are the algorithm decisions. The parallel decision is separate: the compiled paths
 cut the output into tasks (``tile_m x tile_n`` tiles, halved while there are fewer than
@@ -69,6 +72,7 @@ from .gemm_pythran import (
     PANEL_PATH,
     SKINNY_PATH,
     T_BLAS,
+    T_COLUMN_BLAS,
     T_COLUMN_LIMIT,
     T_FIELDS,
     T_FMAS_PER_UNIT,
@@ -155,6 +159,10 @@ class GemmConfig:
         "algorithm.vector_blas_minimum_fmas", 262_144, minimum=0,
         doc="M * N * K from which a one-row product is computed by numpy.matmul (BLAS), "
             "which runs it as a matrix-vector product")
+    column_blas_minimum_fmas: int = tunable(
+        "algorithm.column_blas_minimum_fmas", 16_384, minimum=0,
+        doc="M * N * K from which a product of at most algorithm.column_n_limit columns of "
+            "op(B) is computed by numpy.matmul (BLAS) instead of the column path")
     fmas_per_work_unit: int = tunable(
         "parallel.fmas_per_work_unit", 524_288, minimum=1,
         doc="multiply-adds (M * N * K) each thread must have at least: a product runs on at "
@@ -318,20 +326,22 @@ class PreparedGemm(PreparedKernel):
         self._gemm = module.gemm
         self._decide_compiled = module.decide
         #: Relu on the output, fused (the Relu kernel's code: the same bits)
-        self._relu, self._rectify = relu, module.rectify
+        self._relu, self._rectify, self._finish = relu, module.rectify, module.finish
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
         self._no_bias = np.zeros((0, 0), dtype)
         #: BLAS's threads for a product of several rows: one, the calling thread, on the
         #: OpenMP pool (Gemm's ``pool="openmp"``), where ``compiled_rows`` keeps them off
-        #: BLAS altogether; a one-row product's steps around it run serially, so it keeps
-        #: ``threads``
+        #: BLAS but for the column path's (which runs on one thread up to sizes where BLAS
+        #: on one is several times faster); a one-row product's steps around it run
+        #: serially, so it keeps ``threads``
         self.rows_blas_threads = 1 if openmp_pool else threads
         fields = {T_TRANS_A: trans_a, T_TRANS_B: trans_b, T_SKINNY_LIMIT: config.skinny_m_limit,
                   T_VECTOR_BLAS: config.vector_blas_minimum_fmas,
                   T_SKINNY_BLAS: INT64_MAX if compiled_rows else config.skinny_blas_minimum_fmas,
                   T_BLAS: INT64_MAX if compiled_rows else config.blas_minimum_fmas,
+                  T_COLUMN_BLAS: config.column_blas_minimum_fmas,
                   T_TILE_M: config.tile_m, T_TILE_N: config.tile_n, T_TILE_K: config.tile_k,
                   T_PACK_MINIMUM: config.pack_b_minimum_elements,
                   T_MINIMUM_TASKS: config.minimum_tasks,
@@ -473,12 +483,12 @@ class PreparedGemm(PreparedKernel):
     def _blas(self, a, b, bias) -> np.ndarray:
         a = a.T if self.trans_a else a
         out = blas_matmul(a, b.T if self.trans_b else b, self.blas_threads(a.shape[0]))
-        if self._scale:
-            out *= self._alpha
-        if bias.size:
-            out += self._beta * bias
-        if self._relu:
-            self._rectify(out)
+        if self._scale or bias.size or self._relu:
+            if out.shape[1] == 1:  # one column as one row: the compiled loops run along rows
+                self._finish(out.reshape(1, -1), bias.reshape(1, -1) if bias.size else bias,
+                             self._alpha, self._beta, self._relu)
+            else:
+                self._finish(out, bias, self._alpha, self._beta, self._relu)
         return out
 
 

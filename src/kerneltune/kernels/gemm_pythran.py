@@ -15,6 +15,7 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
 
     decide(m: int, k: int, n: int, serial: bool, t: int64[:]) -> (int, int)
     rectify(out: T[:,:]) -> None
+    finish(out: T[:,:], c: T[:,:], alpha: T, beta: T, relu: bool) -> None
     gemm(a: T[:,:], b: T[:,:], c: T[:,:], alpha: T, beta: T, t: int64[:]) -> T[:,:]
 
 ``t`` holds the transposition flags, the thresholds and the thread budget of a prepared
@@ -30,6 +31,9 @@ A large product's caller decides with ``decide`` and calls the path's export int
 the output pool recycles.
 With ``t[T_RELU]`` set, ``gemm`` then applies Relu to the output (``rectify``): a product
 and the Relu after it in one call, as a session fuses them.
+``finish`` applies alpha, C and Relu to the sums BLAS computed, in place, with the
+compiled paths' finishing code (numpy's broadcast add and maximum took several times as
+long).
 
 ``a`` is ``(M, K)`` (``(K, M)`` when ``trans_a``), ``b`` is ``(K, N)`` (``(N, K)`` when
 ``trans_b``) and ``out`` is ``(M, N)``, written entirely (its previous content is never read).
@@ -110,6 +114,8 @@ import numpy as np
 # pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int)
 # pythran export rectify(float32[:,:] order(C))
 # pythran export rectify(float64[:,:] order(C))
+# pythran export finish(float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool)
+# pythran export finish(float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool)
 # pythran export gemm(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
 # pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
 # pythran export decide(int, int, int, bool, int64[:])
@@ -154,7 +160,8 @@ T_COLUMN_LIMIT = 15
 T_PANEL_LIMIT = 16
 T_RELU = 17
 T_PANEL_TALL = 18
-T_FIELDS = 19
+T_COLUMN_BLAS = 19
+T_FIELDS = 20
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
@@ -761,12 +768,14 @@ def decide(m, k, n, serial, t):
     if serial:
         return blocked_path, 1
     skinny_rows = m <= t[T_SKINNY_LIMIT] and k * n >= t[T_SKINNY_MINIMUM_B]
-    if fmas >= (t[T_VECTOR_BLAS] if m == 1 else t[T_SKINNY_BLAS] if skinny_rows else t[T_BLAS]):
+    column = n <= t[T_COLUMN_LIMIT]
+    if fmas >= (t[T_VECTOR_BLAS] if m == 1 else t[T_SKINNY_BLAS] if skinny_rows
+                else t[T_COLUMN_BLAS] if column else t[T_BLAS]):
         return BLAS_PATH, 0
     if skinny_rows:
         return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas,
                                      t[T_SKINNY_FMAS_PER_UNIT], t)
-    if n <= t[T_COLUMN_LIMIT]:
+    if column:
         return COLUMN_PATH, _threads((m + CB - 1) // CB, fmas, t[T_FMAS_PER_UNIT], t)
     unit = t[T_FMAS_PER_UNIT]
     tiles = _grid(m, n, t[T_TILE_M], tile_n, max(1, min(t[T_THREADS], fmas // unit)))
@@ -783,6 +792,14 @@ def rectify(out):
         for j in range(n):
             v = out[i, j]
             out[i, j] = v if (v > 0 or v != v) else 0
+
+def finish(out, c, alpha, beta, relu):
+    m, n = out.shape
+    if alpha != 1 or c.shape[0] * c.shape[1]:
+        _finish(out, out, c, 0, 0, m, n, alpha, beta)
+    if relu:
+        rectify(out)
+
 
 def _checked(a, b, c, t):
     """The path and threads of ``gemm``'s product, and its M and N; path -1 for an empty
