@@ -222,7 +222,8 @@ def test_an_array_feature_extractor_of_constant_indices_reads_them_once():
 
 
 @pytest.mark.parametrize(("indices", "expected"), [([2, 0], [[9, 4]]), ([-1], None),
-                                                   ([3], None), ([], None)])
+                                                   ([3], None), ([], None),
+                                                   ([1] * 20 + [-1], None)])
 def test_an_array_feature_extractor_of_constant_values_reads_them_once(indices, expected):
     """A classifier's classes indexed by its scores' ArgMax: the run gives the indices
     alone, each checked (a negative one too, which numpy would count from the end)."""

@@ -44,13 +44,19 @@ def _extract(x: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     # the end, so those are looked for first
     columns = x.shape[-1] if x.ndim else 0
     try:
-        if chosen.size == 0 or columns == 0 or chosen.min() < 0:
+        if chosen.size == 0 or columns == 0 or _negative(chosen):
             raise IndexError
         taken = x.take(chosen, axis=-1)
     except IndexError:
         raise ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not "
                          f"all within the {columns} columns of the input") from None
     return taken.reshape(1, -1) if x.ndim == 1 else taken
+
+
+def _negative(chosen: np.ndarray) -> bool:
+    """Whether an index is negative; a few are compared in Python, where numpy's reduction
+    costs a microsecond (a batch of one has one index)."""
+    return min(chosen.tolist()) < 0 if chosen.size <= 16 else bool(chosen.min() < 0)
 
 
 def _extractor_of(indices: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
