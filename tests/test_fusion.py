@@ -19,14 +19,17 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
          np.float16: TensorProto.FLOAT16}
 
 
-def _linear(dtype, k: int, n: int, bias_shape=None, output_product=False, rank=2):
-    """X @ W + b, as converters write a Linear layer (W and b constants)."""
+def _linear(dtype, k: int, n: int, bias_shape=None, output_product=False, rank=2,
+            relu=False):
+    """X @ W + b, as converters write a Linear layer (W and b constants), and its Relu."""
     rng = np.random.default_rng(k + n)
     w = rng.standard_normal((k, n)).astype(dtype)
     b = rng.standard_normal(bias_shape or (n,)).astype(dtype)
     nodes = [helper.make_node("MatMul", ["X", "W"], ["P"], name="matmul"),
-             helper.make_node("Add", ["P", "B"], ["Y"], name="add")]
-    shape = ["N", k] if rank == 2 else [1, "N", k]
+             helper.make_node("Add", ["P", "B"], ["S" if relu else "Y"], name="add")]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["S"], ["Y"], name="relu"))
+    shape = ["N", k] if rank == 2 else ["B", "N", k]
     outputs = [helper.make_tensor_value_info("Y", TYPES[dtype], None)]
     if output_product:
         outputs.append(helper.make_tensor_value_info("P", TYPES[dtype], None))
@@ -66,10 +69,30 @@ def test_a_matmul_and_its_bias_run_as_one_call_with_the_same_bits(dtype, rows, k
     assert (path == "blas") == (rows * k * n >= 2_097_152 and not compiled)
 
 
+@pytest.mark.parametrize(("batch", "rows", "k", "n"), [((1,), 1, 8, 3), ((1,), 64, 32, 16),
+                                                     ((3,), 100, 256, 256)])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_sequence_through_a_linear_layer_runs_as_one_call_with_the_same_bits(
+        batch, rows, k, n, relu, threads):
+    model = _linear(np.float32, k, n, rank=3, relu=relu)
+    fused, unfused = (RuntimeSession(model, threads=threads, fusion=f, contention=None)
+                      for f in (True, False))
+    assert _steps(fused) == ["MatMul"]
+    assert _steps(unfused) == ["MatMul", "Add", *(["Relu"] if relu else [])]
+    x = np.random.default_rng(rows).standard_normal((*batch, rows, k)).astype(np.float32)
+    (a,), (b,) = fused.run(None, {"X": x}), unfused.run(None, {"X": x})
+    assert a.shape == b.shape == (*batch, rows, n)
+    assert a.tobytes() == b.tobytes()
+    # the checked route, serial, gives the same bits
+    serial = fused._prepared[0].run_serial(x, *(fused._model.constants[name]
+                                                for name in ("W", "B")))
+    assert serial.tobytes() == a.tobytes()
+
+
 @pytest.mark.parametrize("model", [
     _linear(np.float32, 8, 4, output_product=True),  # the product is an output too
     _linear(np.float16, 8, 4),  # a 16-bit product is rounded before its Add
-    _linear(np.float32, 8, 4, rank=3),  # a batch of A: not two matrices
     _linear(np.float32, 8, 4, bias_shape=(3, 4)),  # C of more than one row
 ])
 def test_what_does_not_fuse_runs_unfused(model):

@@ -253,7 +253,9 @@ class MatMul(Gemm):
 
     ``bias=1`` prepares the MatMul of two matrices followed by the Add of a bias (Gemm's
     C, ``beta`` 1), which a session fuses (:mod:`kerneltune.runtime.fusion`), and with
-    ``activation="Relu"`` followed by a Relu too. ``pool`` as Gemm's.
+    ``activation="Relu"`` followed by a Relu too; with ``batch=1`` too, A may have batch
+    dimensions, whose rows are those of one product (a sequence through a Linear layer).
+    ``pool`` as Gemm's.
     """
 
     name = "MatMul"
@@ -261,14 +263,16 @@ class MatMul(Gemm):
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
         openmp_pool = _openmp_pool(attributes.get("pool"))
         attributes = {name: value for name, value in attributes.items() if name != "pool"}
-        if attributes.get("bias") == 1 and set(attributes) <= {"bias", "activation"} and (
-                element_type not in half.FORMATS):
-            # MatMul then Add of a bias, fused (runtime.fusion): two matrices and Gemm's C
-            return self._bind(element_type, config, threads, 1.0, 1.0, False, False,
+        if (attributes.get("bias") == 1 and attributes.get("batch", 1) == 1
+                and set(attributes) <= {"bias", "activation", "batch"}
+                and element_type not in half.FORMATS):
+            # MatMul then Add of a bias, fused (runtime.fusion): Gemm's C
+            gemm = self._bind(element_type, config, threads, 1.0, 1.0, False, False,
                               _relu(attributes.get("activation"), element_type), openmp_pool)
+            return PreparedMatMul(gemm) if "batch" in attributes else gemm
         if attributes:
-            raise TypeError(f"MatMul takes no attributes but bias=1 and activation='Relu' "
-                            f"(FLOAT and DOUBLE) and pool, got {attributes}")
+            raise TypeError(f"MatMul takes no attributes but bias=1, batch=1 and "
+                            f"activation='Relu' (FLOAT and DOUBLE) and pool, got {attributes}")
         gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False,
                           openmp_pool=openmp_pool)
         if element_type in half.FORMATS:
@@ -565,7 +569,8 @@ def _fits(bias: np.ndarray, rows: int, columns: int) -> bool:
 
 
 class PreparedMatMul(PreparedKernel):
-    """``numpy.matmul`` over a prepared Gemm with alpha 1 and no bias."""
+    """``numpy.matmul`` over a prepared Gemm with alpha 1: without a bias, or with a fused
+    one (C, ``beta`` 1) over a batch of A against one matrix B."""
 
     uses_blas = True
 
@@ -574,7 +579,7 @@ class PreparedMatMul(PreparedKernel):
         self.key, self.config, self.threads = gemm.key, gemm.config, gemm.threads
         self.dtype = gemm.dtype
         # two matrices are a Gemm product: the same compiled entry, with MatMul's checks
-        self._fast = _fast_run(gemm, lambda a, b, c: self._call(a, b, serial=False))
+        self._fast = _fast_run(gemm, lambda a, b, c: self._call(a, b, False, c))
 
     def _layout(self, a_shape: tuple, b_shape: tuple):
         """The batch shape and (M, K, N) of numpy.matmul on operands of these shapes."""
@@ -595,7 +600,7 @@ class PreparedMatMul(PreparedKernel):
                              f"{b_shape[:-2]} do not broadcast") from None
         return batch, m, k, n
 
-    def plan(self, a, b) -> Plan:
+    def plan(self, a, b, c=None) -> Plan:
         a_shape, b_shape = np.shape(a), np.shape(b)
         batch, m, k, n = self._layout(a_shape, b_shape)
         count = int(np.prod(batch, dtype=np.int64))
@@ -605,25 +610,30 @@ class PreparedMatMul(PreparedKernel):
         step = self.gemm.plan_product(m, k, n)
         return Plan(step.path, step.threads, count * m * n, f"batch {count}" if batch else "NN")
 
-    def run(self, a, b) -> np.ndarray:
+    def run(self, a, b, c=None) -> np.ndarray:
         # a batch of A against one matrix B (a sequence through a layer, as exporters write
         # it) is one product of all of A's rows: through the compiled call of two matrices,
         # not the checked route, which cost a one-row product over half as much again
         try:
             if a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0]:
-                out = self._fast(a.reshape(-1, a.shape[-1]), b)
+                out = self._fast(a.reshape(-1, a.shape[-1]), b, c)
                 return out.reshape(a.shape[:-1] + out.shape[-1:])
         except AttributeError:
             pass  # not arrays: the checked route says what is wrong
-        return self._fast(a, b)
+        return self._fast(a, b, c)
 
-    def run_serial(self, a, b) -> np.ndarray:
-        return self._call(a, b, serial=True)
+    def run_serial(self, a, b, c=None) -> np.ndarray:
+        return self._call(a, b, True, c)
 
-    def _call(self, a, b, serial: bool) -> np.ndarray:
+    def _call(self, a, b, serial: bool, c=None) -> np.ndarray:
         a = operand(a, self.dtype, "A")
         b = operand(b, self.dtype, "B")
         batch, m, k, n = self._layout(a.shape, b.shape)
+        if c is not None:  # a fused bias: A's rows against one matrix B, as Gemm checks them
+            if b.ndim != 2:
+                raise ValueError(f"MatMul with a bias: B must be a matrix, got shape {b.shape}")
+            out = self.gemm._run_checked(a.reshape(-1, k), b, c, serial)
+            return out.reshape(a.shape[:-1] + (n,))
         # A batch of A against one matrix B is a single product of count * M rows (A is
         # C-contiguous): more tasks, one call. Each element is the same sum either way.
         rows = int(np.prod(batch, dtype=np.int64)) * m if batch and b.ndim <= 2 else m

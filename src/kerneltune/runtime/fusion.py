@@ -6,8 +6,10 @@ with the bias as Gemm's C (``beta`` 1): one pass over the output and one step fe
 compiled path computes ``alpha * sum + beta * c`` with both factors 1, which is
 ``sum + c`` rounded once, as the Add of the product is; the BLAS path adds the bias to
 BLAS's product as the Add does. The pair keeps the MatMul key, so the same thresholds
-choose the same path. Only FLOAT and DOUBLE are fused (a 16-bit product is rounded before
-its Add, a fused one would not be), and only where the product feeds nothing else.
+choose the same path. An A with batch dimensions (a sequence through the layer, as
+exporters write transformers) is one product of all its rows, fused or not. Only FLOAT and
+DOUBLE are fused (a 16-bit product is rounded before its Add, a fused one would not be),
+and only where the product feeds nothing else.
 
 A hidden layer ends with its activation: a Relu after the Gemm (or the fused MatMul and
 Add) runs in the product's call (``activation="Relu"``), on the product's output before
@@ -85,10 +87,14 @@ def _fuse_pairs(model: Model, join: Callable[[Node, Node, Model], Node | None]) 
 
 
 def _join_bias(matmul: Node, add: Node, model: Model) -> Node | None:
-    """The MatMul of a bias's Add, with the bias as Gemm's C."""
+    """The MatMul of a bias's Add, with the bias as Gemm's C (``batch``: A's leading
+    dimensions are rows of the one product)."""
     bias = _bias(matmul, add, model.constants, model.ranks)
-    return None if bias is None else dataclasses.replace(
-        matmul, inputs=(*matmul.inputs, bias), attributes={"bias": 1})
+    if bias is None:
+        return None
+    batch = {"batch": 1} if model.ranks[matmul.inputs[0]] > 2 else {}
+    return dataclasses.replace(matmul, inputs=(*matmul.inputs, bias),
+                               attributes={"bias": 1, **batch})
 
 
 def _join_relu(product: Node, relu: Node, model: Model) -> Node | None:
@@ -107,7 +113,7 @@ def _bias(matmul: Node, add: Node, constants: Mapping, ranks: Mapping[str, int])
     if (matmul.op_type != "MatMul" or matmul.kernel is None
             or add.op_type != "Add" or add.kernel is None
             or matmul.element_type not in FUSED_TYPES or add.element_type != matmul.element_type
-            or ranks.get(matmul.inputs[0]) != 2):
+            or ranks.get(matmul.inputs[0], 0) < 2):
         return None
     weight = constants.get(matmul.inputs[1])
     (bias,) = [name for name in add.inputs if name != matmul.output] or [None]

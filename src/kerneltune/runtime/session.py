@@ -28,6 +28,7 @@ from ..tuning.schema import KernelTuningKey
 from . import selections, views
 from .contention import Contention, default_contention
 from .fusion import fuse
+from .layout import lay_out_weights
 from .model import Model, Node, Signature, prepare_model, read_model
 from .program import program
 from .views import View
@@ -47,7 +48,9 @@ class RuntimeSession:
     parallel regions wait for CPUs that other threads hold, ``contention`` gives
     the regions fewer threads (None: always ``threads``); results do not depend
     on it. ``fusion`` runs a MatMul and the Add of its bias as one call
-    (:mod:`~kerneltune.runtime.fusion`; the same bits either way).
+    (:mod:`~kerneltune.runtime.fusion`; the same bits either way). A Gemm's constant
+    weight stored transposed is transposed once, fused or not
+    (:mod:`~kerneltune.runtime.layout`).
     """
 
     def __init__(
@@ -68,7 +71,7 @@ class RuntimeSession:
             raise TypeError(f"contention must be a Contention or None, got {contention!r}")
         self._contention = contention if self.threads > 1 else None
         kernels = library()
-        self._model = prepare_model(read_model(model), kernels)
+        self._model = lay_out_weights(prepare_model(read_model(model), kernels))
         #: the model's kernel nodes before fusion, which must not change a path (one pool
         #: per run, see _prepare)
         self._kernel_nodes = sum(node.kernel is not None for node in self._model.nodes)

@@ -1,0 +1,51 @@
+"""Constant weights laid out once, in the order the products read them.
+
+PyTorch's exporter writes a Linear layer on rows as a Gemm with ``transB=1``: the weight
+is stored one output per row, and every run would read op(B) transposed. The compiled
+paths transpose it into a packed panel at each call (and an unpacked path cannot take
+it), and BLAS runs its kernels for a transposed operand. A session transposes such a
+constant B once, as onnxruntime prepacks its weights, and runs the Gemm with
+``transB=0``. The compiled paths sum the same products in the same order either way, so
+their bits do not change; BLAS's kernels for the two layouts may round differently, as
+any BLAS's do between its layouts (docs/kernels.md, "Weights laid out once").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+
+from .._support.aligned import aligned
+from .model import Model, Node
+
+
+def lay_out_weights(model: Model) -> Model:
+    """``model`` with the constant B of each Gemm of ``transB=1`` transposed once and the
+    Gemm given ``transB=0``: one transposed copy per weight, which replaces the weight
+    unless another node reads it as stored."""
+    gemms = [node for node in model.nodes if _transposed_weight(node, model) is not None]
+    if not gemms:
+        return model
+    reads = Counter(name for node in model.nodes for name in node.inputs)
+    reads.update(s.name for s in model.outputs)
+    weights = Counter(node.inputs[1] for node in gemms)
+    constants = dict(model.constants)
+    names = {}  # a weight's name -> its transposed copy's
+    for weight, count in weights.items():
+        names[weight] = weight if reads[weight] == count else f"{weight} transposed"
+        constants[names[weight]] = aligned(np.ascontiguousarray(model.constants[weight].T))
+    laid_out = {id(node): dataclasses.replace(
+        node, inputs=(node.inputs[0], names[node.inputs[1]], *node.inputs[2:]),
+        attributes={**node.attributes, "transB": 0}) for node in gemms}
+    return dataclasses.replace(model, constants=constants,
+                               nodes=tuple(laid_out.get(id(node), node) for node in model.nodes))
+
+
+def _transposed_weight(node: Node, model: Model) -> np.ndarray | None:
+    """The constant matrix a Gemm node reads transposed (``transB=1``), if it has one."""
+    if node.op_type != "Gemm" or node.kernel is None or not node.attributes.get("transB"):
+        return None
+    weight = model.constants.get(node.inputs[1])
+    return weight if weight is not None and weight.ndim == 2 else None
