@@ -247,6 +247,36 @@ def test_an_array_feature_extractor_of_constant_values_reads_them_once(indices, 
         np.testing.assert_array_equal(y, expected)
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("classes", [[4, 7, 9], [4, 7]])
+def test_an_array_feature_extractor_of_an_argmax_s_indices_skips_the_search_for_negatives(
+        op, classes):
+    """A classifier's label as skl2onnx writes it: its classes indexed by the ArgMax of its
+    scores, which gives no negative index; one past the classes is still refused."""
+    nodes = [onnx.helper.make_node(op, ["S"], ["I"], axis=1),
+             onnx.helper.make_node("ArrayFeatureExtractor", ["C", "I"], ["Y"],
+                                   domain="ai.onnx.ml")]
+    graph = onnx.helper.make_graph(
+        nodes, "labels", [onnx.helper.make_tensor_value_info("S", FLOAT, ["N", 3])],
+        [onnx.helper.make_tensor_value_info("Y", INT64, [1, "N"])],
+        initializer=[onnx.numpy_helper.from_array(np.array(classes, np.int64), "C")])
+    model = onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("ai.onnx.ml", 1)])
+    session = RuntimeSession(model)
+    extractor = session._model.nodes[-1].view
+    assert extractor.keywords == {"nonnegative": True}
+    scores = np.array([[0, 1, 0], [2, 0, 1], [0, 1, 3]], np.float32)
+    if len(classes) == 3:
+        (y,) = _same_as_onnxruntime(model, {"S": scores})
+        chosen = (np.argmax if op == "ArgMax" else np.argmin)(scores, axis=1)
+        np.testing.assert_array_equal(y, [np.array(classes)[chosen]])
+    else:  # the third class's index is past the two labels
+        with pytest.raises(ValueError, match="not all within the 2 columns"):
+            session.run(None, {"S": scores * (1 if op == "ArgMax" else -1)})
+    unfused = RuntimeSession(model, fusion=False)
+    assert not getattr(unfused._model.nodes[-1].view, "keywords", None)
+
+
 @pytest.mark.parametrize("labels", [(4,), (0, 1, 2), ("no", "yes"), tuple(range(300))])
 def test_zip_map_makes_a_dict_of_python_floats_per_row(labels):
     x = np.random.default_rng(4).standard_normal((5, len(labels))).astype(np.float32)

@@ -30,21 +30,24 @@ def where(condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(condition, x, y)
 
 
-def array_feature_extractor(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """The columns ``indices`` of the last axis; a 1-D ``x`` is one row."""
-    return _extract(x, _chosen(indices))
+def array_feature_extractor(x: np.ndarray, indices: np.ndarray,
+                            nonnegative: bool = False) -> np.ndarray:
+    """The columns ``indices`` of the last axis; a 1-D ``x`` is one row. ``nonnegative``:
+    the indices are an ArgMax's or ArgMin's, so none is negative (a session knows it from
+    the graph and skips the search)."""
+    return _extract(x, _chosen(indices), nonnegative)
 
 
 def _chosen(indices: np.ndarray) -> np.ndarray:
     return np.asarray(indices, np.int64).reshape(-1)
 
 
-def _extract(x: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+def _extract(x: np.ndarray, chosen: np.ndarray, nonnegative: bool = False) -> np.ndarray:
     # ``take`` refuses an index past the end itself; a negative one it would count from
     # the end, so those are looked for first
     columns = x.shape[-1] if x.ndim else 0
     try:
-        if chosen.size == 0 or columns == 0 or _negative(chosen):
+        if chosen.size == 0 or columns == 0 or not nonnegative and _negative(chosen):
             raise IndexError
         taken = x.take(chosen, axis=-1)
     except IndexError:
@@ -59,17 +62,19 @@ def _negative(chosen: np.ndarray) -> bool:
     return min(chosen.tolist()) < 0 if chosen.size <= 16 else bool(chosen.min() < 0)
 
 
-def _extractor_of(indices: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def _extractor_of(indices: np.ndarray, nonnegative: bool = False
+                  ) -> Callable[[np.ndarray], np.ndarray]:
     """ArrayFeatureExtractor of ``indices``, read once (a session's constant indices)."""
     chosen = _chosen(indices)
-    return lambda x: _extract(x, chosen)
+    checked = nonnegative or not _negative(chosen)  # constant indices: searched once
+    return lambda x: _extract(x, chosen, checked)
 
 
-def _taker_of(x: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def _taker_of(x: np.ndarray, nonnegative: bool = False) -> Callable[[np.ndarray], np.ndarray]:
     """ArrayFeatureExtractor of a constant ``x`` (the labels of a classifier's classes,
     indexed by its scores' ArgMax), the indices computed by the run."""
     x = np.asarray(x)
-    return lambda indices: _extract(x, _chosen(indices))
+    return lambda indices: _extract(x, _chosen(indices), nonnegative)
 
 
 def take(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
