@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import Counter
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -43,7 +42,7 @@ from ..kernels import Kernel
 from ..kernels.chain import BINARY, CHAIN, CODES, CONSTANT, POWERS
 from ..tuning.dtypes import NUMPY_DTYPES
 from . import selections
-from .model import Model, Node
+from .model import Model, Node, value_reads
 
 #: element types whose products fuse with their bias or their Relu
 FUSED_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
@@ -62,17 +61,10 @@ def fuse(model: Model, kernels: Mapping[str, Kernel]) -> Model:
     return _known_indices(_fold_casts(_fuse_chains(fused, kernels[CHAIN])))
 
 
-def _uses(model: Model) -> Counter:
-    """How many times each value is read: by the nodes, and as a graph output."""
-    uses = Counter(name for node in model.nodes for name in node.inputs)
-    uses.update(s.name for s in model.outputs)
-    return uses
-
-
 def _fuse_pairs(model: Model, join: Callable[[Node, Node, Model], Node | None]) -> Model:
     """``model`` with each node whose output only ``after`` reads, and ``after``, replaced
     by ``join(node, after, model)`` where that gives a node (in ``after``'s place)."""
-    uses = _uses(model)
+    uses = value_reads(model)
     consumer = {name: node for node in model.nodes for name in node.inputs}
     fused: dict[int, Node] = {}  # id of the node replaced -> the fused node
     dropped: set[int] = set()  # ids of the nodes folded into it
@@ -237,7 +229,7 @@ def _scalar(name: str, model: Model, inputs: tuple[str, ...]) -> float | None:
 def _fold_casts(model: Model) -> Model:
     """Each exact Cast of elements selected from a constant (through views read by nothing
     else) made a selection from the constant cast once."""
-    uses = _uses(model)
+    uses = value_reads(model)
     producer = {node.output: node for node in model.nodes}
     constants = dict(model.constants)
     replaced: dict[int, Node] = {}  # id of a node -> the node that replaces it

@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from .._support.aligned import aligned
-from .model import Model, Node
+from .model import Model, Node, value_reads
 
 
 def lay_out_weights(model: Model) -> Model:
@@ -28,8 +28,7 @@ def lay_out_weights(model: Model) -> Model:
     gemms = [node for node in model.nodes if _transposed_weight(node, model) is not None]
     if not gemms:
         return model
-    reads = Counter(name for node in model.nodes for name in node.inputs)
-    reads.update(s.name for s in model.outputs)
+    reads = value_reads(model)
     weights = Counter(node.inputs[1] for node in gemms)
     constants = dict(model.constants)
     names = {}  # a weight's name -> its transposed copy's

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import operator
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,13 @@ class Model:
     constants: Mapping[str, np.ndarray]
     #: the rank of each value whose shape inference knows it
     ranks: Mapping[str, int] = field(default_factory=dict)
+
+
+def value_reads(model: Model) -> Counter:
+    """How many times each value is read: by the nodes, and as a graph output."""
+    counts = Counter(name for node in model.nodes for name in node.inputs)
+    counts.update(s.name for s in model.outputs)
+    return counts
 
 
 def read_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
