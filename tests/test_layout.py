@@ -12,7 +12,7 @@ from kerneltune.runtime import RuntimeSession
 
 
 def _linear(k: int, n: int, constant_weight: bool = True, readers: int = 1,
-            matmul_reader: bool = False) -> onnx.ModelProto:
+            matmul_reader: bool = False, features: int | str | None = None) -> onnx.ModelProto:
     """``readers`` Gemms of X by W.T plus b (W stored as (n, k)), their outputs returned;
     ``matmul_reader`` adds a MatMul of X by W.T's transpose read as stored."""
     rng = np.random.default_rng(k * n)
@@ -22,7 +22,7 @@ def _linear(k: int, n: int, constant_weight: bool = True, readers: int = 1,
              for i in range(readers)]
     outputs = [helper.make_tensor_value_info(f"Y{i}", TensorProto.FLOAT, ["N", n])
                for i in range(readers)]
-    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", k])]
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", features or k])]
     if matmul_reader:
         nodes.append(helper.make_node("MatMul", ["W", "V"], ["Z"], name="reads_w"))
         inputs.append(helper.make_tensor_value_info("V", TensorProto.FLOAT, [k, 2]))
@@ -88,3 +88,10 @@ def test_a_weight_another_node_reads_as_stored_keeps_its_layout_for_it():
 def test_a_weight_given_at_each_run_is_read_as_stored():
     session = RuntimeSession(_linear(16, 8, constant_weight=False))
     assert _gemms(session)[0].attributes["transB"] == 1
+
+
+def test_a_weight_that_does_not_fit_is_named_as_the_model_stores_it():
+    session = RuntimeSession(_linear(16, 8, features="K"))
+    with pytest.raises(ValueError, match=r"node 'fc0' \(Gemm\): .*K differs.*transB=1, of "
+                                         r"shape \(8, 16\)"):
+        session.run(None, {"X": np.ones((2, 12), np.float32)})

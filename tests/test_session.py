@@ -125,6 +125,16 @@ def test_feed_errors_name_the_input(add_tanh, registry):
         session.run(["nope"], f)
 
 
+def test_an_error_of_a_step_names_its_node(registry):
+    proto = model([helper.make_node("Tanh", ["X"], ["T"], name="first"),
+                   helper.make_node("Add", ["T", "Y"], ["Z"], name="second")],
+                  [tensor("X", shape=("N", "C")), tensor("Y", shape=("M", "D"))],
+                  [tensor("Z", shape=("P", "Q"))])
+    session = RuntimeSession(proto, registry=registry)
+    with pytest.raises(ValueError, match=r"^node 'second' \(Add\): .*broadcast"):
+        session.run(None, {"X": np.ones((2, 4), np.float32), "Y": np.ones((3, 5), np.float32)})
+
+
 def test_symbolic_dimensions_must_agree(registry):
     proto = model([helper.make_node("Add", ["X", "Y"], ["Z"])],
                   [tensor("X"), tensor("Y")], [tensor("Z")])

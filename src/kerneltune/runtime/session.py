@@ -71,7 +71,11 @@ class RuntimeSession:
             raise TypeError(f"contention must be a Contention or None, got {contention!r}")
         self._contention = contention if self.threads > 1 else None
         kernels = library()
-        self._model = lay_out_weights(prepare_model(read_model(model), kernels))
+        written = prepare_model(read_model(model), kernels)
+        self._model = lay_out_weights(written)
+        #: the constant weights a Gemm reads transposed once (its errors say so)
+        self._transposed = frozenset(name for name, value in self._model.constants.items()
+                                     if written.constants.get(name) is not value)
         #: the model's kernel nodes before fusion, which must not change a path (one pool
         #: per run, see _prepare)
         self._kernel_nodes = sum(node.kernel is not None for node in self._model.nodes)
@@ -229,7 +233,13 @@ class RuntimeSession:
             threads, reading = contention.start(self.threads, self._uses_blas)
             if threads != self.threads:
                 self._reduced_runs[threads] = self._reduced_runs.get(threads, 0) + 1
-        self._program_on(threads)(values)
+        try:
+            self._program_on(threads)(values)
+        except (ValueError, TypeError) as error:
+            located = self._located(error, values)
+            if located is error:
+                raise
+            raise located from error
         if reading:
             contention.finish()
         names = self._output_names if output_names is None else output_names
@@ -240,6 +250,20 @@ class RuntimeSession:
             raise ValueError(f"unknown output(s) {unknown}; outputs: "
                              f"{list(self._output_names)}") from None
         return [np.array(values[i]) if copy else values[i] for i, copy in outputs]
+
+    def _located(self, error: Exception, values: list) -> Exception:
+        """A step's ValueError or TypeError naming its node: the first whose output the run
+        lacks (any other error as it was)."""
+        node = next((n for n in self._model.nodes if values[self._slots[n.output]] is None),
+                    None)
+        if node is None or type(error) not in (ValueError, TypeError):
+            return error
+        note = ""
+        if node.op_type == "Gemm" and node.inputs[1] in self._transposed:
+            weight = self._model.constants[node.inputs[1]]
+            note = (f" (the model stores B transposed, transB=1, of shape "
+                    f"{weight.shape[::-1]}: the session reads it transposed once)")
+        return type(error)(f"node {node.name!r} ({node.op_type}): {error}{note}")
 
     def _unknown_or_missing(self, feed: Mapping[str, Any]) -> None:
         unknown = sorted(set(feed) - self._input_names)
