@@ -10,7 +10,6 @@ and every :class:`RejectedCandidate`. All are immutable values; the registry
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import types
 from collections.abc import Callable, Mapping
@@ -90,6 +89,8 @@ class KernelTuningProfile:
         )
         content = {"key": self.key.to_dict(), **binding, "priority": self.priority,
                    "values": _plain(dict(self.values))}
+        import hashlib  # here: a process that digests no profile never loads it
+
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
     @property
