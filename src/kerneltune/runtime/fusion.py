@@ -42,7 +42,7 @@ from ..kernels import Kernel
 from ..kernels.chain import BINARY, CHAIN, CODES, CONSTANT, POWERS
 from ..tuning.dtypes import NUMPY_DTYPES
 from . import selections
-from .model import Model, Node, value_reads
+from .model import Model, Node, value_reads, with_nodes
 
 #: element types whose products fuse with their bias or their Relu
 FUSED_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
@@ -76,10 +76,7 @@ def _fuse_pairs(model: Model, join: Callable[[Node, Node, Model], Node | None]) 
             fused[id(after)] = dataclasses.replace(joined, name=f"{node.name} + {after.name}",
                                                    output=after.output)
             dropped.add(id(node))
-    if not fused:
-        return model
-    nodes = tuple(fused.get(id(node), node) for node in model.nodes if id(node) not in dropped)
-    return dataclasses.replace(model, nodes=nodes)
+    return with_nodes(model, fused, dropped) if fused else model
 
 
 def _join_bias(matmul: Node, add: Node, model: Model) -> Node | None:
@@ -163,11 +160,7 @@ def _fuse_chains(model: Model, chain: Kernel) -> Model:
         if made is not None:
             replaced[id(nodes[-1])] = made
             dropped.update(id(node) for node in nodes[:-1])
-    if not replaced:
-        return model
-    return dataclasses.replace(model, nodes=tuple(replaced.get(id(node), node)
-                                                  for node in model.nodes
-                                                  if id(node) not in dropped))
+    return with_nodes(model, replaced, dropped) if replaced else model
 
 
 def _chain_node(nodes: list[Node], steps: list[tuple], chain: Kernel) -> Node | None:
@@ -258,10 +251,7 @@ def _fold_casts(model: Model) -> Model:
         for old, new in zip((node, *reversed(chain)), path, strict=True):
             replaced[id(old)] = new
         dropped.add(id(cast))
-    if not dropped:
-        return model
-    nodes = tuple(replaced.get(id(node), node) for node in model.nodes if id(node) not in dropped)
-    return dataclasses.replace(model, nodes=nodes, constants=constants)
+    return with_nodes(model, replaced, dropped, constants=constants) if dropped else model
 
 
 def _known_indices(model: Model) -> Model:
@@ -275,7 +265,4 @@ def _known_indices(model: Model) -> Model:
                 and made_by is not None and made_by.op_type in ("ArgMax", "ArgMin")):
             replaced[id(node)] = dataclasses.replace(node, view=functools.partial(
                 selections.array_feature_extractor, nonnegative=True))
-    if not replaced:
-        return model
-    return dataclasses.replace(model, nodes=tuple(replaced.get(id(node), node)
-                                                  for node in model.nodes))
+    return with_nodes(model, replaced) if replaced else model

@@ -18,14 +18,14 @@ from collections import Counter
 import numpy as np
 
 from .._support.aligned import aligned
-from .model import Model, Node, value_reads
+from .model import Model, Node, value_reads, with_nodes
 
 
 def lay_out_weights(model: Model) -> Model:
     """``model`` with the constant B of each Gemm of ``transB=1`` transposed once and the
     Gemm given ``transB=0``: one transposed copy per weight, which replaces the weight
     unless another node reads it as stored."""
-    gemms = [node for node in model.nodes if _transposed_weight(node, model) is not None]
+    gemms = [node for node in model.nodes if _reads_constant_transposed(node, model)]
     if not gemms:
         return model
     reads = value_reads(model)
@@ -38,13 +38,11 @@ def lay_out_weights(model: Model) -> Model:
     laid_out = {id(node): dataclasses.replace(
         node, inputs=(node.inputs[0], names[node.inputs[1]], *node.inputs[2:]),
         attributes={**node.attributes, "transB": 0}) for node in gemms}
-    return dataclasses.replace(model, constants=constants,
-                               nodes=tuple(laid_out.get(id(node), node) for node in model.nodes))
+    return with_nodes(model, laid_out, constants=constants)
 
 
-def _transposed_weight(node: Node, model: Model) -> np.ndarray | None:
-    """The constant matrix a Gemm node reads transposed (``transB=1``), if it has one."""
-    if node.op_type != "Gemm" or node.kernel is None or not node.attributes.get("transB"):
-        return None
-    weight = model.constants.get(node.inputs[1])
-    return weight if weight is not None and weight.ndim == 2 else None
+def _reads_constant_transposed(node: Node, model: Model) -> bool:
+    """Whether ``node`` is a Gemm that reads a constant matrix transposed (``transB=1``)."""
+    weight = model.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    return (node.op_type == "Gemm" and node.kernel is not None
+            and bool(node.attributes.get("transB")) and weight is not None and weight.ndim == 2)

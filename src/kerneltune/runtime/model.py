@@ -15,8 +15,8 @@ import functools
 import operator
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -109,6 +109,15 @@ def value_reads(model: Model) -> Counter:
     counts = Counter(name for node in model.nodes for name in node.inputs)
     counts.update(s.name for s in model.outputs)
     return counts
+
+
+def with_nodes(model: Model, replaced: Mapping[int, Node], dropped: Collection[int] = (),
+               **changes: Any) -> Model:
+    """``model`` with each node whose id ``replaced`` has replaced by its node, the nodes
+    whose ids ``dropped`` has left out (order kept), and ``changes`` (constants, say)."""
+    nodes = tuple(replaced.get(id(node), node) for node in model.nodes
+                  if id(node) not in dropped)
+    return replace(model, nodes=nodes, **changes)
 
 
 def read_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
