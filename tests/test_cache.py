@@ -25,12 +25,12 @@ import kerneltune
 from conftest import ToyConfig, execution, toy_key
 from kerneltune.cache.kernel_tuning_cache import (
     FORMAT,
-    default_kernel_tuning_cache_path,
     inspect_kernel_tuning_cache,
     load_kernel_tuning_cache,
     remove_kernel_tuning_cache,
     update_kernel_tuning_cache,
 )
+from kerneltune.cache.location import default_kernel_tuning_cache_path
 from kerneltune.errors import TuningValidationError
 from kerneltune.kernels import library, register_library
 from kerneltune.machine.detect import current_execution

@@ -228,6 +228,25 @@ def test_environment_variable_replaces_detection(tmp_path):
     assert CpuDescriptor.from_dict(json.loads(result.stdout)) == descriptor
 
 
+def test_the_host_is_detected_once_and_the_variable_replaces_it_only_for_profiles(tmp_path):
+    """The ISA variant is the host's processor's, whatever the variable simulates; without the
+    variable, profiles resolve for that same detection."""
+    code = ("import json; import kerneltune\n"
+            "from kerneltune.machine.detect import get_cpu_descriptor, host_cpu_descriptor\n"
+            "from kerneltune.kernels.variants import selected_variant\n"
+            "print(json.dumps([get_cpu_descriptor() is host_cpu_descriptor(), "
+            "get_cpu_descriptor().architecture, selected_variant()]))")
+    host = run_python(code)
+    assert host.returncode == 0, host.stderr
+    same, architecture, variant = json.loads(host.stdout)
+    assert same and architecture == detect_cpu_descriptor().architecture
+    path = tmp_path / "farm.yaml"
+    write_cpu_descriptor(detect("arm_graviton3_neoverse_v1"), path)
+    simulated = run_python(code, KERNELTUNE_CPU_DESCRIPTOR=str(path))
+    assert simulated.returncode == 0, simulated.stderr
+    assert json.loads(simulated.stdout) == [False, "aarch64", variant]
+
+
 def test_environment_variable_with_a_bad_file_fails_naming_it(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("family: [6]\n", encoding="utf-8")

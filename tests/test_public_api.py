@@ -32,14 +32,16 @@ def test_heavy_names_load_on_first_use_only(name, home, heavy):
 
 
 #: what running a model never needs: the calibration machinery, the profile merge and
-#: verification, the profile store, the kernels' calibration functions and probes, and
-#: (without a YAML file to read or a file to write) yaml and filelock
+#: verification, the profile store, the kernels' calibration functions and probes, (without
+#: a cache file) the cache's machinery, (without an ai.onnx.ml node) the ML operators'
+#: lowering and (without a YAML file to read or a file to write) yaml and filelock
 NOT_FOR_A_SESSION = ("kerneltune.calibration.batch", "kerneltune.calibration.search",
                      "kerneltune.calibration.context", "kerneltune.profiles.merge",
                      "kerneltune.profiles.verification", "kerneltune.profiles.export",
                      "kerneltune.store", "kerneltune.kernels.calibrate",
-                     "kerneltune.kernels.calibrate_gemm", "kerneltune.kernels.probes", "yaml",
-                     "filelock")
+                     "kerneltune.kernels.calibrate_gemm", "kerneltune.kernels.probes",
+                     "kerneltune.cache.kernel_tuning_cache", "kerneltune.cache.entries",
+                     "kerneltune.runtime.ml", "yaml", "filelock")
 
 
 def test_a_first_session_imports_nothing_it_does_not_need(tmp_path):
@@ -67,8 +69,9 @@ def test_a_first_session_imports_nothing_it_does_not_need(tmp_path):
             "workload = callable(calibration_function(key).workload)\n"
             "print(json.dumps([first, report.calibratable == report.keys, sorted(report.probes),"
             " workload, 'kerneltune.kernels.calibrate' in sys.modules]))\n")
+    environment = {**os.environ, "KERNELTUNE_CACHE": str(tmp_path / "no_cache.yaml")}
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True).stdout
+                            check=True, env=environment).stdout
     first, all_calibratable, probes, workload, loaded = json.loads(output)
     assert first == []
     # registered all the same, each made when a calibration first asks for it

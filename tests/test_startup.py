@@ -60,6 +60,22 @@ def test_the_profile_importer_loads_only_when_the_variable_names_profiles(tmp_pa
     assert done.stdout.strip() == "True"
 
 
+@pytest.mark.parametrize(("content", "loaded", "status"), [
+    (None, False, "not_found"), ("", True, "malformed"), ("{format: [", True, "malformed")])
+def test_the_cache_machinery_loads_only_when_there_is_a_cache_file(tmp_path, content, loaded,
+                                                                    status):
+    cache = tmp_path / "kernel_tuning.yaml"
+    if content is not None:
+        cache.write_text(content)
+    done = start("import json, sys, kerneltune; report = kerneltune.startup_report().cache; "
+                 "print(json.dumps(['kerneltune.cache.kernel_tuning_cache' in sys.modules, "
+                 "report.status, report.path]))", KERNELTUNE_CACHE=str(cache))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [loaded, status, str(cache)]
+    assert start("import kerneltune; print(kerneltune.startup_report().cache.status)",
+                 KERNELTUNE_CACHE="off").stdout.strip() == "disabled"
+
+
 def test_an_unknown_isa_variant_is_one_warning_naming_the_variable_and_the_installed_ones():
     done = start("import kerneltune", KERNELTUNE_ISA="no_such_variant")
     assert done.returncode == 0

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kerneltune._support.files import file_lock
-from kerneltune.cache.kernel_tuning_cache import default_kernel_tuning_cache_path
+from kerneltune.cache.location import default_kernel_tuning_cache_path
 from kerneltune.errors import TuningValidationError
 from kerneltune.store import (
     CalibrationMeasurement,

@@ -16,19 +16,6 @@ from __future__ import annotations
 import lazy_loader
 
 from ._support.version import __version__
-from .cache import (
-    CacheEntry,
-    CacheInspection,
-    CacheLoadReport,
-    CacheRemoveReport,
-    CacheUpdateReport,
-    RejectedCacheEntry,
-    default_kernel_tuning_cache_path,
-    inspect_kernel_tuning_cache,
-    load_kernel_tuning_cache,
-    remove_kernel_tuning_cache,
-    update_kernel_tuning_cache,
-)
 from .errors import (
     AmbiguousProfileError,
     CalibrationError,
@@ -98,8 +85,9 @@ def startup_report() -> StartupReport:
 
 
 #: public names that load with their subpackage on first use: the calibration machinery,
-#: profiles, the profile store, sessions and the corpus search (a first session loads
-#: none of calibration, the merge, the verification nor the store)
+#: profiles, the profile store, the cache's operations, sessions and the corpus search (a
+#: first session loads none of calibration, the merge, the verification nor the store, and
+#: the cache's machinery only when there is a cache file)
 _EXPORTS = {
     "calibration": ("CalibrationOptions", "KernelTuningApplication",
                     "KernelTuningParameterReport", "KernelTuningParameters",
@@ -115,6 +103,10 @@ _EXPORTS = {
               "CalibrationProfileLoadReport", "CalibrationProfileLookup",
               "CalibrationProfileStore", "CalibrationProfileUpdateReport",
               "RejectedCalibrationProfile", "default_calibration_profile_path"),
+    "cache": ("CacheEntry", "CacheInspection", "CacheLoadReport", "CacheRemoveReport",
+              "CacheUpdateReport", "RejectedCacheEntry", "default_kernel_tuning_cache_path",
+              "inspect_kernel_tuning_cache", "load_kernel_tuning_cache",
+              "remove_kernel_tuning_cache", "update_kernel_tuning_cache"),
     "runtime": ("RuntimeSession", "Contention"),
     "corpus": ("search_corpus_parameters", "analyze_kernel_tuning_latencies"),
 }

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._support.reprs import brief_repr
-from .cache.kernel_tuning_cache import CacheLoadReport, load_kernel_tuning_cache
+from .cache.location import default_kernel_tuning_cache_path
+from .cache.reports import CacheLoadReport
 from .errors import KerneltuneStartupWarning
 from .machine.detect import get_cpu_descriptor
 from .profiles.environment import ENVIRONMENT_VARIABLE
@@ -95,7 +96,14 @@ def _libraries(registry: KernelTuningRegistry) -> tuple[tuple[LibraryLoad, ...],
 
 def _cache(registry: KernelTuningRegistry) -> tuple[CacheLoadReport | None, list[str]]:
     try:
-        report = load_kernel_tuning_cache(registry=registry)
+        path = default_kernel_tuning_cache_path()
+        if path is None:
+            return CacheLoadReport("disabled", None), []
+        if not _exists(path):  # said without loading the cache's machinery
+            return CacheLoadReport("not_found", str(path)), []
+        from .cache.kernel_tuning_cache import load_kernel_tuning_cache
+
+        report = load_kernel_tuning_cache(path=path, registry=registry)
     except Exception as error:  # noqa: BLE001 - e.g. an unreadable processor descriptor file
         return None, [f"kernel tuning cache not loaded: {type(error).__name__}: {error}"]
     problems = [] if report.status in _QUIET_CACHE else [
@@ -104,6 +112,18 @@ def _cache(registry: KernelTuningRegistry) -> tuple[CacheLoadReport | None, list
     problems += [f"kernel tuning cache entry not loaded: {problem}"
                  for entry in report.invalid + report.duplicate for problem in entry.problems]
     return report, problems
+
+
+def _exists(path: os.PathLike[str]) -> bool:
+    """False only when nothing is there; a path that cannot be examined is the loader's to
+    report."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        pass
+    return True
 
 
 def _profiles(registry: KernelTuningRegistry) -> tuple[ProfileImportReport | None, list[str]]:

@@ -39,20 +39,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._support.documents import collector_paused, read_document
-from .._support.files import DISABLED as DISABLED  # the value of KERNELTUNE_CACHE that is off
 from .._support.files import (
     LOCK_TIMEOUT,
     file_lock,
     remove_stray_temporaries,
-    user_file_path,
     write_atomically,
 )
-from .._support.reprs import brief_repr
 from ..errors import Problem, TuningValidationError
 from ..machine.descriptor import CpuExecutionDescriptor
 from ..machine.detect import current_execution
@@ -73,142 +70,11 @@ from .entries import (
     read_entries,
     serialise,
 )
+from .location import cache_path
+from .reports import CacheInspection, CacheLoadReport, CacheRemoveReport, CacheUpdateReport
 
 FORMAT = CACHE_FORMAT.name
-ENVIRONMENT_VARIABLE = "KERNELTUNE_CACHE"
-FILE_NAME = "kernel_tuning.yaml"
-
 _READABLE = ("ok", "not_found")
-
-
-def default_kernel_tuning_cache_path() -> Path | None:
-    """The cache file of this user, or None when ``KERNELTUNE_CACHE=off`` disables persistence.
-
-    ``KERNELTUNE_CACHE`` names another file; otherwise platformdirs chooses the
-    user cache directory, so each operating system's convention (XDG on Linux,
-    Library/Caches on macOS, LOCALAPPDATA on Windows) is followed.
-    """
-    return user_file_path(ENVIRONMENT_VARIABLE, FILE_NAME)
-
-
-def cache_path(path: str | os.PathLike[str] | None) -> Path | None:
-    """The file an operation acts on: ``path``, else the default (None when disabled).
-
-    An explicit path always wins; ``KERNELTUNE_CACHE=off`` only disables the
-    default one.
-    """
-    return Path(path) if path is not None else default_kernel_tuning_cache_path()
-
-
-# --- reports ----------------------------------------------------------------------------------
-
-
-def _dicts(items: Iterable[Any]) -> list[object]:
-    return [item.to_dict() for item in items]
-
-
-def _text(problems: Iterable[Problem]) -> list[str]:
-    return [str(p) for p in problems]
-
-
-@brief_repr
-@dataclass(frozen=True)
-class CacheInspection:
-    """What the file holds, read without publishing anything.
-
-    ``entries`` are the entries that can be interpreted (whatever the current
-    registry thinks of their values); ``invalid`` could not be, ``duplicate``
-    share their key and execution with another entry. ``problems`` are about
-    the file as a whole.
-    """
-
-    status: str
-    path: str | None
-    entries: tuple[CacheEntry, ...] = ()
-    invalid: tuple[RejectedCacheEntry, ...] = ()
-    duplicate: tuple[RejectedCacheEntry, ...] = ()
-    problems: tuple[Problem, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        return {"status": self.status, "path": self.path, "entries": _dicts(self.entries),
-                "invalid": _dicts(self.invalid), "duplicate": _dicts(self.duplicate),
-                "problems": _text(self.problems)}
-
-
-@brief_repr
-@dataclass(frozen=True)
-class CacheLoadReport:
-    """What a load published, and every entry it left out, by reason.
-
-    ``incompatible`` entries belong to another processor (or, with
-    ``all_thread_counts=False``, another execution); ``stale`` ones to a tuning
-    ABI or implementation this process has no schema for; ``invalid`` ones
-    failed validation; ``missing`` are the selected registered keys with no
-    loaded entry for the load's execution. ``generation`` is the registry
-    generation holding the loaded profiles (None when nothing was published).
-    """
-
-    status: str
-    path: str | None
-    loaded: tuple[CacheEntry, ...] = ()
-    incompatible: tuple[CacheEntry, ...] = ()
-    stale: tuple[RejectedCacheEntry, ...] = ()
-    invalid: tuple[RejectedCacheEntry, ...] = ()
-    duplicate: tuple[RejectedCacheEntry, ...] = ()
-    missing: tuple[KernelTuningKey, ...] = ()
-    problems: tuple[Problem, ...] = ()
-    generation: int | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"status": self.status, "path": self.path, "generation": self.generation,
-                "loaded": _dicts(self.loaded), "incompatible": _dicts(self.incompatible),
-                "stale": _dicts(self.stale), "invalid": _dicts(self.invalid),
-                "duplicate": _dicts(self.duplicate),
-                "missing": [k.to_dict() for k in self.missing], "problems": _text(self.problems)}
-
-
-@brief_repr
-@dataclass(frozen=True)
-class CacheUpdateReport:
-    """What an update wrote (or, ``read_only``, would have written).
-
-    ``kept`` are existing entries an incoming one did not replace
-    (``replace_existing=False``); ``preserved`` the entries no incoming one
-    touched; ``pruned`` the entries that were dropped: of an older tuning ABI,
-    or named by the caller (a demotion that verification lifted).
-    ``removed_temporaries`` counts stray temporary siblings of crashed writers
-    that the update cleaned up under the lock.
-    """
-
-    status: str
-    path: str | None
-    added: tuple[CacheEntry, ...] = ()
-    replaced: tuple[CacheEntry, ...] = ()
-    kept: tuple[CacheEntry, ...] = ()
-    preserved: tuple[CacheEntry, ...] = ()
-    pruned: tuple[CacheEntry, ...] = ()
-    problems: tuple[Problem, ...] = ()
-    removed_temporaries: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        return {"status": self.status, "path": self.path, "added": _dicts(self.added),
-                "replaced": _dicts(self.replaced), "kept": _dicts(self.kept),
-                "preserved": len(self.preserved), "pruned": _dicts(self.pruned),
-                "problems": _text(self.problems),
-                "removed_temporaries": self.removed_temporaries}
-
-
-@brief_repr
-@dataclass(frozen=True)
-class CacheRemoveReport:
-    status: str
-    path: str | None
-    removed: bool = False
-    problems: tuple[Problem, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, object]:
-        return {"status": self.status, "path": self.path, "removed": self.removed,
-                "problems": _text(self.problems)}
 
 
 # --- reading ----------------------------------------------------------------------------------

@@ -18,15 +18,14 @@ from dataclasses import dataclass
 from .._support.reprs import brief_repr
 from ..cache.kernel_tuning_cache import (
     CacheEntry,
-    CacheInspection,
-    CacheUpdateReport,
-    cache_path,
     classify_entries,
     entries_from_profiles,
     inspect_kernel_tuning_cache,
     update_cache_entries,
     update_kernel_tuning_cache,
 )
+from ..cache.location import cache_path
+from ..cache.reports import CacheInspection, CacheUpdateReport
 from ..errors import Problem, TuningValidationError, UnknownKernelError
 from ..machine.descriptor import CpuExecutionDescriptor
 from ..machine.detect import current_execution

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Sequence
 
+from ..cache.entries import CacheEntry
 from ..cache.kernel_tuning_cache import (
-    DISABLED,
-    ENVIRONMENT_VARIABLE,
-    CacheEntry,
-    cache_path,
     inspect_kernel_tuning_cache,
     load_kernel_tuning_cache,
     remove_kernel_tuning_cache,
 )
+from ..cache.location import DISABLED, ENVIRONMENT_VARIABLE, cache_path
 from ..errors import UnknownKernelError
 from ..tuning.registry import default_registry
 from .common import (

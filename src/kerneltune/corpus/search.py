@@ -42,7 +42,7 @@ import numpy as np
 from .._support.checks import is_count, is_positive_number
 from .._support.files import write_atomically
 from .._support.reprs import brief_repr
-from ..cache.kernel_tuning_cache import ENVIRONMENT_VARIABLE
+from ..cache.location import ENVIRONMENT_VARIABLE
 from ..calibration.confirmation import Confirmation, confirm
 from ..calibration.parameters import one_key, set_kernel_tuning_parameters
 from ..errors import Problem, TuningValidationError

@@ -97,9 +97,14 @@ def with_grain(config_type: type, grain: int, broadcast_grain: int | None = None
               if grains.get(field.name, DEFAULT_GRAIN) != DEFAULT_GRAIN]
     if not fields:
         return config_type
-    suffix = f"{grain}" if broadcast_grain in (None, grain) else f"{grain}_{broadcast_grain}"
+    suffix, doc = f"{grain}", f"{config_type.__name__}, {grain} elements per thread"
+    if broadcast_grain not in (None, grain):
+        suffix, doc = f"{grain}_{broadcast_grain}", f"{doc}, {broadcast_grain} when broadcast"
+    # the fields are config_type's, so its equality, hash and repr serve: generating them
+    # again would only lengthen every import
     return dataclasses.make_dataclass(f"{config_type.__name__}{suffix}", fields,
-                                      bases=(config_type,), frozen=True)
+                                      bases=(config_type,), frozen=True, eq=False, repr=False,
+                                      namespace={"__doc__": doc})
 
 
 class PreparedUnary(PreparedKernel):

@@ -25,7 +25,7 @@ import archspec.cpu
 
 from kerneltune.errors import KernelTuningError, UnknownKernelError
 from kerneltune.machine.descriptor import CpuDescriptor
-from kerneltune.machine.detect import detect_cpu_descriptor
+from kerneltune.machine.detect import host_cpu_descriptor
 
 __all__ = [
     "BASELINE",
@@ -211,25 +211,17 @@ def requested_variant() -> str | None:
 
 
 @functools.cache
-def _host_processor() -> CpuDescriptor:
-    """The processor this process really runs on.
-
-    Not :func:`~kerneltune.machine.detect.get_cpu_descriptor`: ``KERNELTUNE_CPU_DESCRIPTOR``
-    simulates another processor for profile resolution, but code compiled for
-    a processor this one is not would die with SIGILL.
-    """
-    return detect_cpu_descriptor()
-
-
-@functools.cache
 def selected_variant() -> str:
     """The variant of this process, chosen once: every kernel and tuning key must agree on it.
 
-    It is the tuning key's ``implementation``, so profiles resolve per variant.
+    It is the tuning key's ``implementation``, so profiles resolve per variant. It is chosen
+    for the host's processor, never ``KERNELTUNE_CPU_DESCRIPTOR``'s: that one simulates another
+    processor for profile resolution, and code compiled for a processor this one is not would
+    die with SIGILL.
     """
     forced = requested_variant()
     try:
-        return select_variant(_host_processor(), forced=forced)
+        return select_variant(host_cpu_descriptor(), forced=forced)
     except KernelTuningError as exc:
         if forced is None:
             raise
@@ -246,7 +238,7 @@ def load_module(name: str, variant: str | None = None) -> ModuleType:
     if variant is None:
         variant = selected_variant()
     else:
-        select_variant(_host_processor(), forced=variant)
+        select_variant(host_cpu_descriptor(), forced=variant)
     kernels = _installed_kernels()
     if name not in kernels:
         raise UnknownKernelError(

@@ -318,6 +318,13 @@ def detect_cpu_descriptor(
     return CpuDescriptor(architecture=architecture, **found)
 
 
+@functools.cache
+def host_cpu_descriptor() -> CpuDescriptor:
+    """The processor this process really runs on, detected once (the host does not change
+    under a process); :func:`get_cpu_descriptor` is what profiles resolve for."""
+    return detect_cpu_descriptor()
+
+
 _descriptor_lock = threading.Lock()
 _descriptor: CpuDescriptor | None = None
 
@@ -338,7 +345,7 @@ def get_cpu_descriptor() -> CpuDescriptor:
                 except CpuDescriptorError as exc:
                     raise CpuDescriptorError(f"{DESCRIPTOR_ENVIRONMENT_VARIABLE}={exc}") from None
             else:
-                _descriptor = detect_cpu_descriptor()
+                _descriptor = host_cpu_descriptor()
         return _descriptor
 
 

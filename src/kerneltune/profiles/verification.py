@@ -39,13 +39,13 @@ from ..cache.entries import VERIFICATION
 from ..cache.kernel_tuning_cache import (
     LOCK_TIMEOUT,
     CacheEntry,
-    CacheUpdateReport,
-    cache_path,
     classify_entries,
     entries_from_profiles,
     inspect_kernel_tuning_cache,
     update_cache_entries,
 )
+from ..cache.location import cache_path
+from ..cache.reports import CacheUpdateReport
 from ..calibration import (
     CalibrationContext,
     CalibrationOptions,

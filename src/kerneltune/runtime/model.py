@@ -17,6 +17,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ from ..kernels.cast import CastKernel
 from ..kernels.elementwise import ElementwiseKernel
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_name
-from . import ml, selections, views
+from . import selections, views
 from .views import View
 
 #: node attributes each operator's kernel takes, with their ONNX defaults
@@ -151,7 +152,7 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
             types[proto_node.output[0]] = onnx.helper.np_dtype_to_tensor_dtype(
                 constants[proto_node.output[0]].dtype)
             continue
-        if proto_node.domain == "ai.onnx.ml" and proto_node.op_type in ml.OPERATORS:
+        if proto_node.domain == "ai.onnx.ml" and proto_node.op_type in _ml().OPERATORS:
             node, problem = _lowered(proto_node, name, opsets, types, kernels, constants)
         else:
             if proto_node.op_type == "Clip" and proto_node.domain in ("", "ai.onnx"):
@@ -179,6 +180,13 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
                  {name: aligned(value) for name, value in constants.items()}, ranks)
 
 
+def _ml() -> ModuleType:
+    """:mod:`.ml`, imported by the first model that has an ai.onnx.ml node."""
+    from . import ml
+
+    return ml
+
+
 def _described(node, name, opsets, input_types) -> str:
     """A node as a refusal names it; its opset is its domain's (ai.onnx.ml's for the classic
     ML operators)."""
@@ -192,7 +200,7 @@ def _lowered(node, name, opsets, types, kernels, constants) -> tuple[list[Node],
     constants added to the model's."""
     input_types = [types.get(i) for i in node.input if i]
     described = _described(node, name, opsets, input_types)
-    lowered, problem = ml.lower(node, input_types)
+    lowered, problem = _ml().lower(node, input_types)
     if problem:
         return [], f"{described}: {problem}"
     known = {**types, **{k: onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
