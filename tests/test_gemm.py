@@ -347,6 +347,24 @@ def test_products_of_fewer_tiles_than_threads_get_a_task_per_thread(trans_b):
     assert prepared.plan(a, b).threads == 1
 
 
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_skinny_products_of_fewer_strips_than_threads_get_a_strip_per_thread(m, trans_b):
+    """A one-row product of a Linear layer's 1024 x 256 weight is one strip of the default
+    256 columns: the strips are halved until each thread has one, and the bits stay the
+    serial run's."""
+    a, b, c = operands(m, 1024, 256, 0, trans_b, "row")
+    prepared = prepare({"algorithm.vector_blas_minimum_fmas": 10**15,
+                        "algorithm.skinny_blas_minimum_fmas": 10**15}, threads=2,
+                       transB=trans_b)
+    plan = prepared.plan(a, b, c)
+    assert plan.path == "skinny" and plan.threads == 2
+    assert prepared.run(a, b, c).tobytes() == prepared.run_serial(a, b, c).tobytes()
+    # a strip of the smallest width cannot be cut: one thread
+    a, b, c = operands(m, 4096, NR, 0, trans_b, "row")
+    assert prepared.plan(a, b, c).threads == 1
+
+
 @pytest.mark.parametrize("columns", [1, 16])
 @pytest.mark.parametrize("bias", [None, "scalar", "row", "column", "full"])
 def test_blas_products_take_c_and_relu_as_an_add_and_a_relu_after_them(columns, bias):

@@ -26,7 +26,7 @@ Five algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_py
 
 Those are the algorithm decisions. The parallel decision is separate: the compiled paths
 cut the output into tasks (``tile_m x tile_n`` tiles, halved while there are fewer than
-threads; column strips of ``tile_n`` for skinny) and run
+threads; column strips of ``tile_n`` for skinny, halved alike) and run
 ``min(threads, tasks, M * N * K // parallel.fmas_per_work_unit)`` threads
 (``parallel.skinny_fmas_per_work_unit`` on the skinny path, whose multiply-adds each read
 an element of B that a square product reuses from cache) when there are at least
@@ -156,7 +156,7 @@ class GemmConfig:
             "(M <= algorithm.skinny_m_limit) is computed by numpy.matmul (BLAS) instead of "
             "the skinny path")
     vector_blas_minimum_fmas: int = tunable(
-        "algorithm.vector_blas_minimum_fmas", 262_144, minimum=0,
+        "algorithm.vector_blas_minimum_fmas", 524_288, minimum=0,
         doc="M * N * K from which a one-row product is computed by numpy.matmul (BLAS), "
             "which runs it as a matrix-vector product")
     column_blas_minimum_fmas: int = tunable(

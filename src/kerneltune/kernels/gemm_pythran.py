@@ -51,7 +51,8 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   strided by N (strided runs fill only some of L1's sets and evict each other); ``trans_b``
   always packs, since the micro-kernel needs rows of op(B).
 - ``skinny``: for few rows, without B packing or k-tiles, so that B is streamed once. Tasks
-  are column strips of ``tile_n``, read over all of K in narrower strips: ``SW`` columns (a
+  are column strips of ``tile_n`` (halved, down to ``NR``, until there are ``nthreads``
+  tasks, when fewer), read over all of K in narrower strips: ``SW`` columns (a
   1 KiB run of float32) for one or two rows, which keep one row of sums each (A transposed
   into a ``K x M`` copy); for more, as many as fill a block of ``MR`` rows of sums of
   ``GROUP_SUM_BYTES``, ``MR`` rows at a time through the micro-kernel, each group reading
@@ -587,6 +588,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
 def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
+    tile_n = _columns_tile(n, tile_n, 1, nthreads)
     tasks = (n + tile_n - 1) // tile_n
     nthreads = max(1, min(nthreads, tasks))
     if trans_a or m > 2:
@@ -742,13 +744,20 @@ def _tasks(m, n, tile_m, tile_n):
     return (m + tile_m - 1) // tile_m * ((n + tile_n - 1) // tile_n)
 
 
+def _columns_tile(n, tile_n, row_tasks, wanted):
+    """``tile_n`` halved (down to ``NR``) while ``row_tasks`` rows of tasks of its columns are
+    fewer than ``wanted`` threads. Tiles only cut the output into tasks: the sums, hence the
+    bits, stay the same."""
+    while row_tasks * ((n + tile_n - 1) // tile_n) < wanted and tile_n > NR:
+        tile_n = max(NR, tile_n // 2 // NR * NR)
+    return tile_n
+
+
 def _grid(m, n, tile_m, tile_n, wanted):
     """The tiles of the task grid: the configured ones, halved while the grid has fewer tasks
-    than ``wanted`` threads (columns first, down to ``NR``; then rows, down to ``MR``), so
-    that a product of few rows still has a task per thread. Tiles only cut the output into
-    tasks: the sums, hence the bits, stay the same."""
-    while _tasks(m, n, tile_m, tile_n) < wanted and tile_n > NR:
-        tile_n = max(NR, tile_n // 2 // NR * NR)
+    than ``wanted`` threads (columns first, then rows, down to ``MR``), so that a product of
+    few rows still has a task per thread."""
+    tile_n = _columns_tile(n, tile_n, (m + tile_m - 1) // tile_m, wanted)
     while _tasks(m, n, tile_m, tile_n) < wanted and tile_m > MR:
         tile_m = max(MR, tile_m // 2 // MR * MR)
     return tile_m, tile_n
@@ -775,8 +784,9 @@ def decide(m, k, n, serial, t):
                 else t[T_COLUMN_BLAS] if column else t[T_BLAS]):
         return BLAS_PATH, 0
     if skinny_rows:
-        return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas,
-                                     t[T_SKINNY_FMAS_PER_UNIT], t)
+        unit = t[T_SKINNY_FMAS_PER_UNIT]
+        tile_n = _columns_tile(n, tile_n, 1, max(1, min(t[T_THREADS], fmas // unit)))
+        return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas, unit, t)
     if column:
         return COLUMN_PATH, _threads((m + CB - 1) // CB, fmas, t[T_FMAS_PER_UNIT], t)
     unit = t[T_FMAS_PER_UNIT]
