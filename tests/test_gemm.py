@@ -450,6 +450,18 @@ def test_skinny_products_have_their_own_blas_threshold():
                "blocked_packed")  # not skinny: the blocked path, packed for this B
 
 
+def test_baseline_keeps_one_row_products_of_512_squared_on_blas():
+    """baseline's kernels lose one-row products to BLAS (which uses every instruction set)
+    earlier than the other variants': its default threshold is its own."""
+    shape = (1, 1024, 256)  # 512**2 multiply-adds
+    assert Gemm("baseline").schema("FLOAT").defaults.vector_blas_minimum_fmas == 512 ** 2
+    for variant in ("x86_64_v3", "x86_64_v4"):
+        assert Gemm(variant).schema("FLOAT").defaults.vector_blas_minimum_fmas == 2 * 512 ** 2
+    expected = "blas" if selected_variant() == "baseline" else "skinny"
+    check_plan({}, shape, expected)
+    assert MATMUL.schema("FLOAT16").defaults == MATMUL.configure("FLOAT16")
+
+
 def test_one_row_products_have_their_own_blas_threshold():
     shape = (1, 300, 400)
     fmas = 300 * 400

@@ -10,7 +10,9 @@ and the compiled function is already chosen.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -186,6 +188,22 @@ class Kernel(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} ({self.implementation})>"
+
+
+def with_defaults(config_type: type, suffix: str, defaults: Mapping[str, object],
+                  doc: str) -> type:
+    """``config_type`` (a frozen config dataclass) with other defaults for the fields
+    ``defaults`` names: the portable defaults of the keys that need them, whose names,
+    constraints and documentation stay ``config_type``'s."""
+    hints = typing.get_type_hints(config_type)
+    fields = [(field.name, hints[field.name],
+               dataclasses.field(default=defaults[field.name], metadata=field.metadata))
+              for field in dataclasses.fields(config_type) if field.name in defaults]
+    # the fields are config_type's, so its equality, hash and repr serve: generating them
+    # again would only lengthen every import
+    return dataclasses.make_dataclass(f"{config_type.__name__}{suffix}", fields,
+                                      bases=(config_type,), frozen=True, eq=False, repr=False,
+                                      namespace={"__doc__": doc})
 
 
 @functools.cache

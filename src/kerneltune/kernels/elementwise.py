@@ -27,6 +27,7 @@ from .base import (
     chunked_threads,
     operand,
     parallel_threads,
+    with_defaults,
 )
 from .catalog import DEFAULT_GRAIN
 
@@ -91,20 +92,14 @@ def with_grain(config_type: type, grain: int, broadcast_grain: int | None = None
     grains = dict.fromkeys(_GRAIN_FIELDS, grain)
     if broadcast_grain is not None:
         grains["broadcast_minimum_elements"] = broadcast_grain
-    fields = [(field.name, int, dataclasses.field(default=grains[field.name],
-                                                  metadata=field.metadata))
-              for field in dataclasses.fields(config_type)
-              if grains.get(field.name, DEFAULT_GRAIN) != DEFAULT_GRAIN]
-    if not fields:
+    changed = {field.name: grains[field.name] for field in dataclasses.fields(config_type)
+               if grains.get(field.name, DEFAULT_GRAIN) != DEFAULT_GRAIN}
+    if not changed:
         return config_type
     suffix, doc = f"{grain}", f"{config_type.__name__}, {grain} elements per thread"
     if broadcast_grain not in (None, grain):
         suffix, doc = f"{grain}_{broadcast_grain}", f"{doc}, {broadcast_grain} when broadcast"
-    # the fields are config_type's, so its equality, hash and repr serve: generating them
-    # again would only lengthen every import
-    return dataclasses.make_dataclass(f"{config_type.__name__}{suffix}", fields,
-                                      bases=(config_type,), frozen=True, eq=False, repr=False,
-                                      namespace={"__doc__": doc})
+    return with_defaults(config_type, suffix, changed, doc)
 
 
 class PreparedUnary(PreparedKernel):

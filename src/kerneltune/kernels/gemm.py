@@ -53,6 +53,7 @@ threads runs serially).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +61,7 @@ import numpy as np
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_name, element_type_number, tunable
 from . import half, outputs
-from .base import Kernel, Plan, PreparedKernel, operand
+from .base import Kernel, Plan, PreparedKernel, operand, with_defaults
 from .gemm_pythran import (
     BLAS_PATH,
     BLOCKED_PATH,
@@ -200,6 +201,23 @@ class HalfGemmConfig(GemmConfig):
             "(as the elementwise kernels' 16-bit float default)")
 
 
+#: defaults of the variants whose compiled paths meet BLAS (built for every instruction set,
+#: whatever the variant) at other sizes: baseline's, without FMA or wide vectors, lose
+#: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread
+VARIANT_DEFAULTS: Mapping[str, Mapping[str, int]] = {
+    "baseline": {"vector_blas_minimum_fmas": 262_144},
+}
+
+
+@functools.cache
+def _variant_config(config_type: type, implementation: str) -> type:
+    defaults = VARIANT_DEFAULTS.get(implementation)
+    if not defaults:
+        return config_type
+    return with_defaults(config_type, f"_{implementation}", defaults,
+                         f"{config_type.__name__}, {implementation}'s defaults")
+
+
 class Gemm(Kernel):
     """ONNX Gemm: ``alpha * op(A) @ op(B) + beta * C``, C unidirectionally broadcast to (M, N).
 
@@ -218,7 +236,8 @@ class Gemm(Kernel):
     uses_blas = True
 
     def config_type(self, element_type: int) -> type:
-        return HalfGemmConfig if element_type in half.FORMATS else GemmConfig
+        return _variant_config(HalfGemmConfig if element_type in half.FORMATS else GemmConfig,
+                               self.implementation)
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
         unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB", "activation",
