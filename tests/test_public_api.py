@@ -84,6 +84,8 @@ def test_a_first_session_imports_nothing_it_does_not_need(tmp_path):
     ("CalibrationOptions", "calibration"), ("randn_tensor", "calibration"),
     ("search_corpus_parameters", "corpus"),
     ("analyze_kernel_tuning_latencies", "corpus"),
+    ("load_kernel_tuning_cache", "cache.kernel_tuning_cache"), ("CacheLoadReport", "cache.reports"),
+    ("default_kernel_tuning_cache_path", "cache.location"), ("CacheEntry", "cache.entries"),
 ])
 def test_lazy_names_are_the_modules_own_objects(name, home):
     module = importlib.import_module(f"kerneltune.{home}")
