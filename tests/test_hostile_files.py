@@ -40,8 +40,9 @@ def _limited() -> None:
 
 def start(*paths: Path | str, **variables: str) -> list[list]:
     """What ``import kerneltune`` made of ``KERNELTUNE_DEPLOYMENT_PROFILES=paths``."""
+    # the ISA variant stays: the profile is written for this process's keys
     environment = {name: value for name, value in os.environ.items()
-                   if not name.startswith("KERNELTUNE_")}
+                   if not name.startswith("KERNELTUNE_") or name == "KERNELTUNE_ISA"}
     environment.update(KERNELTUNE_CACHE="off",
                        KERNELTUNE_DEPLOYMENT_PROFILES=os.pathsep.join(map(str, paths)),
                        **variables)

@@ -563,9 +563,9 @@ def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():
 
 
 @pytest.mark.parametrize(("blas_from", "fmas"), [
-    # within two octaves of N above where the value in use (2 * 512**2, N about 724)
+    # within two octaves of N above where the default (N about 724, 512 on baseline)
     # switches: kept
-    (2048, 2 * 512 * 512),
+    (2048, None),
     (64, 256 * 256),  # three octaves below: two octaves short of it
 ])
 def test_the_one_row_blas_threshold_keeps_a_crossover_within_two_octaves_of_n(blas_from, fmas):
@@ -578,8 +578,9 @@ def test_the_one_row_blas_threshold_keeps_a_crossover_within_two_octaves_of_n(bl
     calibration._blas(context, calibration._square(context), [16, 32], {})
     decision = next(d for d in context.decisions
                     if d.parameter == "algorithm.vector_blas_minimum_fmas")
-    assert decision.value == fmas and decision.measured == blas_from ** 2
-    assert decision.changed == (fmas != 2 * 512 * 512)
+    default = kernel.schema(element_type).defaults.vector_blas_minimum_fmas
+    assert decision.value == (fmas or default) and decision.measured == blas_from ** 2
+    assert decision.changed == (fmas is not None)
     assert decision.units == {"1 x N x N": "N (1 x N by N x N)"}  # what the plot's axis says
 
 
