@@ -60,6 +60,13 @@ _HOST_VARIABLES = ("KERNELTUNE_CPU_DESCRIPTOR", "KERNELTUNE_DEPLOYMENT_PROFILES"
                    "KERNELTUNE_CACHE")
 
 
+def variant_environment() -> dict[str, str]:
+    """This environment without kerneltune's variables but ``KERNELTUNE_ISA``: a child that
+    reads what this process wrote for its keys must run the same ISA variant."""
+    return {name: value for name, value in os.environ.items()
+            if not name.startswith("KERNELTUNE_") or name == "KERNELTUNE_ISA"}
+
+
 def kerneltune_script() -> Path:
     """The installed ``kerneltune`` console script, the way a user runs the command."""
     script = Path(sys.executable).with_name("kerneltune.exe" if os.name == "nt" else "kerneltune")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_kerneltune
+from conftest import run_kerneltune, variant_environment
 from kerneltune.machine import get_cpu_descriptor, processor_selector
 from kerneltune.profiles import DeploymentProfile, ProfileEntry, write_deployment_profile
 from kerneltune.profiles.deployment import read_profiles
@@ -40,9 +40,7 @@ def _limited() -> None:
 
 def start(*paths: Path | str, **variables: str) -> list[list]:
     """What ``import kerneltune`` made of ``KERNELTUNE_DEPLOYMENT_PROFILES=paths``."""
-    # the ISA variant stays: the profile is written for this process's keys
-    environment = {name: value for name, value in os.environ.items()
-                   if not name.startswith("KERNELTUNE_") or name == "KERNELTUNE_ISA"}
+    environment = variant_environment()  # the profile is written for this process's keys
     environment.update(KERNELTUNE_CACHE="off",
                        KERNELTUNE_DEPLOYMENT_PROFILES=os.pathsep.join(map(str, paths)),
                        **variables)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_kerneltune
+from conftest import run_kerneltune, variant_environment
 from kerneltune.errors import KernelTuningError
 from kerneltune.tuning.libraries import (
     FAILED,
@@ -340,9 +340,7 @@ print(json.dumps({"profile": resolution.source.profile_name, "values": dict(reso
 
 
 def test_a_fresh_process_resolves_the_library_kernels_from_the_baked_file(farm, example):
-    # the ISA variant stays: the farm baked this process's keys
-    environment = {name: value for name, value in os.environ.items()
-                   if not name.startswith("KERNELTUNE_") or name == "KERNELTUNE_ISA"}
+    environment = variant_environment()  # the farm baked this process's keys
     environment.update(KERNELTUNE_CACHE="off", PYTHONPATH=python_path(example),
                        KERNELTUNE_DEPLOYMENT_PROFILES=str(farm / "deployment.yaml"))
     done = subprocess.run([sys.executable, "-c", RESOLVE], env=environment,
