@@ -763,12 +763,17 @@ def _grid(m, n, tile_m, tile_n, wanted):
     return tile_m, tile_n
 
 
+def _wanted(fmas, unit, t):
+    """Threads the work allows: as many as have ``unit`` multiply-adds, at least one."""
+    return max(1, min(t[T_THREADS], fmas // unit))
+
+
 def _threads(tasks, fmas, unit, t):
     """Threads of a task grid: one below the minimum tasks, else as many as have ``unit``
     multiply-adds of work."""
     if tasks < t[T_MINIMUM_TASKS]:
         return 1
-    return max(1, min(t[T_THREADS], tasks, fmas // unit))
+    return min(tasks, _wanted(fmas, unit, t))
 
 
 def decide(m, k, n, serial, t):
@@ -785,12 +790,12 @@ def decide(m, k, n, serial, t):
         return BLAS_PATH, 0
     if skinny_rows:
         unit = t[T_SKINNY_FMAS_PER_UNIT]
-        tile_n = _columns_tile(n, tile_n, 1, max(1, min(t[T_THREADS], fmas // unit)))
+        tile_n = _columns_tile(n, tile_n, 1, _wanted(fmas, unit, t))
         return SKINNY_PATH, _threads((n + tile_n - 1) // tile_n, fmas, unit, t)
     if column:
         return COLUMN_PATH, _threads((m + CB - 1) // CB, fmas, t[T_FMAS_PER_UNIT], t)
     unit = t[T_FMAS_PER_UNIT]
-    tiles = _grid(m, n, t[T_TILE_M], tile_n, max(1, min(t[T_THREADS], fmas // unit)))
+    tiles = _grid(m, n, t[T_TILE_M], tile_n, _wanted(fmas, unit, t))
     threads = _threads(_tasks(m, n, tiles[0], tiles[1]), fmas, unit, t)
     if n <= t[T_PANEL_LIMIT] and k <= t[T_TILE_K]:
         return PANEL_PATH, threads
