@@ -516,6 +516,74 @@ def test_outputs_are_fresh_arrays():
     assert second[0] == 1
 
 
+def in_place_cases():
+    """Every unary and binary kernel and element type, the chain's GELU among them."""
+    for name, element_type in [*cases(catalog.UNARY), *cases(catalog.BINARY),
+                               ("ElementwiseChain", "FLOAT")]:
+        if name != "Clip":  # its bounds come with each call
+            yield name, element_type
+
+
+@pytest.mark.parametrize(("name", "element_type"), list(in_place_cases()))
+def test_a_result_written_over_its_operand_has_run_s_bits(name, element_type):
+    """Where a kernel offers to write over an operand, it gives ``run``'s bits on the
+    serial and the parallel path, in every broadcast form, and returns that operand; where
+    the operand cannot take the result (another shape, read-only, strided), a fresh array."""
+    kernel = LIBRARY[name]
+    grain = 64
+    config = kernel.configure(element_type, {"parallel.minimum_elements": grain})
+    prepared = kernel.prepare(element_type, config, threads=3)
+    dtype = dtype_of(element_type)
+    unary = name not in catalog.BINARY
+    types = (dtype, getattr(prepared, "b_dtype", dtype))
+    shapes = [((1000,),), ((5,),)] if unary else [
+        ((40, 25), (40, 25)), ((40, 25), ()), ((), (40, 25)), ((40, 25), (25,)),
+        ((40, 1), (40, 25)), ((3, 7), (3, 7))]
+    offered = False
+    for index in (0, 1):
+        run = prepared.in_place(index)
+        if run is None:
+            continue
+        offered = True
+        for shape in shapes:
+            inputs = [values(t, math.prod(s) or 1)[:math.prod(s)].reshape(s)
+                      for s, t in zip(shape, types, strict=False)]
+            if name == "Pow" and dtype.kind == "i":
+                inputs[1] = np.asarray(np.abs(inputs[1]) % 13, types[1])
+            expected = prepared.run(*inputs)
+            operand = inputs[index].copy()
+            given = [operand if i == index else x for i, x in enumerate(inputs)]
+            result = run(*given)
+            assert_same_bits(result, expected)
+            assert (result is operand) == (operand.shape == expected.shape)
+            frozen = inputs[index].copy()
+            frozen.flags.writeable = False
+            result = run(*[frozen if i == index else x for i, x in enumerate(inputs)])
+            assert result is not frozen and frozen.tobytes() == inputs[index].tobytes()
+            assert_same_bits(result, expected)
+    # a kernel offers it where its result has its operand's type (a 16-bit float computed
+    # on float32 copies does not, its sign bits do)
+    kept_type = dtype_of(element_type) == prepared.run(*[
+        values(t, 4)[:4] for t in types[:1 if unary else 2]]).dtype
+    assert offered <= kept_type
+    assert offered or not kept_type or dtype in HALVES
+
+
+def test_in_place_falls_back_to_a_fresh_array_for_a_strided_operand():
+    relu = LIBRARY["Relu"].prepare("FLOAT").in_place(0)
+    x = np.arange(-5, 5, dtype=np.float32)
+    strided = x[::2]
+    result = relu(strided)
+    assert result is not strided and x.min() == -5
+    np.testing.assert_array_equal(result, np.maximum(strided, 0))
+    # the other operand strided: the compiled code refuses it before writing anything
+    add = LIBRARY["Add"].prepare("FLOAT").in_place(1)
+    b = np.ones(5, np.float32)
+    result = add(x[::2], b)
+    assert result is not b and (b == 1).all()
+    np.testing.assert_array_equal(result, x[::2] + 1)
+
+
 def test_unsupported_element_type_and_bad_config():
     with pytest.raises(UnknownKernelError, match="Exp has no INT32 kernel"):
         LIBRARY["Exp"].tuning_key("INT32")

@@ -13,7 +13,7 @@ import abc
 import dataclasses
 import functools
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +124,14 @@ class PreparedKernel(abc.ABC):
     @abc.abstractmethod
     def plan(self, *inputs: object) -> Plan:
         """The path ``run`` takes for these inputs, without computing anything."""
+
+    def in_place(self, index: int) -> Callable[..., np.ndarray] | None:
+        """``run`` writing its result over input ``index`` where that input is a contiguous
+        array of the result's type and shape (and into a fresh array where it is not), for a
+        caller that gives the input up: a session's intermediate that nothing else reads.
+        None where this kernel cannot (its result's type differs, or its code reads
+        elements it has written)."""
+        return None
 
 
 class Kernel(abc.ABC):

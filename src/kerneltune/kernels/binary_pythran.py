@@ -16,7 +16,9 @@ One row is split into ``nthreads`` contiguous chunks starting on multiples of
 ``ceil(rows / nthreads)`` rows, one per thread (``kernels.base`` mirrors the
 thread count for plans). The return value is the number of threads that ran (1: serial).
 Elements are computed independently, so serial and parallel results are
-identical bit for bit.
+identical bit for bit, and ``out`` may be the operand of its shape (a session writes a
+result over an intermediate nothing else reads): each element is read before its result is
+written.
 
 Semantics follow numpy's where ONNX leaves a choice: integers wrap around;
 Max and Min propagate NaN; integer Div truncates toward zero and gives 0 for

@@ -131,6 +131,11 @@ class PreparedUnary(PreparedKernel):
     def run_serial(self, x) -> np.ndarray:
         return self._call(x, 1)
 
+    def in_place(self, index: int):
+        """Each element's result written over it: the compiled loops read an element
+        before they write its result, and nothing else (the bits are ``run``'s)."""
+        return _in_place_unary(self) if index == 0 and self.out_dtype == self._dtype else None
+
     def _call(self, x, threads: int | None, bounds: tuple = ()) -> np.ndarray:
         x = operand(x, self._dtype, "input")
         out = outputs.empty(x.shape, self.out_dtype, like=x)
@@ -150,6 +155,9 @@ class PreparedClip(PreparedUnary):
 
     def plan(self, x, low=None, high=None) -> Plan:
         return super().plan(x)
+
+    def in_place(self, index: int):
+        return None  # its bounds come with each call: not written for it
 
     def _bounded(self, x, low, high) -> np.ndarray:
         return self._call(x, None, (self._bounds(low, high),))
@@ -207,6 +215,12 @@ class PreparedBinary(PreparedKernel):
     def run_serial(self, a, b) -> np.ndarray:
         return self._call(a, b, 1)
 
+    def in_place(self, index: int):
+        """The result written over A (``index`` 0) or B (1) where that operand has the
+        result's shape: each output element is its own element's, read before written."""
+        operand_dtype = (self._dtype, self.b_dtype)[index] if index in (0, 1) else None
+        return _in_place_binary(self, index) if operand_dtype == self.out_dtype else None
+
     def _call(self, a, b, threads: int | None) -> np.ndarray:
         a = operand(a, self._dtype, "A")
         b = operand(b, self.b_dtype, "B")
@@ -257,6 +271,49 @@ def _fast_unary(p: PreparedUnary):
         return call(x, None)
 
     return run
+
+
+def _in_place_unary(p: PreparedUnary):
+    """``run`` over its operand, as :func:`_fast_unary` over a fresh output (and
+    ``run`` itself for any other operand)."""
+    function, dtype, ndarray, threads, run = p._function, p._dtype, np.ndarray, p._threads, p.run
+    serial_below = 2 * p._grain
+
+    def run_in_place(x):
+        if (type(x) is ndarray and x.dtype is dtype and x.size
+                and x.flags.c_contiguous and x.flags.writeable):
+            flat = x.reshape(-1)
+            n = flat.size
+            function(flat, flat, 1 if n < serial_below else threads(n))
+            return x
+        return run(x)
+
+    return run_in_place
+
+
+def _in_place_binary(p: PreparedBinary, index: int):
+    """``run`` over operand ``index`` where it has the result's shape, through the cached
+    layout (and ``run`` itself otherwise)."""
+    function, dtype, b_dtype, ndarray, layout = (p._function, p._dtype, p.b_dtype, np.ndarray,
+                                                 broadcast.layout)
+    threads, run, serial_below = p._threads, p.run, 2 * min(p._grain, p._broadcast_grain)
+
+    def run_in_place(a, b):
+        if type(a) is ndarray and type(b) is ndarray and a.dtype is dtype and b.dtype is b_dtype:
+            rows = layout(a.shape, b.shape)
+            out = (a, b)[index]
+            if (rows.size and out.shape == rows.shape and out.flags.c_contiguous
+                    and out.flags.writeable):
+                try:
+                    function(a.reshape(-1), b.reshape(-1), out.reshape(-1), rows.a_offsets,
+                             rows.b_offsets, rows.inner, rows.a_step, rows.b_step,
+                             1 if rows.size < serial_below else threads(rows))
+                except TypeError:  # the other operand a strided 1-D view: refused unwritten
+                    return run(a, b)
+                return out
+        return run(a, b)
+
+    return run_in_place
 
 
 def _fast_binary(p: PreparedBinary):

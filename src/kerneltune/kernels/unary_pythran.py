@@ -4,7 +4,9 @@ Every kernel takes a contiguous 1-D source, a contiguous 1-D destination of
 the same length and a thread count, and returns the number of threads that ran
 (one contiguous chunk each, chunks aligned to 64 elements; 1 is the serial
 path). The caller decides the thread count from the tuning config; the
-compiled code only clamps it (``kernels.base.chunked_threads`` mirrors it).
+compiled code only clamps it (``kernels.base.chunked_threads`` mirrors it). The destination
+may be the source itself (a session writes a result over an intermediate nothing else
+reads): every loop reads an element before it writes that element's result, and no other.
 
 Chunks are processed in blocks small enough to stay in the L1 cache. The
 transcendental functions are array expressions over a block, so pythran
@@ -315,17 +317,19 @@ def _log(x, out):
     """xsimd's float64 log is wrong for subnormal inputs, libm's is not: those are redone.
 
     They are counted first, in a loop that vectorises, so that the loop that
-    redoes them, which branches per element, runs only on blocks holding one.
-    float32 needs none of it (``_logf``): its subnormals are right.
+    redoes them, which branches per element, runs only on blocks holding one; that
+    loop reads each element before it writes its result, as every loop here does
+    (``out`` may be ``x``). float32 needs none of it (``_logf``): its subnormals are right.
     """
-    out[:] = np.log(x)
     subnormals = 0
     for i in range(x.shape[0]):
         subnormals += 0 < x[i] < 2.2250738585072014e-308
-    if subnormals:
-        for i in range(x.shape[0]):
-            if 0 < x[i] < 2.2250738585072014e-308:
-                out[i] = np.log(x[i])
+    if not subnormals:
+        out[:] = np.log(x)
+        return
+    vector = np.log(x)
+    for i in range(x.shape[0]):
+        out[i] = np.log(x[i]) if 0 < x[i] < 2.2250738585072014e-308 else vector[i]
 
 
 def _sqrt(x, out):

@@ -29,7 +29,7 @@ from . import selections, views
 from .contention import Contention, default_contention
 from .fusion import fuse
 from .layout import lay_out_weights
-from .model import Model, Node, Signature, prepare_model, read_model
+from .model import Model, Node, Signature, prepare_model, read_model, value_reads
 from .program import program
 from .views import View
 
@@ -142,7 +142,8 @@ class RuntimeSession:
             for name in (*node.inputs, node.output):
                 slot(name)
         self._slots = slots
-        self._kept = _kept(model)
+        self._overwritten = _overwritten(model)
+        self._kept = _kept(model, self._overwritten)
         self._configs = {}
         self._steps, self._prepared = self._prepare(self.threads)
         self._uses_blas = any(p.uses_blas for p in self._prepared)
@@ -185,7 +186,9 @@ class RuntimeSession:
             prepared = node.kernel.prepare(node.element_type, self._configs[key, threads],
                                            threads, **node.attributes,
                                            **(pool if node.kernel.uses_blas else {}))
-            steps.append((prepared.run, tuple(self._slots[i] for i in node.inputs),
+            index = self._overwritten.get(node.output)
+            run = None if index is None else prepared.in_place(index)
+            steps.append((run or prepared.run, tuple(self._slots[i] for i in node.inputs),
                           self._slots[node.output], intermediate))
             prepared_kernels.append(prepared)
         return tuple(steps), tuple(prepared_kernels)
@@ -334,20 +337,39 @@ def _bound(node: Node, constants: Mapping[str, np.ndarray]) -> tuple[View, tuple
     return (view, node.inputs) if bound is None else (bound, node.inputs[:1])
 
 
-def _view_bases(model: Model) -> dict[str, str]:
-    """Each view's base: the array it views, through views of views."""
+def _overwritten(model: Model) -> dict[str, int]:
+    """Per kernel node that may write its result over an input, by its output's name: the
+    index of that input (of its first two), an array a kernel node computed that nothing
+    else reads, the graph's outputs included. Its kernel decides whether it can
+    (``PreparedKernel.in_place``): a step saves the allocation and a pass over fresh memory,
+    and a small one most of its Python (docs/kernels.md, "Results written in place")."""
+    reads = value_reads(model)
+    computed = {node.output for node in model.nodes if node.view is None}
+    overwritten = {}
+    for node in model.nodes:
+        index = next((i for i, name in enumerate(node.inputs[:2])
+                      if name in computed and reads[name] == 1), None)
+        if node.kernel is not None and index is not None:
+            overwritten[node.output] = index
+    return overwritten
+
+
+def _view_bases(model: Model, overwritten: Mapping[str, int] = {}) -> dict[str, str]:
+    """Each view's base: the array it views, through views of views (a result written over
+    an input: that input's array)."""
     bases: dict[str, str] = {}
     for node in model.nodes:
-        if node.view is not None and not node.fresh:
-            bases[node.output] = bases.get(node.inputs[0], node.inputs[0])
+        index = 0 if node.view is not None and not node.fresh else overwritten.get(node.output)
+        if index is not None:
+            bases[node.output] = bases.get(node.inputs[index], node.inputs[index])
     return bases
 
 
-def _kept(model: Model) -> frozenset[str]:
-    """The values a run returns: the graph outputs and the arrays they view. The others are
-    intermediates, whose large arrays come from the output pool (kernels.outputs), since
-    each run frees and makes them again."""
-    bases = _view_bases(model)
+def _kept(model: Model, overwritten: Mapping[str, int]) -> frozenset[str]:
+    """The values a run returns: the graph outputs and the arrays they view (or were written
+    over). The others are intermediates, whose large arrays come from the output pool
+    (kernels.outputs), since each run frees and makes them again."""
+    bases = _view_bases(model, overwritten)
     return frozenset(name for s in model.outputs for name in (s.name, bases.get(s.name, s.name)))
 
 
