@@ -214,9 +214,9 @@ def _fast_rows(p: PreparedRows):
                 return out
             out = empty(shape[:-1] + (1,) if keep else shape[:-1], out_dtype)
             if argument is None:
-                function(matrix, out.reshape(-1), count)
+                function(matrix, out.ravel(), count)
             else:
-                function(matrix, out.reshape(-1), argument, count)
+                function(matrix, out.ravel(), argument, count)
             return out
         return call(x, axes, None)
 
