@@ -203,14 +203,16 @@ def _fast_rows(p: PreparedRows):
                 and 0 < x.size < recycled_from and x.flags.c_contiguous
                 and last_axis in (-1, x.ndim - 1) and x.shape[-1]):
             shape = x.shape
-            matrix = x.reshape(-1, shape[-1])
+            # a matrix as it is: reshaping one to itself costs a step's function call
+            matrix = x if len(shape) == 2 else x.reshape(-1, shape[-1])
             count = 1 if x.size < serial_below else threads(x.size)
             if kind in (SOFTMAX, NORMALIZE):
                 out = empty(shape, out_dtype)
+                rows = out if matrix is x else out.reshape(matrix.shape)
                 if argument is None:
-                    function(matrix, out.reshape(matrix.shape), count)
+                    function(matrix, rows, count)
                 else:
-                    function(matrix, out.reshape(matrix.shape), argument, count)
+                    function(matrix, rows, argument, count)
                 return out
             out = empty(shape[:-1] + (1,) if keep else shape[:-1], out_dtype)
             if argument is None:

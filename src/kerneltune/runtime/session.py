@@ -153,7 +153,7 @@ class RuntimeSession:
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
             self._template[slots[name]] = value
-        self._outputs = _returned(model, slots)
+        self._outputs = _returned(model, slots, self._overwritten)
         self._output_names = tuple(s.name for s in model.outputs)
         self._input_names = frozenset(s.name for s in model.inputs)
 
@@ -354,7 +354,7 @@ def _overwritten(model: Model) -> dict[str, int]:
     return overwritten
 
 
-def _view_bases(model: Model, overwritten: Mapping[str, int] = {}) -> dict[str, str]:
+def _view_bases(model: Model, overwritten: Mapping[str, int]) -> dict[str, str]:
     """Each view's base: the array it views, through views of views (a result written over
     an input: that input's array)."""
     bases: dict[str, str] = {}
@@ -373,12 +373,13 @@ def _kept(model: Model, overwritten: Mapping[str, int]) -> frozenset[str]:
     return frozenset(name for s in model.outputs for name in (s.name, bases.get(s.name, s.name)))
 
 
-def _returned(model: Model, slots: Mapping[str, int]) -> dict[str, tuple[int, bool]]:
+def _returned(model: Model, slots: Mapping[str, int],
+              overwritten: Mapping[str, int]) -> dict[str, tuple[int, bool]]:
     """Per graph output, its slot and whether a run copies it: each output is a fresh array,
     so one that is (a view of) an input or a constant is copied, and so is one that views
     the array another output returns."""
     computed = {node.output for node in model.nodes if node.view is None or node.fresh}
-    viewed = _view_bases(model)
+    viewed = _view_bases(model, overwritten)
     returned, seen = {}, set()
     for signature in model.outputs:
         base = viewed.get(signature.name, signature.name)
