@@ -3,6 +3,8 @@ graph input, a constant, a value read twice or a value the run returns."""
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import tracemalloc
 
 import numpy as np
@@ -95,3 +97,27 @@ def test_an_activation_after_a_product_needs_no_memory_of_its_own(activation):
         tracemalloc.stop()
         outputs.set_output_pool_limit(limit)
     assert y.nbytes <= peak < 1.5 * y.nbytes
+
+
+def test_an_activation_s_product_stays_an_intermediate_and_a_returned_product_does_not():
+    """Between two products, the first product and the activation written over it are one
+    pooled intermediate; the second product, returned, is an array of its own (a product
+    declines to write over its input, so nothing before it is returned through it)."""
+    rows, depth, hidden = 1024, 8, 64  # 256 KiB products: pooled as intermediates
+    rng = np.random.default_rng(2)
+    w1, w2 = (rng.standard_normal(shape).astype(np.float32)
+              for shape in ((depth, hidden), (hidden, hidden)))
+    model = _model([helper.make_node("MatMul", ["x", "w1"], ["p"]),
+                    helper.make_node("Sigmoid", ["p"], ["s"]),
+                    helper.make_node("MatMul", ["s", "w2"], ["y"])],
+                   [("x", ["N", depth])], [("y", ["N", hidden])], [("w1", w1), ("w2", w2)])
+    session = RuntimeSession(model, threads=1, contention=None)
+    x = rng.standard_normal((rows, depth)).astype(np.float32)
+    gc.collect()
+    limit = outputs.set_output_pool_limit(0)
+    outputs.set_output_pool_limit(limit)
+    for _ in range(2):
+        (y,) = session.run(None, {"x": x})
+        assert outputs.output_pool_bytes() == outputs.block_bytes(rows * hidden * 4)
+        assert not isinstance(y.base, ctypes.Array)  # not a pooled block's view
+    np.testing.assert_allclose(y, 1 / (1 + np.exp(-(x @ w1))) @ w2, rtol=1e-4, atol=1e-5)

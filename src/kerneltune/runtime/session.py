@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 
 from ..errors import KernelTuningError, UnknownKernelError
-from ..kernels import library
+from ..kernels import PreparedKernel, library
 from ..machine.detect import current_execution
 from ..machine.selectors import Tier
 from ..machine.threads import thread_count
@@ -142,11 +142,16 @@ class RuntimeSession:
             for name in (*node.inputs, node.output):
                 slot(name)
         self._slots = slots
-        self._overwritten = _overwritten(model)
-        self._kept = _kept(model, self._overwritten)
         self._configs = {}
-        self._steps, self._prepared = self._prepare(self.threads)
+        prepared = self._prepare(self.threads)
+        #: each kernel node that writes its result over an input: that input's index
+        self._overwritten = {name: index for name, index in _overwritable(model).items()
+                             if prepared[name].in_place(index) is not None}
+        self._kept = _kept(model, self._overwritten)
+        #: each kernel node's prepared kernel, in the model's order (for plans)
+        self._prepared = tuple(prepared.values())
         self._uses_blas = any(p.uses_blas for p in self._prepared)
+        self._steps = self._steps_of(prepared)
         #: the steps' program per thread count: fewer than ``threads`` are prepared when
         #: first needed
         self._programs = {self.threads: program(self._steps)}
@@ -157,8 +162,8 @@ class RuntimeSession:
         self._output_names = tuple(s.name for s in model.outputs)
         self._input_names = frozenset(s.name for s in model.inputs)
 
-    def _prepare(self, threads: int) -> tuple[tuple, tuple]:
-        """The steps of a run on ``threads``, and each node's prepared kernel (for plans).
+    def _prepare(self, threads: int) -> dict[str, PreparedKernel]:
+        """Each kernel node's prepared kernel for a run on ``threads``, by its output's name.
 
         One pool per run: on several threads, a model of two kernel nodes or more (fused
         or not: fusion changes no path) keeps its products of several rows off BLAS's
@@ -167,14 +172,10 @@ class RuntimeSession:
         BLAS's threads hold, and the other way round (docs/kernels.md, "One pool per
         run").
         """
-        steps, prepared_kernels = [], []
+        prepared = {}
         pool = {"pool": "openmp"} if threads > 1 and self._kernel_nodes > 1 else {}
         for node in self._model.nodes:
-            intermediate = node.output not in self._kept
             if node.view is not None:
-                view, inputs = _bound(node, self._model.constants)
-                steps.append((view, tuple(self._slots[i] for i in inputs),
-                              self._slots[node.output], intermediate))
                 continue
             key = node.kernel.tuning_key(node.element_type)
             if (key, threads) not in self._configs:
@@ -183,21 +184,31 @@ class RuntimeSession:
                     resolutions = self._resolutions_by_threads[threads] = self._resolve(threads)
                 self._configs[key, threads] = node.kernel.configure(
                     node.element_type, resolutions[key].values)
-            prepared = node.kernel.prepare(node.element_type, self._configs[key, threads],
-                                           threads, **node.attributes,
-                                           **(pool if node.kernel.uses_blas else {}))
-            index = self._overwritten.get(node.output)
-            run = None if index is None else prepared.in_place(index)
-            steps.append((run or prepared.run, tuple(self._slots[i] for i in node.inputs),
+            prepared[node.output] = node.kernel.prepare(
+                node.element_type, self._configs[key, threads], threads, **node.attributes,
+                **(pool if node.kernel.uses_blas else {}))
+        return prepared
+
+    def _steps_of(self, prepared: Mapping[str, PreparedKernel]) -> tuple:
+        """The steps of a run on ``prepared`` kernels (``program``'s)."""
+        steps = []
+        for node in self._model.nodes:
+            intermediate = node.output not in self._kept
+            if node.view is not None:
+                function, inputs = _bound(node, self._model.constants)
+            else:
+                kernel, index = prepared[node.output], self._overwritten.get(node.output)
+                function = kernel.run if index is None else kernel.in_place(index)
+                inputs = node.inputs
+            steps.append((function, tuple(self._slots[i] for i in inputs),
                           self._slots[node.output], intermediate))
-            prepared_kernels.append(prepared)
-        return tuple(steps), tuple(prepared_kernels)
+        return tuple(steps)
 
     def _program_on(self, threads: int) -> Callable[[list], None]:
         """The program of a run on ``threads``."""
         run = self._programs.get(threads)
         if run is None:
-            run = self._programs[threads] = program(self._prepare(threads)[0])
+            run = self._programs[threads] = program(self._steps_of(self._prepare(threads)))
         return run
 
     # -- onnxruntime's interface ---------------------------------------------------------------
@@ -337,7 +348,7 @@ def _bound(node: Node, constants: Mapping[str, np.ndarray]) -> tuple[View, tuple
     return (view, node.inputs) if bound is None else (bound, node.inputs[:1])
 
 
-def _overwritten(model: Model) -> dict[str, int]:
+def _overwritable(model: Model) -> dict[str, int]:
     """Per kernel node that may write its result over an input, by its output's name: the
     index of that input (of its first two), an array a kernel node computed that nothing
     else reads, the graph's outputs included. Its kernel decides whether it can
