@@ -8,6 +8,7 @@ registry, no processor detection, no parameter names, no files, no locks.
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import time
@@ -133,11 +134,13 @@ class RuntimeSession:
              s.shape is not None)
             for s in model.inputs
         )
-        self._symbols = tuple(
-            (s.name, axis, symbol)
-            for s in model.inputs for axis, symbol in enumerate(s.shape or ())
-            if isinstance(symbol, str)
-        )
+        symbols = [(s.name, axis, symbol)
+                   for s in model.inputs for axis, symbol in enumerate(s.shape or ())
+                   if isinstance(symbol, str)]
+        #: the named dimensions that recur, whose sizes a run checks against each other (a
+        #: name that appears once, as a batch's mostly does, agrees with itself)
+        counts = collections.Counter(symbol for *_, symbol in symbols)
+        self._symbols = tuple(entry for entry in symbols if counts[entry[2]] > 1)
         for node in model.nodes:
             for name in (*node.inputs, node.output):
                 slot(name)
