@@ -128,9 +128,9 @@ class PreparedKernel(abc.ABC):
     def in_place(self, index: int) -> Callable[..., np.ndarray] | None:
         """``run`` writing its result over input ``index`` where that input is a contiguous
         array of the result's type and shape (and into a fresh array where it is not), for a
-        caller that gives the input up: a session's intermediate that nothing else reads.
-        None where this kernel cannot (its result's type differs, or its code reads
-        elements it has written)."""
+        caller that gives the input up and whose other inputs do not share its memory: a
+        session's intermediate that nothing else reads. None where this kernel cannot (its
+        result's type differs, or its code reads elements it has written)."""
         return None
 
 
