@@ -163,6 +163,8 @@ class RuntimeSession:
             self._template[slots[name]] = value
         self._outputs = _returned(model, slots, self._overwritten)
         self._output_names = tuple(s.name for s in model.outputs)
+        #: every output's slot and whether a run copies it, in the graph's order
+        self._every_output = tuple(self._outputs[name] for name in self._output_names)
         self._input_names = frozenset(s.name for s in model.inputs)
 
     def _prepare(self, threads: int) -> dict[str, PreparedKernel]:
@@ -251,7 +253,7 @@ class RuntimeSession:
             if threads != self.threads:
                 self._reduced_runs[threads] = self._reduced_runs.get(threads, 0) + 1
         try:
-            self._program_on(threads)(values)
+            (self._programs.get(threads) or self._program_on(threads))(values)
         except (ValueError, TypeError) as error:
             located = self._located(error, values)
             if located is error:
@@ -259,13 +261,15 @@ class RuntimeSession:
             raise located from error
         if reading:
             contention.finish()
-        names = self._output_names if output_names is None else output_names
-        try:
-            outputs = [self._outputs[name] for name in names]
-        except KeyError:
-            unknown = sorted(set(names) - set(self._outputs))
-            raise ValueError(f"unknown output(s) {unknown}; outputs: "
-                             f"{list(self._output_names)}") from None
+        if output_names is None:
+            outputs = self._every_output
+        else:
+            try:
+                outputs = [self._outputs[name] for name in output_names]
+            except KeyError:
+                unknown = sorted(set(output_names) - set(self._outputs))
+                raise ValueError(f"unknown output(s) {unknown}; outputs: "
+                                 f"{list(self._output_names)}") from None
         return [np.array(values[i]) if copy else values[i] for i, copy in outputs]
 
     def _located(self, error: Exception, values: list) -> Exception:
