@@ -268,6 +268,33 @@ def test_large_outputs_take_their_path_s_export_with_the_bits_of_the_checked_run
         assert (fast.min() >= 0) == relu
 
 
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@pytest.mark.parametrize("m,k,n", [(1, 20, 16), (9, 17, 33), (64, 32, 16), (300, 8, 32),
+                                   (4100, 9, 8)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
+def test_the_one_thread_build_gives_the_bits_of_the_openmp_build(path, element_type, dtype,
+                                                                 m, k, n, trans_a, trans_b):
+    """A kernel prepared for one thread runs the build without OpenMP (``gemm_serial``),
+    whose loops gcc compiles apart from the OpenMP build's: no product may change a bit,
+    bias and Relu included, through the small products' entry and the paths' exports."""
+    a, b, c = operands(m, k, n, trans_a, trans_b, "row", dtype)
+    for relu in (False, True):
+        attributes = {"transA": trans_a, "transB": trans_b,
+                      "activation": "Relu" if relu else None}
+        one = prepare(PATHS[path], element_type, threads=1, **attributes)
+        openmp = prepare(PATHS[path], element_type, threads=2, **attributes)
+        assert one._gemm.__module__.endswith(".gemm_serial")
+        assert openmp._gemm.__module__.endswith(".gemm")
+        # products that decide takes to one thread go to the build without OpenMP
+        assert openmp._gemm_one_thread.__module__.endswith(".gemm_serial")
+        assert one.plan(a, b, c).path == openmp.plan(a, b, c).path
+        expected = openmp.run_serial(a, b, c).tobytes()
+        assert one.run(a, b, c).tobytes() == expected
+        assert one._run_checked(a, b, c).tobytes() == expected
+        assert openmp.run(a, b, c).tobytes() == expected
+
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_packed_panels_of_several_blocks_give_the_bits_of_b_in_place(trans_b):
     """Panels three micro-kernel blocks wide, over several k-tiles and n-tiles, the last

@@ -256,11 +256,14 @@ class Gemm(Kernel):
               openmp_pool=False):
         key = self.tuning_key(element_type)
         compute = half.compute_type(element_type)
-        module = load_module("gemm", self.implementation)
+        # one thread: the build without OpenMP, whose panel path holds its sums in
+        # registers (docs/kernels.md, "The one-thread build"); the same bits
+        serial = load_module("gemm_serial", self.implementation)
+        module = serial if threads == 1 else load_module("gemm", self.implementation)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
                                 beta, trans_a, trans_b, relu, openmp_pool,
                                 openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
-                                self.implementation in TALL_PANEL_VARIANTS)
+                                self.implementation in TALL_PANEL_VARIANTS, serial)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)
@@ -340,13 +343,20 @@ class PreparedGemm(PreparedKernel):
     uses_blas = True
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
-                 relu=False, openmp_pool=False, compiled_rows=False, tall_panel=False):
+                 relu=False, openmp_pool=False, compiled_rows=False, tall_panel=False,
+                 serial_module=None):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
         self._blocked, self._skinny, self._column = module.blocked, module.skinny, module.column
         self._panel = module.panel
         self._gemm = module.gemm
+        #: the small products' entry of the build without OpenMP (``serial_module``), for
+        #: those of fewer multiply-adds than ``_one_thread_below``, which ``decide`` gives
+        #: one thread: the same decision and bits as ``_gemm``'s, faster
+        self._gemm_one_thread = (serial_module or module).gemm
+        self._one_thread_below = 2 * min(config.fmas_per_work_unit,
+                                         config.skinny_fmas_per_work_unit)
         self._decide_compiled = module.decide
         #: Relu on the output, fused (the Relu kernel's code: the same bits)
         self._relu, self._rectify, self._finish = relu, module.rectify, module.finish
@@ -532,6 +542,7 @@ def _fast_run(p: PreparedGemm, checked):
     and beside such a product the Python of the decision costs little.
     """
     dtype, compiled, decide, run_compiled = p.dtype, p._gemm, p._decide_compiled, p._run_compiled
+    one_thread, one_thread_below = p._gemm_one_thread, p._one_thread_below
     no_bias, alpha, beta, thresholds = p._no_bias, p._alpha, p._beta, p._thresholds
     use_bias, trans_a, trans_b, relu, rectify = (p._use_bias, p.trans_a, p.trans_b, p._relu,
                                                  p._rectify)
@@ -549,13 +560,14 @@ def _fast_run(p: PreparedGemm, checked):
                     bias = c.reshape((1,) * (2 - c.ndim) + c.shape)
                 rows = a.shape[-1] if trans_a else a.shape[0]
                 columns = b.shape[0] if trans_b else b.shape[-1]
+                depth = a.shape[0] if trans_a else a.shape[-1]
                 if rows * columns < pooled_from:
-                    out = compiled(a, b, bias, alpha, beta, thresholds)
+                    out = (one_thread if rows * columns * depth < one_thread_below
+                           else compiled)(a, b, bias, alpha, beta, thresholds)
                     if out.size:
                         return out
                     blas = out.shape[1] != 0
                 else:
-                    depth = a.shape[0] if trans_a else a.shape[-1]
                     blas = False
                     if (a.ndim == 2 and b.ndim == 2 and depth and _fits(bias, rows, columns)
                             and (b.shape[1] if trans_b else b.shape[0]) == depth):
