@@ -288,6 +288,49 @@ def test_layer_normalization_serial_and_parallel_runs_give_the_same_bits():
     assert runs[2]._prepared[0].plan(x).threads == 2
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("shape", "axis", "bias"), [
+    ((1, 256), -1, True), ((64, 16), 1, True), ((2, 3, 16), -1, True), ((7,), -1, False),
+    ((5, 8), -1, False)])
+def test_layer_normalization_s_common_calls_skip_the_checks_with_the_same_bits(
+        dtype, shape, axis, bias, monkeypatch):
+    """A C-contiguous input normalised along its last axis by a Scale and B of that axis
+    goes straight to the compiled function: the bits of the checked call."""
+    x = _data(shape, dtype) * 3 + 5
+    scale = _data(shape[-1:], dtype, 1)
+    offset = _data(shape[-1:], dtype, 2) if bias else None
+    prepared = library()["LayerNormalization"].prepare(dtype, axis=axis)
+    expected = prepared._call(x, scale, offset, None)
+    monkeypatch.setattr(prepared, "_call", None)  # a call that reached it would fail
+    assert prepared.run(x, scale, offset).tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("case", ["strided", "broadcast scale", "axis 1 of three",
+                                  "statistics", "other type"])
+def test_layer_normalization_s_other_calls_take_the_checked_call(case):
+    x, scale = _data((4, 6, 8), np.float32), _data((8,), np.float32, 1)
+    attributes = {"statistics": True} if case == "statistics" else {}
+    if case == "strided":
+        x = x[:, :, ::2]
+        scale = scale[:4]
+    elif case == "broadcast scale":  # one element for the last axis
+        scale = _data((1,), np.float32, 1)
+    elif case == "axis 1 of three":
+        scale = _data((6, 8), np.float32, 1)
+        attributes["axis"] = 1
+    elif case == "other type":
+        x = x.astype(np.float64)
+    prepared = library()["LayerNormalization"].prepare("FLOAT", **attributes)
+    calls = []
+    checked = prepared._call
+    prepared._call = lambda *args: calls.append(args) or checked(*args)
+    if case == "other type":
+        with pytest.raises(TypeError, match="X: expected element type float32"):
+            prepared.run(x, scale)
+    else:
+        prepared.run(x, scale)
+    assert len(calls) == 1
+
 def test_layer_normalization_refuses_what_it_cannot_compute():
     x = _data((3, 4), np.float32)
     with pytest.raises(ValueError, match="stash_type 11 is not supported"):

@@ -46,6 +46,7 @@ class PreparedLayerNormalization(PreparedKernel):
         self.thread_limit = min(config.maximum_threads, threads)
         #: the zero bias of a node without B, per row length
         self._zeros: dict[int, np.ndarray] = {}
+        self.run = _fast_run(self)
 
     def _threads(self, elements: int) -> int:
         return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
@@ -63,7 +64,11 @@ class PreparedLayerNormalization(PreparedKernel):
         return Plan("parallel" if threads > 1 else "serial", threads, size, "rows")
 
     def run(self, x, scale, bias=None):
-        """Y, or (Y, Mean, InvStdDev) when prepared with ``statistics``."""
+        """Y, or (Y, Mean, InvStdDev) when prepared with ``statistics``.
+
+        Every instance replaces this method by the equivalent closure :func:`_fast_run`
+        builds.
+        """
         return self._call(x, scale, bias, None)
 
     def run_serial(self, x, scale, bias=None):
@@ -80,18 +85,19 @@ class PreparedLayerNormalization(PreparedKernel):
             raise ValueError(f"LayerNormalization: {name} of shape {list(value.shape)} does not "
                              f"broadcast to the normalised shape {list(normalised)}") from None
 
+    def _zero_bias(self, n: int) -> np.ndarray:
+        bias = self._zeros.get(n)
+        if bias is None:
+            bias = self._zeros[n] = np.zeros(n, self._dtype)
+        return bias
+
     def _call(self, x, scale, bias, threads: int | None):
         x = operand(x, self._dtype, "X")
         axis = self._split(x.shape)
         normalised = x.shape[axis:]
         rows, n = math.prod(x.shape[:axis]), math.prod(normalised)
         scale = self._row(scale, normalised, "Scale")
-        if bias is None:
-            bias = self._zeros.get(n)
-            if bias is None:
-                bias = self._zeros[n] = np.zeros(n, self._dtype)
-        else:
-            bias = self._row(bias, normalised, "B")
+        bias = self._zero_bias(n) if bias is None else self._row(bias, normalised, "B")
         out = outputs.empty(x.shape, self._dtype, like=x)
         mean, inv_std = np.empty(rows, self._dtype), np.empty(rows, self._dtype)
         if rows and n:
@@ -104,6 +110,40 @@ class PreparedLayerNormalization(PreparedKernel):
         kept = x.shape[:axis] + (1,) * len(normalised)
         stash = NUMPY_DTYPES[STASH_FLOAT]
         return out, mean.astype(stash).reshape(kept), inv_std.astype(stash).reshape(kept)
+
+
+def _fast_run(p: PreparedLayerNormalization):
+    """``run`` for the common call: Y of a C-contiguous input of the element type, not
+    empty, normalised along its last axis alone by a Scale and B (or none) of that axis's
+    length, the output not recycled. A small call costs mostly the Python around it
+    (docs/kernels.md, "Small-call overhead"); this one goes straight to the compiled
+    function. Anything else takes ``_call``."""
+    function, dtype, epsilon, threads = p._function, p._dtype, p._epsilon, p._threads
+    ndarray, empty, zero_bias = np.ndarray, np.empty, p._zero_bias
+    serial_below, recycled_from = 2 * p._grain, outputs.recycled_from(dtype)
+    # the last axis: -1, or 1 of a matrix
+    axis = p._axis if not p._statistics and p._axis in (-1, 1) else None
+
+    def run(x, scale, bias=None):
+        if (axis is not None and type(x) is ndarray and type(scale) is ndarray
+                and x.dtype is dtype and scale.dtype is dtype and 0 < x.size < recycled_from
+                and x.flags.c_contiguous):
+            shape = x.shape
+            n = shape[-1]
+            if (axis == -1 or len(shape) == 2) and scale.shape == (n,) and (
+                    bias is None or type(bias) is ndarray and bias.dtype is dtype
+                    and bias.shape == (n,)):
+                rows = x.size // n
+                out = empty(shape, dtype)
+                matrix = x if len(shape) == 2 else x.reshape(rows, n)
+                function(matrix, out if matrix is x else out.reshape(rows, n), scale,
+                         zero_bias(n) if bias is None else bias, empty(rows, dtype),
+                         empty(rows, dtype), epsilon,
+                         1 if x.size < serial_below else threads(x.size))
+                return out
+        return p._call(x, scale, bias, None)
+
+    return run
 
 
 class LayerNormalization(RowsKernel):
