@@ -484,6 +484,19 @@ def test_the_thread_cap_in_use_races_the_matrix_even_between_its_counts():
         "1 threads", "2 threads", "3 threads", "4 threads"}
 
 
+def test_a_thread_cap_of_one_in_use_is_measured_again():
+    """A cap of 1 (which a calibration on a busy machine may have chosen) is raced against
+    the matrix like any other value; where two threads win, the grains are measured too."""
+    kernel, element_type, context = _calibration_context(
+        "Abs", 2, {"parallel.maximum_threads": 1}, **QUICK)
+    _timed_by_point(context, lambda name, point: 0.5 if name == "2 threads" else 1.0)
+    ElementwiseCalibration(kernel, element_type)(context)
+    decisions = {d.parameter: d for d in context.decisions}
+    cap = decisions["parallel.maximum_threads"]
+    assert set(cap.candidates[0].measurements) == {"1 threads", "2 threads"}
+    assert cap.value == 2 and cap.changed
+    assert "maximum_threads is 1" not in decisions["parallel.minimum_elements"].reason
+
 def _timed_by_point(context, timing):
     """Outputs of the real kernels are still compared; timings come from ``timing(name,
     point)``, the point (size, rows) being the one the search last checked."""

@@ -63,12 +63,6 @@ def grain_of(size: int) -> int:
     return max(CHUNK_ALIGNMENT, size // 2 // CHUNK_ALIGNMENT * CHUNK_ALIGNMENT)
 
 
-def _serial_reason(context: CalibrationContext) -> str | None:
-    if context.threads == 1:
-        return "kept: one thread, so no parallel path to tune"
-    if context.values.get(MAXIMUM_THREADS, 2) == 1:
-        return "kept: parallel.maximum_threads is 1, so calls run serially"
-    return None
 
 
 class KernelCalibration:
@@ -170,20 +164,21 @@ class ElementwiseCalibration(KernelCalibration):
 
     def __call__(self, context: CalibrationContext) -> None:
         parameters = context.schema.parameters
-        reason = _serial_reason(context)
-        if reason is not None:
+        if context.threads == 1:
             for name in (CONVERSION_MINIMUM, MAXIMUM_THREADS, PARALLEL_MINIMUM,
                          BROADCAST_MINIMUM):
                 if name in parameters:
-                    context.keep(name, reason)
+                    context.keep(name, "kept: one thread, so no parallel path to tune")
             return
         cases, sizes = self.cases(context), self.sizes(context)
+        # a cap of 1 in use is raced like any other: a calibration on a busy machine may
+        # have chosen it, and the grains would never be measured again
         self._maximum_threads(context, next(iter(cases.values())), sizes)
-        reason = _serial_reason(context)
-        if reason is not None:
+        if context.values[MAXIMUM_THREADS] == 1:
             for name in (CONVERSION_MINIMUM, PARALLEL_MINIMUM, BROADCAST_MINIMUM):
                 if name in parameters:
-                    context.keep(name, reason)
+                    context.keep(name, "kept: parallel.maximum_threads is 1, so calls run "
+                                       "serially")
             return
         groups = [case for name, case in cases.items() if name != "broadcast"]
         grain = self._grain(context, PARALLEL_MINIMUM, groups, sizes, self._pure_modes(context))
