@@ -331,6 +331,7 @@ def test_layer_normalization_s_other_calls_take_the_checked_call(case):
         prepared.run(x, scale)
     assert len(calls) == 1
 
+
 def test_layer_normalization_refuses_what_it_cannot_compute():
     x = _data((3, 4), np.float32)
     with pytest.raises(ValueError, match="stash_type 11 is not supported"):

@@ -268,7 +268,6 @@ def test_large_outputs_take_their_path_s_export_with_the_bits_of_the_checked_run
         assert (fast.min() >= 0) == relu
 
 
-
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
 @pytest.mark.parametrize("m,k,n", [(1, 20, 16), (9, 17, 33), (64, 32, 16), (300, 8, 32),
@@ -294,6 +293,7 @@ def test_the_one_thread_build_gives_the_bits_of_the_openmp_build(path, element_t
         assert one.run(a, b, c).tobytes() == expected
         assert one._run_checked(a, b, c).tobytes() == expected
         assert openmp.run(a, b, c).tobytes() == expected
+
 
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_packed_panels_of_several_blocks_give_the_bits_of_b_in_place(trans_b):

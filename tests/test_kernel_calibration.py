@@ -497,6 +497,7 @@ def test_a_thread_cap_of_one_in_use_is_measured_again():
     assert cap.value == 2 and cap.changed
     assert "maximum_threads is 1" not in decisions["parallel.minimum_elements"].reason
 
+
 def _timed_by_point(context, timing):
     """Outputs of the real kernels are still compared; timings come from ``timing(name,
     point)``, the point (size, rows) being the one the search last checked."""

@@ -63,8 +63,6 @@ def grain_of(size: int) -> int:
     return max(CHUNK_ALIGNMENT, size // 2 // CHUNK_ALIGNMENT * CHUNK_ALIGNMENT)
 
 
-
-
 class KernelCalibration:
     """A calibration function bound to one kernel and element type."""
 
