@@ -11,7 +11,14 @@ import pytest
 from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError
 from kerneltune.kernels import outputs
-from kerneltune.kernels.gemm import COMPILED_POOL_VARIANTS, Gemm, MatMul, _fast_run
+from kerneltune.kernels.gemm import (
+    COMPILED_POOL_VARIANTS,
+    WORKER_TASKS_PER_THREAD,
+    WORKER_VARIANTS,
+    Gemm,
+    MatMul,
+    _fast_run,
+)
 from kerneltune.kernels.gemm_pythran import KU, MR, NR
 from kerneltune.kernels.variants import load_module, selected_variant
 
@@ -293,6 +300,47 @@ def test_the_one_thread_build_gives_the_bits_of_the_openmp_build(path, element_t
         assert one.run(a, b, c).tobytes() == expected
         assert one._run_checked(a, b, c).tobytes() == expected
         assert openmp.run(a, b, c).tobytes() == expected
+
+
+@pytest.mark.parametrize("path", ["blocked", "blocked_packed"])
+@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("bias", [None, "row", "column", "full"])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_large_blocked_products_run_on_the_workers_with_the_serial_bits(
+        path, element_type, dtype, trans_a, trans_b, bias, threads, monkeypatch):
+    """On WORKER_VARIANTS, a blocked product of WORKER_TASKS_PER_THREAD tasks a thread or
+    more runs its panels and tasks on the calling thread and the workers, on the build
+    without OpenMP (elsewhere, in OpenMP regions): the bits
+    of the serial run and of the one-thread kernel, alpha, beta, C and Relu included.
+    Fewer tasks stay in OpenMP regions."""
+    m, k, n = 8 * WORKER_TASKS_PER_THREAD * threads + 5, 40, 2 * NR + 3  # partial tiles
+    a, b, c = operands(m, k, n, trans_a, trans_b, bias, dtype)
+    inputs = (a, b) if c is None else (a, b, c)
+    values = {**PATHS[path], "algorithm.tile_n": 2 * NR}
+    calls = []
+    monkeypatch.setattr(GEMM._workers, "run",
+                        lambda count, function, parties, run=GEMM._workers.run:
+                        calls.append(parties) or run(count, function, parties))
+    for relu in (False, True):
+        attributes = {"alpha": 0.5, "beta": -2.0, "transA": trans_a, "transB": trans_b,
+                      "activation": "Relu" if relu else None}
+        calls.clear()
+        prepared = prepare(values, element_type, threads=threads, **attributes)
+        assert prepared.plan(*inputs).path == ("blocked_packed" if trans_b else path)
+        result = prepared.run(*inputs)
+        assert set(calls) == ({threads} if selected_variant() in WORKER_VARIANTS else set())
+        expected = prepared.run_serial(*inputs).tobytes()
+        assert result.tobytes() == expected
+        one = prepare(values, element_type, threads=1, **attributes)
+        assert one.run(*inputs).tobytes() == expected
+        calls.clear()
+        few = inputs[0][:8] if not trans_a else inputs[0][:, :8]
+        prepared.run(few, *inputs[1:2])
+        assert not calls
+    assert_close(prepare(values, element_type, threads=threads, alpha=0.5, beta=-2.0,
+                         transA=trans_a, transB=trans_b).run(*inputs),
+                 reference(a, b, c, 0.5, -2.0, trans_a, trans_b), k, dtype)
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])

@@ -95,6 +95,7 @@ from .gemm_pythran import (
     T_VECTOR_BLAS,
 )
 from .variants import load_module
+from .workers import Workers
 
 FLOAT = element_type_number("FLOAT")
 DOUBLE = element_type_number("DOUBLE")
@@ -107,6 +108,16 @@ COMPILED_POOL_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
 #: every variant does): their 32 vector registers of 16 floats hold eight rows' operands,
 #: where the other variants ran groups of four faster (docs/kernels.md, "The panel path")
 TALL_PANEL_VARIANTS = frozenset({"x86_64_v4"})
+#: ISA variants whose blocked products of several threads run on the workers
+#: (:mod:`.workers`) from WORKER_TASKS_PER_THREAD tasks a thread: their build without OpenMP
+#: runs the blocked loop faster a thread than the OpenMP build, where the baseline's does
+#: not (docs/kernels.md, "Workers")
+WORKER_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
+#: below, waking the workers and packing B apart cost more than the faster build saves
+WORKER_TASKS_PER_THREAD = 8
+#: chunks a thread of such a product: the threads claim them one at a time, so a thread
+#: kept off its CPU leaves the rest of its share to the others
+WORKER_CHUNKS_PER_THREAD = 4
 
 #: paths of :attr:`Plan.path`
 BLAS, SKINNY, BLOCKED, BLOCKED_PACKED, COLUMN, PANEL = (
@@ -235,6 +246,11 @@ class Gemm(Kernel):
     element_types = (FLOAT, DOUBLE, *half.FORMATS)
     uses_blas = True
 
+    def __init__(self, implementation: str):
+        super().__init__(implementation)
+        #: the threads that share large blocked products with the caller (:mod:`.workers`)
+        self._workers = Workers()
+
     def config_type(self, element_type: int) -> type:
         return _variant_config(HalfGemmConfig if element_type in half.FORMATS else GemmConfig,
                                self.implementation)
@@ -263,7 +279,9 @@ class Gemm(Kernel):
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
                                 beta, trans_a, trans_b, relu, openmp_pool,
                                 openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
-                                self.implementation in TALL_PANEL_VARIANTS, serial)
+                                self.implementation in TALL_PANEL_VARIANTS, serial,
+                                self._workers if self.implementation in WORKER_VARIANTS
+                                else None)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)
@@ -344,7 +362,7 @@ class PreparedGemm(PreparedKernel):
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
                  relu=False, openmp_pool=False, compiled_rows=False, tall_panel=False,
-                 serial_module=None):
+                 serial_module=None, workers=None):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
@@ -357,6 +375,13 @@ class PreparedGemm(PreparedKernel):
         self._gemm_one_thread = (serial_module or module).gemm
         self._one_thread_below = 2 * min(config.fmas_per_work_unit,
                                          config.skinny_fmas_per_work_unit)
+        #: the workers that run a large blocked product's tasks on ``serial_module``
+        #: (:mod:`.workers`); None runs every product in OpenMP regions
+        self._workers = workers if serial_module is not None and threads > 1 else None
+        if self._workers is not None:
+            self._layout = serial_module.blocked_layout
+            self._pack_panels = serial_module.pack_panels
+            self._blocked_tasks = serial_module.blocked_tasks
         self._decide_compiled = module.decide
         #: Relu on the output, fused (the Relu kernel's code: the same bits)
         self._relu, self._rectify, self._finish = relu, module.rectify, module.finish
@@ -502,10 +527,36 @@ class PreparedGemm(PreparedKernel):
         elif path == PANEL:
             self._panel(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                         bool(self._thresholds[T_PANEL_TALL]), threads)
-        else:
+        elif not (self._workers is not None and threads > 1
+                  and self._run_on_workers(a, b, bias, out, path == BLOCKED_PACKED, threads)):
             self._blocked(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                           self.config.tile_m, self.config.tile_n, self.config.tile_k,
                           path == BLOCKED_PACKED, threads)
+
+    def _run_on_workers(self, a, b, bias, out, pack: bool, threads: int) -> bool:
+        """The blocked path's product on the calling thread and workers, each running chunks
+        of its panels, then of its tasks, on the build without OpenMP; False, and nothing
+        done, when its grid has fewer than ``WORKER_TASKS_PER_THREAD`` tasks a thread."""
+        config, trans_a, trans_b = self.config, self.trans_a, self.trans_b
+        m, n = out.shape
+        kk = a.shape[0] if trans_a else a.shape[1]
+        pack = pack or trans_b
+        tile_m, tile_n, panels, tasks, rows, width = self._layout(
+            m, n, kk, config.tile_m, config.tile_n, config.tile_k, pack, threads)
+        if tasks < WORKER_TASKS_PER_THREAD * threads:
+            return False
+        packed = np.empty((rows, width), self.dtype)
+        tile_k, alpha, beta = config.tile_k, self._alpha, self._beta
+        pack_panels, blocked_tasks = self._pack_panels, self._blocked_tasks
+        chunks = min(panels, WORKER_CHUNKS_PER_THREAD * threads)  # none when B is read in place
+        self._workers.run(chunks, lambda i: pack_panels(
+            b, packed, trans_b, kk, n, tile_n, tile_k, i * panels // chunks,
+            (i + 1) * panels // chunks), threads)
+        chunks = WORKER_CHUNKS_PER_THREAD * threads
+        self._workers.run(chunks, lambda i: blocked_tasks(
+            a, b, packed, bias, out, alpha, beta, trans_a, pack, tile_m, tile_n, tile_k,
+            i * tasks // chunks, (i + 1) * tasks // chunks), threads)
+        return True
 
     def _no_products(self, out: np.ndarray, bias: np.ndarray) -> None:
         """M, N or K is 0: the sums are empty, so the result is beta * C alone."""
@@ -547,6 +598,9 @@ def _fast_run(p: PreparedGemm, checked):
     use_bias, trans_a, trans_b, relu, rectify = (p._use_bias, p.trans_a, p.trans_b, p._relu,
                                                  p._rectify)
     empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
+    tile_m, tile_n = p.config.tile_m, p.config.tile_n
+    # the products whose grid may have enough tasks for the workers skip the compiled entry
+    worker_tasks = WORKER_TASKS_PER_THREAD * p.threads if p._workers else INT64_MAX
 
     def run(a, b, c=None):
         try:
@@ -561,7 +615,9 @@ def _fast_run(p: PreparedGemm, checked):
                 rows = a.shape[-1] if trans_a else a.shape[0]
                 columns = b.shape[0] if trans_b else b.shape[-1]
                 depth = a.shape[0] if trans_a else a.shape[-1]
-                if rows * columns < pooled_from:
+                if rows * columns < pooled_from and ((rows + tile_m - 1) // tile_m
+                                                     * ((columns + tile_n - 1) // tile_n)
+                                                     < worker_tasks):
                     out = (one_thread if rows * columns * depth < one_thread_below
                            else compiled)(a, b, bias, alpha, beta, thresholds)
                     if out.size:

@@ -109,6 +109,11 @@ import numpy as np
 # each that does not match: the common element types are declared last.
 # pythran export blocked(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, bool, int)
 # pythran export blocked(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int, int, bool, int)
+# pythran export blocked_layout(int, int, int, int, int, int, bool, int)
+# pythran export pack_panels(float64[:,:] order(C), float64[:,:] order(C), bool, int, int, int, int, int, int)
+# pythran export pack_panels(float32[:,:] order(C), float32[:,:] order(C), bool, int, int, int, int, int, int)
+# pythran export blocked_tasks(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, int, int)
+# pythran export blocked_tasks(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int, int, int, int)
 # pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
 # pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
 # pythran export column(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
@@ -479,8 +484,36 @@ def _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k):
         p0 = (p * blocks + j0 // NR) * kcap
         if trans_b:
             _pack_b(b[n0 + j0:n0 + j0 + nw, k0:k0 + kc], True, bp[p0:p0 + kc, 0:nw])
-        else:
-            _pack_b(b[k0:k0 + kc, n0 + j0:n0 + j0 + nw], False, bp[p0:p0 + kc, 0:nw])
+        else:  # a copy of rows: one slice assignment, which pythran vectorises
+            bp[p0:p0 + kc, 0:nw] = b[k0:k0 + kc, n0 + j0:n0 + j0 + nw]
+
+
+def blocked_layout(m, n, kk, tile_m, tile_n, tile_k, pack, nthreads):
+    """``blocked``'s grid of a product: its tiles, packed panels, tasks and the shape of the
+    packed blocks' buffer, for a caller that runs the panels and tasks itself."""
+    tile_m, tile_n = _grid(m, n, tile_m, tile_n, nthreads)
+    nnt = (n + tile_n - 1) // tile_n
+    panels = (kk + tile_k - 1) // tile_k * nnt if pack else 0
+    tasks = (m + tile_m - 1) // tile_m * nnt
+    # Its width is not written as the constant NR: pythran then types bp with a constant
+    # dimension, and the compiled ``bp if pack else b`` of _task crashes.
+    return (tile_m, tile_n, panels, tasks, panels * _blocks(n, tile_n) * min(tile_k, kk),
+            min(NR, tile_n))
+
+
+def pack_panels(b, bp, trans_b, kk, n, tile_n, tile_k, first, last):
+    """Panels ``first`` to ``last - 1`` of ``blocked``'s packed B."""
+    for p in range(first, last):
+        _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
+
+
+def blocked_tasks(a, b, bp, c, out, alpha, beta, trans_a, pack, tile_m, tile_n, tile_k, first,
+                  last):
+    """Tasks ``first`` to ``last - 1`` of ``blocked``'s grid (``blocked_layout``'s tiles),
+    B packed into ``bp`` when ``pack``."""
+    kk = a.shape[0] if trans_a else a.shape[1]
+    for t in range(first, last):
+        _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k)
 
 
 def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k, pack,
@@ -488,15 +521,11 @@ def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
     pack = pack or trans_b
-    tile_m, tile_n = _grid(m, n, tile_m, tile_n, nthreads)
-    nnt = (n + tile_n - 1) // tile_n
-    panels = (kk + tile_k - 1) // tile_k * nnt if pack else 0
-    tasks = (m + tile_m - 1) // tile_m * nnt
+    tile_m, tile_n, panels, tasks, rows, width = blocked_layout(m, n, kk, tile_m, tile_n,
+                                                                tile_k, pack, nthreads)
     nthreads = max(1, min(nthreads, tasks))
-    # The packed blocks, one after the other (see _pack_panel). Its width is not written as
-    # the constant NR: pythran then types bp with a constant dimension, and the compiled
-    # ``bp if pack else b`` of _task crashes.
-    bp = np.empty((panels * _blocks(n, tile_n) * min(tile_k, kk), min(NR, tile_n)), out.dtype)
+    # The packed blocks, one after the other (see _pack_panel).
+    bp = np.empty((rows, width), out.dtype)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for p in range(panels):
@@ -809,6 +838,7 @@ def rectify(out):
         for j in range(n):
             v = out[i, j]
             out[i, j] = v if (v > 0 or v != v) else 0
+
 
 def finish(out, c, alpha, beta, relu):
     m, n = out.shape
