@@ -94,13 +94,33 @@ def _in_child(workers: Workers, queue) -> None:
 
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                     reason="needs fork")
-def test_a_forked_child_starts_workers_of_its_own():
+def test_a_forked_child_starts_workers_of_its_own_though_a_worker_held_the_lock():
+    """The child of a fork made while a worker holds the workers' lock (as one does between
+    its wake-up and its job) has that lock copied held, and no thread to release it."""
     workers = Workers()
-    workers.run(8, lambda i: None, 2)  # the parent's worker exists
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(index: int) -> None:
+        if threading.current_thread().name == "kerneltune-worker":
+            with workers._wake:
+                holding.set()
+                assert release.wait(PATIENCE)
+        else:
+            assert holding.wait(PATIENCE)
+
+    runner = threading.Thread(target=workers.run, args=(2, hold, 2))
+    runner.start()
+    assert holding.wait(PATIENCE)
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_in_child, args=(workers, queue))
     child.start()
-    assert queue.get(timeout=PATIENCE) == list(range(8))
+    release.set()
+    runner.join(PATIENCE)
+    try:
+        assert queue.get(timeout=PATIENCE) == list(range(8))
+    except BaseException:  # the child hangs on the copied lock
+        child.kill()
+        raise
     child.join(PATIENCE)
     assert child.exitcode == 0

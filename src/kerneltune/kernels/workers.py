@@ -13,8 +13,10 @@ and the call waits only for chunks already begun.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import weakref
 from collections.abc import Callable
 
 
@@ -65,11 +67,16 @@ class Workers:
     """
 
     def __init__(self) -> None:
+        self._forget()
+        # a fork may copy the lock held by a worker that the child does not have
+        os.register_at_fork(after_in_child=functools.partial(_forget_in_child,
+                                                             weakref.ref(self)))
+
+    def _forget(self) -> None:
         self._wake = threading.Condition()
         self._job: _Job | None = None
         self._posted = 0
         self._started = 0
-        self._pid = os.getpid()
 
     def run(self, count: int, function: Callable[[int], None], threads: int) -> None:
         """``function(chunk)`` for every chunk in ``range(count)``, on the calling thread and
@@ -87,8 +94,6 @@ class Workers:
 
     def _post(self, job: _Job, wanted: int) -> None:
         with self._wake:
-            if self._pid != os.getpid():  # a forked child: its parent's threads are gone
-                self._pid, self._started = os.getpid(), 0
             while self._started < wanted:
                 threading.Thread(target=self._serve, name="kerneltune-worker",
                                  daemon=True).start()
@@ -106,3 +111,12 @@ class Workers:
                 seen, job = self._posted, self._job
             if job is not None and job.join():
                 job.work()
+
+
+def _forget_in_child(workers: weakref.ref[Workers]) -> None:
+    """A forked child's copy of ``workers`` has no threads and a lock no thread of its own
+    may hold: it starts afresh."""
+    alive = workers()
+    if alive is not None:
+        alive._forget()
+
