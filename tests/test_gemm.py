@@ -19,7 +19,8 @@ from kerneltune.kernels.gemm import (
     MatMul,
     _fast_run,
 )
-from kerneltune.kernels.gemm_pythran import KU, MR, NR
+from kerneltune.kernels.gemm_pythran import KU, MR, NR, STRIP_ROWS, SW
+from kerneltune.kernels.strips import STRIPS_MINIMUM_ROW_BYTES
 from kerneltune.kernels.variants import load_module, selected_variant
 
 GEMM = Gemm(selected_variant())
@@ -946,3 +947,75 @@ def test_the_column_limit_says_which_products_take_the_column_path(limit, column
     assert prepare(values, kernel=MATMUL).plan(
         matrix((4096, 16)), matrix((16, columns))).path == path
     assert GEMM.configure("FLOAT", {}).column_n_limit == 8
+
+
+# -- a constant B ---------------------------------------------------------------------------
+
+#: the skinny path of real strips: SW-wide runs over tasks narrower and wider than a strip
+STRIPS = {**SKINNY, "algorithm.tile_n": 64}
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("bias", [None, "row", "column", "full"])
+@pytest.mark.parametrize("tile_n", [64, 320])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_constant_b_is_packed_into_strips_once_with_the_skinny_bits(
+        rows, element_type, dtype, trans_a, trans_b, bias, tile_n, threads, monkeypatch):
+    """for_constant binds a B the skinny path takes: its products of one or two rows read
+    B's strips, packed at the first one and never again, with the bits of the unbound run
+    (and of the serial one); another B, or more rows, take the unbound run."""
+    m, k, n = rows, 37, 4 * SW + 75  # five strips, the last partial; tiles cross strips
+    a, b, c = operands(m, k, n, trans_a, trans_b, bias, dtype)
+    inputs = (a, b) if c is None else (a, b, c)
+    for kernel, attributes in ((GEMM, {"alpha": 0.5, "beta": -2.0, "transA": trans_a,
+                                       "transB": trans_b, "activation": "Relu"}),
+                               (MATMUL, {"bias": 1} if bias == "row" else {})):
+        if kernel is MATMUL and (trans_a or trans_b or bias not in (None, "row")):
+            continue
+        prepared = prepare({**STRIPS, "algorithm.tile_n": tile_n}, element_type, threads,
+                           kernel, **attributes)
+        gemm = getattr(prepared, "gemm", prepared)
+        packs = []
+        monkeypatch.setattr(gemm, "pack_strips",
+                            lambda *args, pack=gemm.pack_strips, record=packs:
+                            record.append(args[2:]) or pack(*args))
+        bound = prepared.for_constant(1, b)
+        assert prepared.plan(*inputs).path == "skinny"
+        expected = prepared.run(*inputs).tobytes()
+        assert not packs
+        for _ in range(3):
+            assert bound(*inputs).tobytes() == expected
+        assert len(packs) == (rows <= STRIP_ROWS)
+        assert prepared.run_serial(*inputs).tobytes() == expected
+        other = b.copy()
+        assert bound(inputs[0], other, *inputs[2:]).tobytes() == expected
+        taller = np.concatenate([a] * 5, axis=1 if trans_a else 0)
+        assert (bound(taller, *inputs[1:2]).tobytes()
+                == prepared.run(taller, *inputs[1:2]).tobytes())
+        assert len(packs) == (rows <= STRIP_ROWS)
+
+
+def test_for_constant_binds_only_a_b_worth_strips():
+    """None for A, for a B of another type, shape or layout, for one smaller than
+    algorithm.skinny_minimum_b_elements, where the skinny path is off, and for rows of B
+    shorter than STRIPS_MINIMUM_ROW_BYTES read as stored (transposed, any length)."""
+    b = matrix((64, STRIPS_MINIMUM_ROW_BYTES // 4 + 10))
+    prepared = prepare()
+    assert prepared.for_constant(1, b) is not None
+    assert prepared.for_constant(0, b) is None
+    assert prepared.for_constant(1, b.astype(np.float64)) is None
+    assert prepare(element_type="DOUBLE").for_constant(1, b) is None
+    assert prepare(element_type="DOUBLE").for_constant(1, b.astype(np.float64)) is not None
+    assert prepared.for_constant(1, b.ravel()) is None
+    assert prepared.for_constant(1, np.asfortranarray(b)) is None
+    assert prepared.for_constant(1, b[:, :300]) is None
+    short = np.ascontiguousarray(b[:, :300])
+    assert prepared.for_constant(1, short) is None
+    assert prepare(transB=1).for_constant(1, short) is not None
+    assert prepare({"algorithm.skinny_minimum_b_elements": b.size + 1}).for_constant(1, b) \
+        is None
+    assert prepare({"algorithm.skinny_m_limit": 0}).for_constant(1, b) is None
+    assert prepare(kernel=MATMUL).for_constant(1, b) is not None
+    assert prepare(kernel=MATMUL).for_constant(1, b[None]) is None

@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from kerneltune.kernels import strips
 from kerneltune.runtime import RuntimeSession
 
 
@@ -95,3 +96,30 @@ def test_a_weight_that_does_not_fit_is_named_as_the_model_stores_it():
     with pytest.raises(ValueError, match=r"node 'fc0' \(Gemm\): .*K differs.*transB=1, of "
                                          r"shape \(8, 16\)"):
         session.run(None, {"X": np.ones((2, 12), np.float32)})
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_constant_weight_of_few_row_products_is_packed_into_strips_once(threads,
+                                                                          monkeypatch):
+    """The skinny products of one or two rows of a constant weight read its strips, packed
+    at the first of them: the bits of a session given the weight at each run."""
+    packs = []
+
+    def run(self, *arguments, run=strips.Strips.run):
+        before = self._strips.size
+        out = run(self, *arguments)
+        packs.append(not before and self._strips.size > 0)
+        return out
+
+    monkeypatch.setattr(strips.Strips, "run", run)
+    laid_out = RuntimeSession(_linear(128, 1100), threads=threads, contention=None)
+    as_stored = RuntimeSession(_linear(128, 1100, constant_weight=False), threads=threads,
+                               contention=None)
+    w = np.ascontiguousarray(laid_out._model.constants["W"].T)
+    for rows in (1, 2, 1, 64):
+        x = np.random.default_rng(rows).standard_normal((rows, 128)).astype(np.float32)
+        (a,) = laid_out.run(None, {"X": x})
+        (b,) = as_stored.run(None, {"X": x, "W": w})
+        assert a.tobytes() == b.tobytes()
+    assert packs == [True, False, False]  # 64 rows: not the skinny path
+    assert laid_out._prepared[0].plan(x[:1], laid_out._model.constants["W"]).path == "skinny"

@@ -133,6 +133,13 @@ class PreparedKernel(abc.ABC):
         result's type differs, or its code reads elements it has written)."""
         return None
 
+    def for_constant(self, index: int, value: object) -> Callable[..., np.ndarray] | None:
+        """``run`` for a caller whose input ``index`` is always ``value``, the same array at
+        every call (a model's constant, which nothing writes): a kernel that prepares such
+        an input once (a product packs a constant B for its path once) returns such a run,
+        which takes any other input as ``run`` does. None where it prepares nothing."""
+        return None
+
 
 class Kernel(abc.ABC):
     """One operator of the library for one ISA variant (the key's ``implementation``)."""

@@ -53,7 +53,7 @@ threads runs serially).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +72,7 @@ from .gemm_pythran import (
     PACKED_PATH,
     PANEL_PATH,
     SKINNY_PATH,
+    STRIP_ROWS,
     T_BLAS,
     T_COLUMN_BLAS,
     T_COLUMN_LIMIT,
@@ -94,6 +95,7 @@ from .gemm_pythran import (
     T_TRANS_B,
     T_VECTOR_BLAS,
 )
+from .strips import Strips, takes_strips
 from .variants import load_module
 from .workers import Workers
 
@@ -373,6 +375,9 @@ class PreparedGemm(PreparedKernel):
         #: those of fewer multiply-adds than ``_one_thread_below``, which ``decide`` gives
         #: one thread: the same decision and bits as ``_gemm``'s, faster
         self._gemm_one_thread = (serial_module or module).gemm
+        #: the same entries for a B packed into strips (:class:`.strips.Strips`)
+        self._strips_entries = ((serial_module or module).gemm_strips, module.gemm_strips)
+        self.pack_strips = module.pack_strips
         self._one_thread_below = 2 * min(config.fmas_per_work_unit,
                                          config.skinny_fmas_per_work_unit)
         #: the workers that run a large blocked product's tasks on ``serial_module``
@@ -516,6 +521,18 @@ class PreparedGemm(PreparedKernel):
             self._rectify(out)
         return out
 
+    def for_constant(self, index: int, value) -> Callable | None:
+        """``run`` for a B that is always ``value``: its products of one or two rows on the
+        skinny path read its strips, packed once (:mod:`.strips`). None where ``value``
+        is not a B worth them."""
+        if index != 1 or not takes_strips(value, self.dtype, self.trans_b, self.config):
+            return None
+        return _fast_run(self, self._run_checked, self._strips(value))
+
+    def _strips(self, b: np.ndarray) -> Strips:
+        return Strips(b, self._strips_entries, self.pack_strips, self.trans_b,
+                      (self._alpha, self._beta, self._thresholds))
+
     def _run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
         """One product into ``out`` (C-contiguous), on a compiled path."""
         if path == SKINNY:
@@ -576,7 +593,7 @@ class PreparedGemm(PreparedKernel):
         return out
 
 
-def _fast_run(p: PreparedGemm, checked):
+def _fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
     """:meth:`PreparedGemm.run` as a closure: one compiled call for the common case.
 
     Arrays of the element type (C of at most 2 dimensions and used, or absent) go straight
@@ -590,7 +607,9 @@ def _fast_run(p: PreparedGemm, checked):
     mapped and faulted afresh at every run. Its product runs through the path's own export,
     the path decided here: inlined into a compiled entry that decided and computed, gcc
     compiled the panel path's loop up to twice as slow (docs/kernels.md, The panel path),
-    and beside such a product the Python of the decision costs little.
+    and beside such a product the Python of the decision costs little. With ``strips``,
+    a product of B ``strips.b`` and at most ``STRIP_ROWS`` rows goes to its entry first,
+    which runs it on B's strips where it takes the skinny path.
     """
     dtype, compiled, decide, run_compiled = p.dtype, p._gemm, p._decide_compiled, p._run_compiled
     one_thread, one_thread_below = p._gemm_one_thread, p._one_thread_below
@@ -599,6 +618,7 @@ def _fast_run(p: PreparedGemm, checked):
                                                  p._rectify)
     empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
     tile_m, tile_n = p.config.tile_m, p.config.tile_n
+    constant = strips.b if strips is not None else None
     # the products whose grid may have enough tasks for the workers skip the compiled entry
     worker_tasks = WORKER_TASKS_PER_THREAD * p.threads if p._workers else INT64_MAX
 
@@ -615,11 +635,15 @@ def _fast_run(p: PreparedGemm, checked):
                 rows = a.shape[-1] if trans_a else a.shape[0]
                 columns = b.shape[0] if trans_b else b.shape[-1]
                 depth = a.shape[0] if trans_a else a.shape[-1]
-                if rows * columns < pooled_from and ((rows + tile_m - 1) // tile_m
-                                                     * ((columns + tile_n - 1) // tile_n)
-                                                     < worker_tasks):
-                    out = (one_thread if rows * columns * depth < one_thread_below
-                           else compiled)(a, b, bias, alpha, beta, thresholds)
+                single = rows * columns * depth < one_thread_below
+                out = (strips.run(a, bias, single)
+                       if b is constant and rows <= STRIP_ROWS else None)
+                if out is None and rows * columns < pooled_from and (
+                        (rows + tile_m - 1) // tile_m * ((columns + tile_n - 1) // tile_n)
+                        < worker_tasks):
+                    out = (one_thread if single else compiled)(a, b, bias, alpha, beta,
+                                                              thresholds)
+                if out is not None:
                     if out.size:
                         return out
                     blas = out.shape[1] != 0
@@ -666,7 +690,10 @@ class PreparedMatMul(PreparedKernel):
         self.key, self.config, self.threads = gemm.key, gemm.config, gemm.threads
         self.dtype = gemm.dtype
         # two matrices are a Gemm product: the same compiled entry, with MatMul's checks
-        self._fast = _fast_run(gemm, lambda a, b, c: self._call(a, b, False, c))
+        self._run = _rows_run(_fast_run(gemm, self._checked))
+
+    def _checked(self, a, b, c):
+        return self._call(a, b, False, c)
 
     def _layout(self, a_shape: tuple, b_shape: tuple):
         """The batch shape and (M, K, N) of numpy.matmul on operands of these shapes."""
@@ -698,16 +725,14 @@ class PreparedMatMul(PreparedKernel):
         return Plan(step.path, step.threads, count * m * n, f"batch {count}" if batch else "NN")
 
     def run(self, a, b, c=None) -> np.ndarray:
-        # a batch of A against one matrix B (a sequence through a layer, as exporters write
-        # it) is one product of all of A's rows: through the compiled call of two matrices,
-        # not the checked route, which cost a one-row product over half as much again
-        try:
-            if a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0]:
-                out = self._fast(a.reshape(-1, a.shape[-1]), b, c)
-                return out.reshape(a.shape[:-1] + out.shape[-1:])
-        except AttributeError:
-            pass  # not arrays: the checked route says what is wrong
-        return self._fast(a, b, c)
+        return self._run(a, b, c)
+
+    def for_constant(self, index: int, value) -> Callable | None:
+        """``run`` for a matrix B that is always ``value``, as :meth:`PreparedGemm.for_constant`."""
+        gemm = self.gemm
+        if index != 1 or not takes_strips(value, gemm.dtype, gemm.trans_b, gemm.config):
+            return None
+        return _rows_run(_fast_run(gemm, self._checked, gemm._strips(value)))
 
     def run_serial(self, a, b, c=None) -> np.ndarray:
         return self._call(a, b, True, c)
@@ -748,6 +773,26 @@ class PreparedMatMul(PreparedKernel):
         if b.ndim == 1:
             out = out[..., 0]
         return out
+
+
+def _rows_run(fast):
+    """:meth:`PreparedMatMul.run` over ``fast``, a :func:`_fast_run` of its Gemm.
+
+    A batch of A against one matrix B (a sequence through a layer, as exporters write it)
+    is one product of all of A's rows: through the compiled call of two matrices, not the
+    checked route, which cost a one-row product over half as much again.
+    """
+
+    def run(a, b, c=None):
+        try:
+            if a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0]:
+                out = fast(a.reshape(-1, a.shape[-1]), b, c)
+                return out.reshape(a.shape[:-1] + out.shape[-1:])
+        except AttributeError:
+            pass  # not arrays: the checked route says what is wrong
+        return fast(a, b, c)
+
+    return run
 
 
 def _batch_index(index: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:

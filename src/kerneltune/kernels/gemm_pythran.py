@@ -17,6 +17,11 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
     rectify(out: T[:,:]) -> None
     finish(out: T[:,:], c: T[:,:], alpha: T, beta: T, relu: bool) -> None
     gemm(a: T[:,:], b: T[:,:], c: T[:,:], alpha: T, beta: T, t: int64[:]) -> T[:,:]
+    pack_strips(b: T[:,:], bs: T[:,:], trans_b: bool, k: int, n: int) -> None
+    skinny_strips(a: T[:,:], bs: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
+                  trans_a: bool, tile_n: int, nthreads: int) -> int
+    gemm_strips(a: T[:,:], b: T[:,:], bs: T[:,:], c: T[:,:], alpha: T, beta: T,
+                t: int64[:]) -> T[:,:]
 
 ``t`` holds the transposition flags, the thresholds and the thread budget of a prepared
 kernel (the ``T_*`` indices below). ``decide`` names the path of one product (a ``*_PATH``
@@ -57,7 +62,10 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   into a ``K x M`` copy); for more, as many as fill a block of ``MR`` rows of sums of
   ``GROUP_SUM_BYTES``, ``MR`` rows at a time through the micro-kernel, each group reading
   the strip of B (the second group mostly from cache). With ``trans_b`` each ``NR``-wide
-  strip of B is transposed into a ``K x NR`` buffer on the way.
+  strip of B is transposed into a ``K x NR`` buffer on the way. ``skinny_strips`` runs the
+  same tasks of one or two rows on op(B) packed once into column strips of ``SW``
+  (``pack_strips``), each strip one contiguous run, and ``gemm_strips`` is ``gemm`` for
+  such a B (a model's weight): the same sums of each column, so the same bits.
 
 - ``column``: for few columns of op(B) (a classifier's scores, the last layer of a
   regressor, a layer of few units): blocks of ``CB`` rows of op(A), transposed into a
@@ -115,6 +123,10 @@ import numpy as np
 # pythran export blocked_tasks(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, int, int)
 # pythran export blocked_tasks(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int, int, int, int)
 # pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
+# pythran export pack_strips(float64[:,:] order(C), float64[:,:] order(C), bool, int, int)
+# pythran export pack_strips(float32[:,:] order(C), float32[:,:] order(C), bool, int, int)
+# pythran export skinny_strips(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, int, int)
+# pythran export skinny_strips(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, int, int)
 # pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
 # pythran export column(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
 # pythran export column(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int)
@@ -125,6 +137,8 @@ import numpy as np
 # pythran export finish(float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool)
 # pythran export finish(float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool)
 # pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
+# pythran export gemm_strips(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
+# pythran export gemm_strips(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
 # pythran export gemm(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, int64[:])
 # pythran export decide(int, int, int, bool, int64[:])
 
@@ -142,6 +156,9 @@ NR = 64
 KU = 4
 #: columns of B the skinny path reads per row of B for one or two rows (a 1 KiB run of float32)
 SW = 256
+#: rows of the products ``skinny_strips`` computes: one or two, each keeping a row of sums
+#: (more rows run groups through the micro-kernel, on which the strips did not pay)
+STRIP_ROWS = 2
 #: rows of one block of the column path, whose sums are side by side along the rows
 CB = 64
 #: bytes of the skinny path's block of sums for MR rows: its columns are those of B it reads
@@ -542,9 +559,9 @@ def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
     return nthreads
 
 
-def _skinny_strip(at, b, bn0, acc, m, kk, nw):
-    """acc[r, jj] = sum of at[k, r] * b[k, bn0 + jj] over k in order, r < m, jj < nw."""
-    bv = b[0:kk, bn0:bn0 + nw]
+def _skinny_strip(at, b, bk0, bn0, acc, m, kk, nw):
+    """acc[r, jj] = sum of at[k, r] * b[bk0 + k, bn0 + jj] over k in order, r < m, jj < nw."""
+    bv = b[bk0:bk0 + kk, bn0:bn0 + nw]
     acc[:] = 0
     kk4 = kk - kk % KU
     for k in range(0, kk4, KU):
@@ -588,9 +605,9 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
             nw = min(width, nc - j0)
             if trans_b:
                 _pack_b(b[n0 + j0:n0 + j0 + nw, 0:kk], True, bt[0:kk, 0:nw])
-                _skinny_strip(at, bt, 0, acc, m, kk, nw)
+                _skinny_strip(at, bt, 0, 0, acc, m, kk, nw)
             else:
-                _skinny_strip(at, b, n0 + j0, acc, m, kk, nw)
+                _skinny_strip(at, b, 0, n0 + j0, acc, m, kk, nw)
             _finish(acc, out, c, 0, n0 + j0, m, nw, alpha, beta)
     else:
         columns = GROUP_SUM_BYTES // (MR * out.itemsize)
@@ -614,20 +631,26 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
                 _finish(acc, out, c, g, n0 + j0, rows, nw, alpha, beta)
 
 
+def _rows_down(a, trans_a, m, kk):
+    """The skinny path's A for one or two rows: transposed into a ``K x M`` copy (A itself
+    when ``trans_a``, or for more rows, which go through ``_pack_a``)."""
+    if trans_a or m > 2:
+        return a
+    at = np.empty((kk, m), a.dtype)
+    for r in range(m):
+        arow = a[r]
+        for k in range(kk):
+            at[k, r] = arow[k]
+    return at
+
+
 def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
     tile_n = _columns_tile(n, tile_n, 1, nthreads)
     tasks = (n + tile_n - 1) // tile_n
     nthreads = max(1, min(nthreads, tasks))
-    if trans_a or m > 2:
-        at = a
-    else:
-        at = np.empty((kk, m), out.dtype)
-        for r in range(m):
-            arow = a[r]
-            for k in range(kk):
-                at[k, r] = arow[k]
+    at = _rows_down(a, trans_a, m, kk)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
@@ -635,6 +658,57 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     else:
         for t in range(tasks):
             _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
+    return nthreads
+
+
+def pack_strips(b, bs, trans_b, kk, n):
+    """op(B) as ``skinny_strips`` reads it: its columns in strips of ``SW``, strip ``s`` in
+    rows ``s * K`` to ``s * K + K - 1`` of ``bs``, so that a strip is one contiguous run
+    (in place, each row of B holds ``SW`` of its columns, a run the prefetcher loses at
+    every page). The last strip's columns beyond N are left as they are, never read."""
+    for s in range((n + SW - 1) // SW):
+        nw = min(SW, n - s * SW)
+        if trans_b:
+            _pack_b(b[s * SW:s * SW + nw, 0:kk], True, bs[s * kk:s * kk + kk, 0:nw])
+        else:
+            _pack_b(b[0:kk, s * SW:s * SW + nw], False, bs[s * kk:s * kk + kk, 0:nw])
+
+
+def _strips_task(at, bs, c, out, t, alpha, beta, kk, tile_n):
+    """``_skinny_task`` of one or two rows on B's strips (``pack_strips``): the same sums of
+    each column, in runs that end where a strip or the task does."""
+    m, n = out.shape
+    n0 = t * tile_n
+    nc = min(tile_n, n - n0)
+    acc = np.empty((m, SW), out.dtype)
+    j0 = 0
+    while j0 < nc:
+        s = (n0 + j0) // SW
+        first = n0 + j0 - s * SW
+        nw = min(SW - first, nc - j0)
+        _skinny_strip(at, bs, s * kk, first, acc, m, kk, nw)
+        _finish(acc, out, c, 0, n0 + j0, m, nw, alpha, beta)
+        j0 += nw
+
+
+def skinny_strips(a, bs, c, out, alpha, beta, trans_a, tile_n, nthreads):
+    """``skinny`` of at most ``STRIP_ROWS`` rows on op(B)'s strips packed by
+    ``pack_strips``: the same tasks and bits."""
+    m, n = out.shape
+    if m > STRIP_ROWS:
+        raise ValueError("skinny_strips computes one or two rows")
+    kk = a.shape[0] if trans_a else a.shape[1]
+    tile_n = _columns_tile(n, tile_n, 1, nthreads)
+    tasks = (n + tile_n - 1) // tile_n
+    nthreads = max(1, min(nthreads, tasks))
+    at = _rows_down(a, trans_a, m, kk)
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(dynamic)
+        for t in range(tasks):
+            _strips_task(at, bs, c, out, t, alpha, beta, kk, tile_n)
+    else:
+        for t in range(tasks):
+            _strips_task(at, bs, c, out, t, alpha, beta, kk, tile_n)
     return nthreads
 
 
@@ -889,4 +963,26 @@ def gemm(a, b, c, alpha, beta, t):
         return np.empty((0, 1), a.dtype)
     out = np.empty((m, n), a.dtype)
     _compute(a, b, c, out, alpha, beta, t, path, threads)
+    return out
+
+
+def gemm_strips(a, b, bs, c, alpha, beta, t):
+    """``gemm`` of a product of at most ``STRIP_ROWS`` rows whose op(B)'s strips ``bs`` holds
+    (``pack_strips``) on the skinny path; for the others it returns ``(0, 2)``, for
+    ``gemm`` (``(0, 1)`` on the BLAS path, as ``gemm`` does), and ``(0, 3)``
+    while ``bs`` is empty (no strips yet). Only the skinny path: compiled into another
+    entry, the other paths could run slower (the panel path did, see ``gemm``)."""
+    path, threads, m, n = _checked(a, b, c, t)
+    if path < 0:
+        return np.empty((0, 0), a.dtype)
+    if path == BLAS_PATH:
+        return np.empty((0, 1), a.dtype)
+    if path != SKINNY_PATH or m > STRIP_ROWS:
+        return np.empty((0, 2), a.dtype)
+    if bs.shape[0] == 0:
+        return np.empty((0, 3), a.dtype)
+    out = np.empty((m, n), a.dtype)
+    skinny_strips(a, bs, c, out, alpha, beta, t[T_TRANS_A] != 0, t[T_TILE_N], threads)
+    if t[T_RELU]:
+        rectify(out)
     return out

@@ -203,7 +203,8 @@ class RuntimeSession:
                 function, inputs = _bound(node, self._model.constants)
             else:
                 kernel, index = prepared[node.output], self._overwritten.get(node.output)
-                function = kernel.run if index is None else kernel.in_place(index)
+                function = (_constant_run(kernel, node, self._model.constants)
+                            if index is None else kernel.in_place(index))
                 inputs = node.inputs
             steps.append((function, tuple(self._slots[i] for i in inputs),
                           self._slots[node.output], intermediate))
@@ -411,6 +412,18 @@ def _coerce(name: str, value: object, dtype: np.dtype) -> np.ndarray:
     if array.dtype.newbyteorder("=") != dtype:
         raise TypeError(f"input {name!r}: expected element type {dtype}, got {array.dtype}")
     return array
+
+
+def _constant_run(kernel: PreparedKernel, node: Node,
+                  constants: Mapping[str, np.ndarray]) -> Callable:
+    """The node's run: the kernel's run for a constant input it prepares once (a product's
+    weight), else its run."""
+    for position, name in enumerate(node.inputs):
+        if name in constants:
+            bound = kernel.for_constant(position, constants[name])
+            if bound is not None:
+                return bound
+    return kernel.run
 
 
 def _check_restriction(snapshot: TuningSnapshot, name: str | None,
