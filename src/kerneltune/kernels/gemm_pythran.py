@@ -644,12 +644,17 @@ def _rows_down(a, trans_a, m, kk):
     return at
 
 
+def _strip_tasks(n, tile_n, nthreads):
+    """The skinny path's column tile, its tasks and the threads that have one."""
+    tile_n = _columns_tile(n, tile_n, 1, nthreads)
+    tasks = (n + tile_n - 1) // tile_n
+    return tile_n, tasks, max(1, min(nthreads, tasks))
+
+
 def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
-    tile_n = _columns_tile(n, tile_n, 1, nthreads)
-    tasks = (n + tile_n - 1) // tile_n
-    nthreads = max(1, min(nthreads, tasks))
+    tile_n, tasks, nthreads = _strip_tasks(n, tile_n, nthreads)
     at = _rows_down(a, trans_a, m, kk)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
@@ -698,9 +703,7 @@ def skinny_strips(a, bs, c, out, alpha, beta, trans_a, tile_n, nthreads):
     if m > STRIP_ROWS:
         raise ValueError("skinny_strips computes one or two rows")
     kk = a.shape[0] if trans_a else a.shape[1]
-    tile_n = _columns_tile(n, tile_n, 1, nthreads)
-    tasks = (n + tile_n - 1) // tile_n
-    nthreads = max(1, min(nthreads, tasks))
+    tile_n, tasks, nthreads = _strip_tasks(n, tile_n, nthreads)
     at = _rows_down(a, trans_a, m, kk)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
