@@ -2,7 +2,9 @@
 
 The cases: bench_session's single-node FLOAT models (Abs, Add, Tanh and Sigmoid at 1e3
 ... 1.6e7 elements, Gemm at 64, 256 and 1024 squared), MatMul at 256 squared on the
-blocked path and on the BLAS path (the thresholds set so, whatever a profile says), and
+blocked path and on the BLAS path (the thresholds set so, whatever a profile says), MatMul
+of 4096 x 256 by 256 x 1024 on the blocked path (``MatMul workers``: a grid large enough
+for the workers of the variants that have them, docs/kernels.md, Workers), and
 bench_models' two transformer MLP blocks at 64 rows (``gelu_gemm``, ``silu_matmul``).
 
 Each load is a set of processes this script starts that loop in Python for as long as
@@ -60,6 +62,8 @@ LOADS = {"quiet": 0, "busy-1": 1, "busy-2": 2}
 SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
 PRODUCT_SIZES = (64, 256, 1024)
 MATMUL = 256
+#: (M, K, N) of the blocked product whose grid gives the workers their share
+WORKERS_PRODUCT = (4096, 256, 1024)
 ROWS = 64
 #: the thresholds that keep a product on one path, whatever a profile says
 PATHS = {
@@ -87,6 +91,9 @@ def cases():
         shapes = [(MATMUL, MATMUL)] * 2
         yield (f"MatMul {path}", MATMUL, single_node("MatMul", shapes, (MATMUL, MATMUL)),
                feeds(shapes), {"MatMul": thresholds})
+    m, k, n = WORKERS_PRODUCT
+    yield ("MatMul workers", m, single_node("MatMul", [(m, k), (k, n)], (m, n)),
+           feeds([(m, k), (k, n)]), {"MatMul": PATHS["blocked"]})
     from bench_models import HIDDEN, block
 
     x = np.random.default_rng(0).standard_normal((ROWS, HIDDEN)).astype(np.float32)
