@@ -525,12 +525,15 @@ class PreparedGemm(PreparedKernel):
         """``run`` for a B that is always ``value``: its products of one or two rows on the
         skinny path read its strips, packed once (:mod:`.strips`). None where ``value``
         is not a B worth them."""
+        strips = self.strips_of(index, value)
+        return None if strips is None else _fast_run(self, self._run_checked, strips)
+
+    def strips_of(self, index: int, value) -> Strips | None:
+        """The strips of ``value`` as input ``index`` where it is a B worth them, else
+        None (the check and the binding of :meth:`for_constant`, MatMul's too)."""
         if index != 1 or not takes_strips(value, self.dtype, self.trans_b, self.config):
             return None
-        return _fast_run(self, self._run_checked, self._strips(value))
-
-    def _strips(self, b: np.ndarray) -> Strips:
-        return Strips(b, self._strips_entries, self.pack_strips, self.trans_b,
+        return Strips(value, self._strips_entries, self.pack_strips, self.trans_b,
                       (self._alpha, self._beta, self._thresholds))
 
     def _run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
@@ -729,10 +732,9 @@ class PreparedMatMul(PreparedKernel):
 
     def for_constant(self, index: int, value) -> Callable | None:
         """``run`` for a matrix B that is always ``value``, as :meth:`PreparedGemm.for_constant`."""
-        gemm = self.gemm
-        if index != 1 or not takes_strips(value, gemm.dtype, gemm.trans_b, gemm.config):
-            return None
-        return _rows_run(_fast_run(gemm, self._checked, gemm._strips(value)))
+        strips = self.gemm.strips_of(index, value)
+        return None if strips is None else _rows_run(_fast_run(self.gemm, self._checked,
+                                                               strips))
 
     def run_serial(self, a, b, c=None) -> np.ndarray:
         return self._call(a, b, True, c)
