@@ -16,10 +16,10 @@ from kerneltune.kernels.gemm import (
     WORKER_TASKS_PER_THREAD,
     WORKER_VARIANTS,
     Gemm,
-    MatMul,
-    _fast_run,
+    fast_run,
 )
 from kerneltune.kernels.gemm_pythran import KU, MR, NR, STRIP_ROWS, SW
+from kerneltune.kernels.matmul import MatMul
 from kerneltune.kernels.strips import STRIPS_MINIMUM_ROW_BYTES
 from kerneltune.kernels.variants import load_module, selected_variant
 
@@ -270,7 +270,7 @@ def test_large_outputs_take_their_path_s_export_with_the_bits_of_the_checked_run
         assert prepared.plan(a, b, c).path == (
             "blocked_packed" if path == "blocked" and trans_b else path)
         fast = prepared.run(a, b, c)
-        checked = prepared._run_checked(a, b, c)
+        checked = prepared.run_checked(a, b, c)
         assert fast.tobytes() == checked.tobytes()
         assert fast.tobytes() == prepared.run_serial(a, b, c).tobytes()
         assert (fast.min() >= 0) == relu
@@ -299,7 +299,7 @@ def test_the_one_thread_build_gives_the_bits_of_the_openmp_build(path, element_t
         assert one.plan(a, b, c).path == openmp.plan(a, b, c).path
         expected = openmp.run_serial(a, b, c).tobytes()
         assert one.run(a, b, c).tobytes() == expected
-        assert one._run_checked(a, b, c).tobytes() == expected
+        assert one.run_checked(a, b, c).tobytes() == expected
         assert openmp.run(a, b, c).tobytes() == expected
 
 
@@ -602,7 +602,7 @@ def test_blas_products_of_checked_operands_go_straight_to_blas(trans_a, trans_b,
                        transA=trans_a, transB=trans_b)
     a, b, c = operands(20, 30, 40, trans_a, trans_b, bias)
     checked = []
-    run = _fast_run(prepared, lambda *operands: checked.append(operands))
+    run = fast_run(prepared, lambda *operands: checked.append(operands))
     out = run(a, b, c)
     assert checked == [] and type(out) is np.ndarray and prepared.plan(a, b, c).path == "blas"
     assert_close(out, reference(a, b, c, 0.5, 2.0, trans_a, trans_b), 30)
@@ -619,7 +619,7 @@ def test_blas_products_the_compiled_call_cannot_vouch_for_take_the_checked_run()
     prepared = prepare({"algorithm.blas_minimum_fmas": 0}, threads=2)
     a, b, _ = operands(20, 30, 40)
     checked = []
-    run = _fast_run(prepared, lambda *operands: checked.append(operands) or "checked")
+    run = fast_run(prepared, lambda *operands: checked.append(operands) or "checked")
     # numpy.matmul would return a matrix; the checked run returns an ndarray
     assert run(np.asmatrix(a), np.asmatrix(b)) == "checked"
     assert run(a, b[:29]) == "checked"  # K differs: the checked run names the operands
@@ -639,7 +639,7 @@ def test_a_bias_of_fewer_dimensions_than_two_takes_the_compiled_call(bias, blas)
     prepared = prepare(values if blas else {}, threads=2, beta=2.0)
     a, b, c = operands(5, 30, 40, bias=bias)
     assert c.ndim < 2
-    run = _fast_run(prepared, lambda *operands: pytest.fail("the checked run"))
+    run = fast_run(prepared, lambda *operands: pytest.fail("the checked run"))
     assert prepared.plan(a, b, c).path == ("blas" if blas else "blocked")
     out = run(a, b, c)
     assert_close(out, reference(a, b, c, 1.0, 2.0), 30)

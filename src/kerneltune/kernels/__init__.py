@@ -28,8 +28,9 @@ from .base import LIBRARY, SHARED_CACHE, TUNING_ABI, Kernel, Plan, PreparedKerne
 from .cast import CastKernel
 from .chain import CHAIN, ChainKernel
 from .elementwise import BinaryKernel, ClipKernel, UnaryKernel
-from .gemm import Gemm, MatMul
+from .gemm import Gemm
 from .layer_normalization import LayerNormalization
+from .matmul import MatMul
 from .outputs import output_pool_bytes, set_output_pool_limit
 from .power import PowKernel
 from .rows import RowsKernel

@@ -39,8 +39,9 @@ from .calibrate import (
 )
 from .gemm import BLOCKED as BLOCKED_PLAN
 from .gemm import BLOCKED_PACKED as BLOCKED_PACKED_PLAN
-from .gemm import KU, MR, NR, Gemm, MatMul
+from .gemm import KU, MR, NR, Gemm
 from .gemm import SKINNY as SKINNY_PLAN
+from .matmul import MatMul
 
 #: How far apart, in octaves of N, two calibrations measure where BLAS starts to beat the
 #: compiled path on one-row products (1 x N x N): BLAS's speed there is drawn per process.

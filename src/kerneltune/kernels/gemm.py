@@ -1,4 +1,5 @@
-"""Gemm and MatMul: typed configs, the path of each product, and prepared runs.
+"""Gemm (and the machinery MatMul shares, :mod:`.matmul`): typed configs, the path of each
+product, and prepared runs.
 
 Five algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
 
@@ -41,13 +42,6 @@ blocked, packed, skinny, column, panel, serial and parallel runs give identical 
 path sums in another order. FLOAT16 and BFLOAT16 are widened to float32, computed and
 narrowed back, the conversions running on every thread from
 ``conversion.parallel_minimum_elements`` elements on.
-
-MatMul follows ``numpy.matmul``: 1-D operands are promoted (and the added dimension
-removed), batch dimensions broadcast. A batch of A against a single matrix B is one product
-of ``batch * M`` rows. Otherwise all products of a batch have one shape, hence one path:
-BLAS products go to one ``numpy.matmul`` over the whole batch; compiled products run one
-after the other, each parallel over its own task grid (a batch of products too small for
-threads runs serially).
 """
 
 from __future__ import annotations
@@ -60,7 +54,7 @@ import numpy as np
 
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_name, element_type_number, tunable
-from . import half, outputs
+from . import blas, half, outputs
 from .base import Kernel, Plan, PreparedKernel, operand, with_defaults
 from .gemm_pythran import (
     BLAS_PATH,
@@ -95,6 +89,7 @@ from .gemm_pythran import (
     T_TRANS_B,
     T_VECTOR_BLAS,
 )
+from .half_gemm import PreparedHalfGemm
 from .strips import Strips, takes_strips
 from .variants import load_module
 from .workers import Workers
@@ -267,8 +262,8 @@ class Gemm(Kernel):
         alpha, beta = (_number(attributes.get(name, 1.0), name) for name in ("alpha", "beta"))
         trans_a, trans_b = (_flag(attributes.get(name, 0), name) for name in ("transA", "transB"))
         return self._bind(element_type, config, threads, alpha, beta, trans_a, trans_b,
-                          _relu(attributes.get("activation"), element_type),
-                          _openmp_pool(attributes.get("pool")))
+                          relu_attribute(attributes.get("activation"), element_type),
+                          pool_attribute(attributes.get("pool")))
 
     def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b, relu=False,
               openmp_pool=False):
@@ -290,40 +285,7 @@ class Gemm(Kernel):
         return prepared
 
 
-class MatMul(Gemm):
-    """ONNX MatMul: ``numpy.matmul`` semantics on the Gemm machinery and config.
-
-    ``bias=1`` prepares the MatMul of two matrices followed by the Add of a bias (Gemm's
-    C, ``beta`` 1), which a session fuses (:mod:`kerneltune.runtime.fusion`), and with
-    ``activation="Relu"`` followed by a Relu too; with ``batch=1`` too, A may have batch
-    dimensions, whose rows are those of one product (a sequence through a Linear layer).
-    ``pool`` as Gemm's.
-    """
-
-    name = "MatMul"
-
-    def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
-        openmp_pool = _openmp_pool(attributes.get("pool"))
-        attributes = {name: value for name, value in attributes.items() if name != "pool"}
-        if (attributes.get("bias") == 1 and attributes.get("batch", 1) == 1
-                and set(attributes) <= {"bias", "activation", "batch"}
-                and element_type not in half.FORMATS):
-            # MatMul then Add of a bias, fused (runtime.fusion): Gemm's C
-            gemm = self._bind(element_type, config, threads, 1.0, 1.0, False, False,
-                              _relu(attributes.get("activation"), element_type), openmp_pool)
-            return PreparedMatMul(gemm) if "batch" in attributes else gemm
-        if attributes:
-            raise TypeError(f"MatMul takes no attributes but bias=1, batch=1 and "
-                            f"activation='Relu' (FLOAT and DOUBLE) and pool, got {attributes}")
-        gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False,
-                          openmp_pool=openmp_pool)
-        if element_type in half.FORMATS:
-            return PreparedHalfGemm(PreparedMatMul(gemm.inner), gemm.format,
-                                    gemm.conversion_minimum)
-        return PreparedMatMul(gemm)
-
-
-def _relu(activation, element_type: int) -> bool:
+def relu_attribute(activation, element_type: int) -> bool:
     """Whether a prepared product ends with a Relu (``activation``: None or ``"Relu"``)."""
     if activation is None:
         return False
@@ -333,7 +295,7 @@ def _relu(activation, element_type: int) -> bool:
     return True
 
 
-def _openmp_pool(pool) -> bool:
+def pool_attribute(pool) -> bool:
     """Whether a prepared product keeps to the OpenMP pool (``pool``: None or ``"openmp"``)."""
     if pool not in (None, "openmp"):
         raise ValueError(f"a product's pool: 'openmp' or none, got {pool!r}")
@@ -393,7 +355,7 @@ class PreparedGemm(PreparedKernel):
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
-        self._no_bias = np.zeros((0, 0), dtype)
+        self.no_bias = np.zeros((0, 0), dtype)
         #: BLAS's threads for a product of several rows: one, the calling thread, on the
         #: OpenMP pool (Gemm's ``pool="openmp"``), where ``compiled_rows`` keeps them off
         #: BLAS but for the column path's (which runs on one thread up to sizes where BLAS
@@ -418,7 +380,7 @@ class PreparedGemm(PreparedKernel):
                                     np.int64)
         self._thresholds.flags.writeable = False
         self._form = ("T" if trans_a else "N") + ("T" if trans_b else "N")
-        self._run = self.run = _fast_run(self, self._run_checked)
+        self._run = self.run = fast_run(self, self.run_checked)
 
     # -- shapes -------------------------------------------------------------------------------
 
@@ -453,16 +415,16 @@ class PreparedGemm(PreparedKernel):
     def _bias(self, c, m: int, n: int) -> np.ndarray:
         """C as a 2-D (1 or M, 1 or N) array; the empty bias without C or with beta 0."""
         if c is None:
-            return self._no_bias
+            return self.no_bias
         c = operand(c, self.dtype, "C")
         self._check_bias(c.shape, m, n)
         if not self._use_bias:
-            return self._no_bias
+            return self.no_bias
         return c.reshape((1,) * (2 - c.ndim) + c.shape) if c.ndim < 2 else c
 
     # -- decisions ----------------------------------------------------------------------------
 
-    def _decide(self, m: int, k: int, n: int, serial: bool = False) -> tuple[str, int]:
+    def decide(self, m: int, k: int, n: int, serial: bool = False) -> tuple[str, int]:
         """The path and thread count of one (M, K) x (K, N) product (``serial``: of
         ``run_serial``, the blocked path on one thread).
 
@@ -483,9 +445,9 @@ class PreparedGemm(PreparedKernel):
 
         On the BLAS path, ``threads`` is the BLAS library's own thread count.
         """
-        path, threads = self._decide(m, k, n, serial)
+        path, threads = self.decide(m, k, n, serial)
         if path == BLAS:
-            threads = min(_blas_threads(), self.blas_threads(m))
+            threads = min(blas.library_threads(), self.blas_threads(m))
         return Plan(path, threads, m * n, self._form)
 
     def blas_threads(self, rows: int) -> int:
@@ -497,24 +459,24 @@ class PreparedGemm(PreparedKernel):
     def run(self, a, b, c=None) -> np.ndarray:
         """``alpha * op(A) @ op(B) + beta * C`` in a fresh array, on the path of :meth:`plan`.
 
-        Every instance replaces this method by the equivalent closure :func:`_fast_run`
+        Every instance replaces this method by the equivalent closure :func:`fast_run`
         builds: small products cost mostly the Python around the compiled call.
         """
         return self._run(a, b, c)
 
     def run_serial(self, a, b, c=None) -> np.ndarray:
-        return self._run_checked(a, b, c, serial=True)
+        return self.run_checked(a, b, c, serial=True)
 
-    def _run_checked(self, a, b, c, serial: bool = False) -> np.ndarray:
+    def run_checked(self, a, b, c, serial: bool = False) -> np.ndarray:
         """The run with every operand normalised or refused with a clear error."""
         a, b, m, k, n = self._matrices(a, b)
         bias = self._bias(c, m, n)
-        path, threads = self._decide(m, k, n, serial)
+        path, threads = self.decide(m, k, n, serial)
         if path == BLAS:
             return self._blas(a, b, bias)
         out = outputs.empty((m, n), self.dtype)
         if m * n * k:
-            self._run_compiled(a, b, bias, out, path, threads)
+            self.run_compiled(a, b, bias, out, path, threads)
         else:
             self._no_products(out, bias)
         if self._relu:
@@ -526,7 +488,7 @@ class PreparedGemm(PreparedKernel):
         skinny path read its strips, packed once (:mod:`.strips`). None where ``value``
         is not a B worth them."""
         strips = self.strips_of(index, value)
-        return None if strips is None else _fast_run(self, self._run_checked, strips)
+        return None if strips is None else fast_run(self, self.run_checked, strips)
 
     def strips_of(self, index: int, value) -> Strips | None:
         """The strips of ``value`` as input ``index`` where it is a B worth them, else
@@ -536,7 +498,7 @@ class PreparedGemm(PreparedKernel):
         return Strips(value, self._strips_entries, self.pack_strips, self.trans_b,
                       (self._alpha, self._beta, self._thresholds))
 
-    def _run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
+    def run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
         """One product into ``out`` (C-contiguous), on a compiled path."""
         if path == SKINNY:
             self._skinny(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
@@ -586,7 +548,7 @@ class PreparedGemm(PreparedKernel):
 
     def _blas(self, a, b, bias) -> np.ndarray:
         a = a.T if self.trans_a else a
-        out = blas_matmul(a, b.T if self.trans_b else b, self.blas_threads(a.shape[0]))
+        out = blas.matmul(a, b.T if self.trans_b else b, self.blas_threads(a.shape[0]))
         if self._scale or bias.size or self._relu:
             if out.shape[1] == 1:  # one column as one row: the compiled loops run along rows
                 self._finish(out.reshape(1, -1), bias.reshape(1, -1) if bias.size else bias,
@@ -596,7 +558,7 @@ class PreparedGemm(PreparedKernel):
         return out
 
 
-def _fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
+def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
     """:meth:`PreparedGemm.run` as a closure: one compiled call for the common case.
 
     Arrays of the element type (C of at most 2 dimensions and used, or absent) go straight
@@ -614,9 +576,9 @@ def _fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
     a product of B ``strips.b`` and at most ``STRIP_ROWS`` rows goes to its entry first,
     which runs it on B's strips where it takes the skinny path.
     """
-    dtype, compiled, decide, run_compiled = p.dtype, p._gemm, p._decide_compiled, p._run_compiled
+    dtype, compiled, decide, run_compiled = p.dtype, p._gemm, p._decide_compiled, p.run_compiled
     one_thread, one_thread_below = p._gemm_one_thread, p._one_thread_below
-    no_bias, alpha, beta, thresholds = p._no_bias, p._alpha, p._beta, p._thresholds
+    no_bias, alpha, beta, thresholds = p.no_bias, p._alpha, p._beta, p._thresholds
     use_bias, trans_a, trans_b, relu, rectify = (p._use_bias, p.trans_a, p.trans_b, p._relu,
                                                  p._rectify)
     empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
@@ -680,216 +642,3 @@ def _fits(bias: np.ndarray, rows: int, columns: int) -> bool:
         return False
     c_rows, c_columns = bias.shape
     return (c_rows == c_columns == 0) or (c_rows in (1, rows) and c_columns in (1, columns))
-
-
-class PreparedMatMul(PreparedKernel):
-    """``numpy.matmul`` over a prepared Gemm with alpha 1: without a bias, or with a fused
-    one (C, ``beta`` 1) over a batch of A against one matrix B."""
-
-    uses_blas = True
-
-    def __init__(self, gemm: PreparedGemm):
-        self.gemm = gemm
-        self.key, self.config, self.threads = gemm.key, gemm.config, gemm.threads
-        self.dtype = gemm.dtype
-        # two matrices are a Gemm product: the same compiled entry, with MatMul's checks
-        self._run = _rows_run(_fast_run(gemm, self._checked))
-
-    def _checked(self, a, b, c):
-        return self._call(a, b, False, c)
-
-    def _layout(self, a_shape: tuple, b_shape: tuple):
-        """The batch shape and (M, K, N) of numpy.matmul on operands of these shapes."""
-        if not a_shape or not b_shape:
-            raise ValueError(f"MatMul: operands must have at least 1 dimension, got A of shape "
-                             f"{a_shape} and B of shape {b_shape}")
-        m, k = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
-        kb, n = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
-        if k != kb:
-            raise ValueError(f"MatMul: A of shape {a_shape} and B of shape {b_shape}: the last "
-                             f"dimension of A ({k}) differs from the "
-                             f"{'only' if len(b_shape) == 1 else 'second-to-last'} one of B "
-                             f"({kb})")
-        try:
-            batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
-        except ValueError:
-            raise ValueError(f"MatMul: the batch dimensions of A {a_shape[:-2]} and B "
-                             f"{b_shape[:-2]} do not broadcast") from None
-        return batch, m, k, n
-
-    def plan(self, a, b, c=None) -> Plan:
-        a_shape, b_shape = np.shape(a), np.shape(b)
-        batch, m, k, n = self._layout(a_shape, b_shape)
-        count = int(np.prod(batch, dtype=np.int64))
-        if batch and len(b_shape) <= 2:  # one product of count * M rows
-            step = self.gemm.plan_product(count * m, k, n)
-            return Plan(step.path, step.threads, count * m * n, f"batch {count} as rows")
-        step = self.gemm.plan_product(m, k, n)
-        return Plan(step.path, step.threads, count * m * n, f"batch {count}" if batch else "NN")
-
-    def run(self, a, b, c=None) -> np.ndarray:
-        return self._run(a, b, c)
-
-    def for_constant(self, index: int, value) -> Callable | None:
-        """``run`` for a matrix B that is always ``value``, as :meth:`PreparedGemm.for_constant`."""
-        strips = self.gemm.strips_of(index, value)
-        return None if strips is None else _rows_run(_fast_run(self.gemm, self._checked,
-                                                               strips))
-
-    def run_serial(self, a, b, c=None) -> np.ndarray:
-        return self._call(a, b, True, c)
-
-    def _call(self, a, b, serial: bool, c=None) -> np.ndarray:
-        a = operand(a, self.dtype, "A")
-        b = operand(b, self.dtype, "B")
-        batch, m, k, n = self._layout(a.shape, b.shape)
-        if c is not None:  # a fused bias: A's rows against one matrix B, as Gemm checks them
-            if b.ndim != 2:
-                raise ValueError(f"MatMul with a bias: B must be a matrix, got shape {b.shape}")
-            out = self.gemm._run_checked(a.reshape(-1, k), b, c, serial)
-            return out.reshape(a.shape[:-1] + (n,))
-        # A batch of A against one matrix B is a single product of count * M rows (A is
-        # C-contiguous): more tasks, one call. Each element is the same sum either way.
-        rows = int(np.prod(batch, dtype=np.int64)) * m if batch and b.ndim <= 2 else m
-        gemm = self.gemm
-        path, threads = gemm._decide(rows, k, n, serial)
-        if path == BLAS:
-            # two vectors: a numpy scalar
-            return np.asarray(blas_matmul(a, b, gemm.blas_threads(rows)))
-        a2 = a.reshape(1, k) if a.ndim == 1 else a
-        b2 = b.reshape(k, 1) if b.ndim == 1 else b
-        out = outputs.empty(batch + (m, n), self.dtype)
-        if out.size:
-            if not k:
-                out[...] = 0
-            elif rows != m or not batch:
-                gemm._run_compiled(a2.reshape(rows, k), b2, gemm._no_bias, out.reshape(rows, n),
-                                   path, threads)
-            else:
-                for index in np.ndindex(batch):
-                    gemm._run_compiled(a2[_batch_index(index, a2.shape)],
-                                       b2[_batch_index(index, b2.shape)], gemm._no_bias,
-                                       out[index], path, threads)
-        if a.ndim == 1:
-            out = out[..., 0, :]
-        if b.ndim == 1:
-            out = out[..., 0]
-        return out
-
-
-def _rows_run(fast):
-    """:meth:`PreparedMatMul.run` over ``fast``, a :func:`_fast_run` of its Gemm.
-
-    A batch of A against one matrix B (a sequence through a layer, as exporters write it)
-    is one product of all of A's rows: through the compiled call of two matrices, not the
-    checked route, which cost a one-row product over half as much again.
-    """
-
-    def run(a, b, c=None):
-        try:
-            if a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0]:
-                out = fast(a.reshape(-1, a.shape[-1]), b, c)
-                return out.reshape(a.shape[:-1] + out.shape[-1:])
-        except AttributeError:
-            pass  # not arrays: the checked route says what is wrong
-        return fast(a, b, c)
-
-    return run
-
-
-def _batch_index(index: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The matrix of an operand of ``shape`` at ``index`` of the broadcast batch.
-
-    The operand's batch dimensions are the last ones of ``index``; where it has size 1 it
-    broadcasts, so index 0 serves every position.
-    """
-    batch = shape[:-2]
-    tail = index[len(index) - len(batch):]
-    return tuple(i if d != 1 else 0 for i, d in zip(tail, batch, strict=True))
-
-
-class PreparedHalfGemm(PreparedKernel):
-    """A 16-bit float through a float32 Gemm or MatMul: widen the inputs, compute, narrow the
-    result.
-
-    The result is the float32 result rounded once to the 16-bit type.
-    """
-
-    uses_blas = True
-
-    def __init__(self, inner: PreparedGemm | PreparedMatMul, half_format: half.HalfFormat,
-                 conversion_minimum: int):
-        self.inner, self.format = inner, half_format
-        self.key, self.config, self.threads = inner.key, inner.config, inner.threads
-        self._dtype = half_format.dtype
-        self.conversion_minimum = conversion_minimum
-
-    def _widen(self, value, name: str, serial: bool) -> np.ndarray:
-        x = operand(value, self._dtype, name)
-        threads = self.threads if not serial and x.size >= self.conversion_minimum else 1
-        # the float32 product reads its operands in place, at a speed that depends on
-        # their placement as much as on the thresholds calibrated for it
-        return self.format.to_float32(x, threads, aligned=True)
-
-    def _narrow(self, result: np.ndarray, serial: bool) -> np.ndarray:
-        threads = self.threads if not serial and result.size >= self.conversion_minimum else 1
-        return self.format.from_float32(np.ascontiguousarray(result), threads)
-
-    def _inputs(self, inputs, serial: bool) -> list:
-        return [None if value is None else self._widen(value, name, serial)
-                for value, name in zip(inputs, "ABC", strict=False)]
-
-    def plan(self, *inputs) -> Plan:
-        step = self.inner.plan(*inputs)
-        threads = "/".join(str(self.threads if size >= self.conversion_minimum else 1)
-                           for size in [*(int(np.size(x)) for x in inputs if x is not None),
-                                        step.elements])
-        return Plan(step.path, step.threads, step.elements,
-                    f"{self._dtype.name} {step.form}, converted on {threads} threads")
-
-    def run(self, *inputs) -> np.ndarray:
-        return self._narrow(self.inner.run(*self._inputs(inputs, False)), False)
-
-    def run_serial(self, *inputs) -> np.ndarray:
-        return self._narrow(self.inner.run_serial(*self._inputs(inputs, True)), True)
-
-
-@functools.cache
-def _blas_controller():
-    """threadpoolctl's view of the BLAS numpy uses (found once: it inspects every library)."""
-    from threadpoolctl import ThreadpoolController
-
-    controllers = ThreadpoolController().select(user_api="blas").lib_controllers
-    return controllers[0] if controllers else None
-
-
-def blas_found() -> bool:
-    """Whether a product or a plan of the BLAS path has looked for numpy's BLAS in this
-    process (threadpoolctl's scan of the loaded libraries, made once)."""
-    return _blas_controller.cache_info().currsize > 0
-
-
-def _blas_threads() -> int:
-    """Threads numpy's BLAS runs a product on (its own setting, read for plans only)."""
-    controller = _blas_controller()
-    return max(1, controller.num_threads if controller is not None else 1)
-
-
-def blas_matmul(a, b, threads: int):
-    """``numpy.matmul(a, b)`` on at most ``threads`` of the BLAS library's threads.
-
-    The library's count is process-wide: it is lowered for the call and put back after
-    (two sessions calling at once may each run with the other's count: a matter of speed,
-    never of results, which do not depend on BLAS's thread count here).
-    """
-    controller = _blas_controller()
-    if controller is None:
-        return np.matmul(a, b)
-    before = controller.get_num_threads()
-    if before is None or before <= threads:
-        return np.matmul(a, b)
-    controller.set_num_threads(threads)
-    try:
-        return np.matmul(a, b)
-    finally:
-        controller.set_num_threads(before)

@@ -315,9 +315,9 @@ def openmp_workers(threads: int) -> frozenset[int] | None:
 
 def blas_used_here() -> bool:
     """Whether a product of the library has used numpy's BLAS in this process."""
-    from ..kernels.gemm import blas_found
+    from ..kernels import blas
 
-    return blas_found()
+    return blas.found()
 
 
 def blas_workers(threads: int, tasks: str = "/proc/self/task") -> frozenset[int] | None:
@@ -329,13 +329,13 @@ def blas_workers(threads: int, tasks: str = "/proc/self/task") -> frozenset[int]
     """
     import numpy as np
 
-    from ..kernels.gemm import blas_matmul
+    from ..kernels import blas
 
     matrix = np.ones((BLAS_PRODUCT, BLAS_PRODUCT), np.float32)
     found: set[int] | None = None
     for _ in range(2):
         before = _cpu_times(tasks)
-        blas_matmul(matrix, matrix, threads)
+        blas.matmul(matrix, matrix, threads)
         after = _cpu_times(tasks)
         if before is None or after is None:
             return None

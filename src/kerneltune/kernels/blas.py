@@ -1,0 +1,53 @@
+"""numpy's BLAS under a thread budget: the products of the BLAS path, and what they run on.
+
+threadpoolctl finds the library numpy is linked with once (it inspects every loaded
+library); a product lowers the library's thread count around its call when that count is
+higher than the caller's budget.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+
+@functools.cache
+def _controller():
+    """threadpoolctl's view of the BLAS numpy uses (found once: it inspects every library)."""
+    from threadpoolctl import ThreadpoolController
+
+    controllers = ThreadpoolController().select(user_api="blas").lib_controllers
+    return controllers[0] if controllers else None
+
+
+def found() -> bool:
+    """Whether a product or a plan of the BLAS path has looked for numpy's BLAS in this
+    process (threadpoolctl's scan of the loaded libraries, made once)."""
+    return _controller.cache_info().currsize > 0
+
+
+def library_threads() -> int:
+    """Threads numpy's BLAS runs a product on (its own setting, read for plans only)."""
+    controller = _controller()
+    return max(1, controller.num_threads if controller is not None else 1)
+
+
+def matmul(a, b, threads: int):
+    """``numpy.matmul(a, b)`` on at most ``threads`` of the BLAS library's threads.
+
+    The library's count is process-wide: it is lowered for the call and put back after
+    (two sessions calling at once may each run with the other's count: a matter of speed,
+    never of results, which do not depend on BLAS's thread count here).
+    """
+    controller = _controller()
+    if controller is None:
+        return np.matmul(a, b)
+    before = controller.get_num_threads()
+    if before is None or before <= threads:
+        return np.matmul(a, b)
+    controller.set_num_threads(threads)
+    try:
+        return np.matmul(a, b)
+    finally:
+        controller.set_num_threads(before)
