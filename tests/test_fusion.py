@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kerneltune.kernels.gemm import COMPILED_POOL_VARIANTS
 from kerneltune.kernels.variants import selected_variant
 from kerneltune.runtime import RuntimeSession
+from kerneltune.runtime.session import BLAS_POOL_MINIMUM_WEIGHT
 
 CORPUS = Path(__file__).resolve().parent / "data" / "converted"
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
@@ -45,7 +46,8 @@ def _steps(session: RuntimeSession) -> list[str]:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize(("rows", "k", "n"), [(1, 8, 3), (64, 32, 16), (300, 256, 256)])
+@pytest.mark.parametrize(("rows", "k", "n"), [(1, 8, 3), (64, 32, 16), (600, 256, 128),
+                                              (300, 256, 256)])
 @pytest.mark.parametrize("bias_shape", [None, (1, "n"), (1,)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_matmul_and_its_bias_run_as_one_call_with_the_same_bits(dtype, rows, k, n,
@@ -61,11 +63,13 @@ def test_a_matmul_and_its_bias_run_as_one_call_with_the_same_bits(dtype, rows, k
     assert a.tobytes() == b.tobytes()
     # the same thresholds choose the same path: BLAS's for the largest product on one
     # thread; on two, a model of two nodes runs its products on the OpenMP pool, fused or
-    # not, compiled where the variant's compiled products beat BLAS on one thread
+    # not, compiled where the variant's compiled products beat BLAS on one thread, unless
+    # its weight is large enough for BLAS's pool
     w, bias = (fused._model.constants[name] for name in ("W", "B"))
     path = fused._prepared[0].plan(x, w, bias).path
     assert path == unfused._prepared[0].plan(x, w).path
-    compiled = threads > 1 and selected_variant() in COMPILED_POOL_VARIANTS
+    compiled = (threads > 1 and selected_variant() in COMPILED_POOL_VARIANTS
+                and k * n < BLAS_POOL_MINIMUM_WEIGHT)
     assert (path == "blas") == (rows * k * n >= 2_097_152 and not compiled)
 
 

@@ -8,6 +8,7 @@ thread other than the caller's that took CPU time ran some of the work.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -19,6 +20,10 @@ import pytest
 #: a product the BLAS path computes at every thread count (its multiply-adds are far above
 #: the default blas_minimum_fmas)
 SIZE = 512
+#: columns of a weight below the session's BLAS_POOL_MINIMUM_WEIGHT (SIZE x SIZE is above),
+#: multiplied by as many more rows, so that the second thread's share takes several ticks
+SMALL_WEIGHT_COLUMNS = 120
+SMALL_WEIGHT_ROWS = 4 * SIZE
 RUNS = 40
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"),
@@ -92,18 +97,20 @@ def _ticks() -> dict[int, int]:
     return ticks
 
 
-def _model_and_input():
+def _model_and_input(columns: int = SIZE, rows: int = SIZE):
+    """A MatMul of ``rows x SIZE`` by a ``SIZE x columns`` weight, the weight and an input."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((SIZE, SIZE)).astype(np.float32), "W")
+    weight = numpy_helper.from_array(rng.standard_normal((SIZE, columns)).astype(np.float32),
+                                     "W")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["X", "W"], ["Y"])], "blas",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [SIZE, SIZE])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [SIZE, SIZE])], [weight])
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [rows, SIZE])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [rows, columns])], [weight])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return model, numpy_helper.to_array(weight), rng.standard_normal((SIZE, SIZE)).astype(
+    return model, numpy_helper.to_array(weight), rng.standard_normal((rows, SIZE)).astype(
         np.float32)
 
 
@@ -132,9 +139,18 @@ def test_a_session_of_several_kernels_runs_its_products_on_the_openmp_pool_alone
     assert found["openmp_ticks"] > 0 and found["blas_ticks"] == 0, found
 
 
-def _one_pool() -> dict:
-    """A 2-thread session of a MatMul on the BLAS path alone and a Tanh after it: the
-    ticks BLAS's threads and the OpenMP workers took over its runs."""
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a second CPU to run a second thread")
+def test_a_session_with_a_large_weight_runs_on_blas_s_pool_alone():
+    found = _child(2, "blas-pool")
+    if not found["blas_workers"]:
+        pytest.skip("the BLAS library runs on one thread in this process")
+    # the product on BLAS's threads, the Tanh after it on the calling thread: OpenMP's idle
+    assert found["blas_ticks"] > 0 and found["openmp_ticks"] == 0, found
+
+
+def _one_pool(columns: int, rows: int) -> dict:
+    """A 2-thread session of a MatMul of ``rows`` by a ``SIZE x columns`` weight and a Tanh
+    after it: the ticks BLAS's threads and the OpenMP workers took over its runs."""
     import time
 
     from onnx import helper
@@ -142,7 +158,7 @@ def _one_pool() -> dict:
     from kerneltune.runtime import RuntimeSession
     from kerneltune.runtime.contention import blas_workers, openmp_workers
 
-    model, _, x = _model_and_input()
+    model, _, x = _model_and_input(columns, rows)
     graph = model.graph
     graph.node[0].output[0] = "P"
     graph.node.append(helper.make_node("Tanh", ["P"], ["Y"]))
@@ -271,6 +287,8 @@ def _measure(threads: int) -> dict:
 
 
 if __name__ == "__main__":
-    modes = {"contended": _contended, "pool": _one_pool, "wide": _wide}
+    modes = {"contended": _contended, "wide": _wide,
+             "pool": functools.partial(_one_pool, SMALL_WEIGHT_COLUMNS, SMALL_WEIGHT_ROWS),
+             "blas-pool": functools.partial(_one_pool, SIZE, SIZE)}
     print(json.dumps(modes[sys.argv[2]]() if sys.argv[2] in modes
                      else _measure(int(sys.argv[1]))))

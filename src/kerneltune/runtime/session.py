@@ -35,6 +35,10 @@ from .program import program
 from .views import View
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
+#: elements of a product's constant B from which a model of several kernel nodes runs on
+#: BLAS's pool on several threads: from there BLAS's own threads ran its products far
+#: faster than the compiled paths' (docs/kernels.md, "One pool per run")
+BLAS_POOL_MINIMUM_WEIGHT = 65_536
 
 
 class RuntimeSession:
@@ -80,6 +84,7 @@ class RuntimeSession:
         #: the model's kernel nodes before fusion, which must not change a path (one pool
         #: per run, see _prepare)
         self._kernel_nodes = sum(node.kernel is not None for node in self._model.nodes)
+        self._blas_pool = _large_weight(self._model)
         if fusion:
             self._model = fuse(self._model, kernels)
         started = time.perf_counter()
@@ -170,29 +175,42 @@ class RuntimeSession:
     def _prepare(self, threads: int) -> dict[str, PreparedKernel]:
         """Each kernel node's prepared kernel for a run on ``threads``, by its output's name.
 
-        One pool per run: on several threads, a model of two kernel nodes or more (fused
-        or not: fusion changes no path) keeps its products of several rows off BLAS's
-        threads (Gemm's ``pool="openmp"``): next to BLAS's pool, whose threads spin after
-        each product, the regions of the OpenMP pool its other kernels use wait for CPUs
-        BLAS's threads hold, and the other way round (docs/kernels.md, "One pool per
-        run").
+        One pool per run: next to another pool, whose threads spin after each region or
+        product, a pool's threads wait for CPUs the other's hold. On several threads, a
+        model of two kernel nodes or more (fused or not: fusion changes no path) with a
+        product of a large constant B (``BLAS_POOL_MINIMUM_WEIGHT``) runs its products at
+        their thresholds, BLAS's on BLAS's threads, and its other nodes on the calling
+        thread alone; any other such model keeps its products of several rows off BLAS's
+        threads (Gemm's ``pool="openmp"``), all its regions on the OpenMP pool
+        (docs/kernels.md, "One pool per run").
         """
         prepared = {}
-        pool = {"pool": "openmp"} if threads > 1 and self._kernel_nodes > 1 else {}
+        pool = ({"pool": "openmp"} if threads > 1 and self._kernel_nodes > 1
+                and not self._blas_pool else {})
         for node in self._model.nodes:
             if node.view is not None:
                 continue
+            node_threads = self._node_threads(node, threads)
             key = node.kernel.tuning_key(node.element_type)
-            if (key, threads) not in self._configs:
-                resolutions = self._resolutions_by_threads.get(threads)
+            if (key, node_threads) not in self._configs:
+                resolutions = self._resolutions_by_threads.get(node_threads)
                 if resolutions is None:
-                    resolutions = self._resolutions_by_threads[threads] = self._resolve(threads)
-                self._configs[key, threads] = node.kernel.configure(
+                    resolutions = self._resolutions_by_threads[node_threads] = self._resolve(
+                        node_threads)
+                self._configs[key, node_threads] = node.kernel.configure(
                     node.element_type, resolutions[key].values)
             prepared[node.output] = node.kernel.prepare(
-                node.element_type, self._configs[key, threads], threads, **node.attributes,
-                **(pool if node.kernel.uses_blas else {}))
+                node.element_type, self._configs[key, node_threads], node_threads,
+                **node.attributes, **(pool if node.kernel.uses_blas else {}))
         return prepared
+
+    def _node_threads(self, node: Node, threads: int) -> int:
+        """The threads of ``node`` in a run on ``threads``: one for a node beside products
+        on BLAS's pool (see _prepare)."""
+        if threads > 1 and self._blas_pool and self._kernel_nodes > 1 and not (
+                node.kernel.uses_blas):
+            return 1
+        return threads
 
     def _steps_of(self, prepared: Mapping[str, PreparedKernel]) -> tuple:
         """The steps of a run on ``prepared`` kernels (``program``'s)."""
@@ -312,7 +330,7 @@ class RuntimeSession:
             {
                 "node": node.name,
                 "op_type": node.op_type,
-                **self._resolutions_by_threads[self.threads][
+                **self._resolutions_by_threads[self._node_threads(node, self.threads)][
                     node.kernel.tuning_key(node.element_type)].to_dict(),
             }
             for node in self._model.nodes if node.kernel is not None
@@ -336,6 +354,15 @@ class RuntimeSession:
     def tuning_resolution_statistics(self) -> dict[str, Any]:
         """The one-time cost of tuning: snapshot capture, resolution, and what resolved how."""
         return dict(self._statistics)
+
+
+def _large_weight(model: Model) -> bool:
+    """Whether a product of ``model`` reads a constant B of ``BLAS_POOL_MINIMUM_WEIGHT``
+    elements or more."""
+    return any(node.kernel is not None and node.kernel.uses_blas and len(node.inputs) > 1
+               and node.inputs[1] in model.constants
+               and model.constants[node.inputs[1]].size >= BLAS_POOL_MINIMUM_WEIGHT
+               for node in model.nodes)
 
 
 def _bound(node: Node, constants: Mapping[str, np.ndarray]) -> tuple[View, tuple[str, ...]]:
