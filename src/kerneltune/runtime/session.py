@@ -39,6 +39,8 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 #: BLAS's pool on several threads: from there BLAS's own threads ran its products far
 #: faster than the compiled paths' (docs/kernels.md, "One pool per run")
 BLAS_POOL_MINIMUM_WEIGHT = 65_536
+#: the pools a run of several kernel nodes on several threads keeps to (see _prepare)
+BLAS_POOL, OPENMP_POOL = "blas", "openmp"
 
 
 class RuntimeSession:
@@ -185,8 +187,7 @@ class RuntimeSession:
         (docs/kernels.md, "One pool per run").
         """
         prepared = {}
-        pool = ({"pool": "openmp"} if threads > 1 and self._kernel_nodes > 1
-                and not self._blas_pool else {})
+        pool = {"pool": "openmp"} if self._pool(threads) == OPENMP_POOL else {}
         for node in self._model.nodes:
             if node.view is not None:
                 continue
@@ -204,11 +205,17 @@ class RuntimeSession:
                 **node.attributes, **(pool if node.kernel.uses_blas else {}))
         return prepared
 
+    def _pool(self, threads: int) -> str | None:
+        """The one pool of a run on ``threads`` (see _prepare): None where a model of one
+        kernel node, or one thread, needs no choice."""
+        if threads == 1 or self._kernel_nodes < 2:
+            return None
+        return BLAS_POOL if self._blas_pool else OPENMP_POOL
+
     def _node_threads(self, node: Node, threads: int) -> int:
         """The threads of ``node`` in a run on ``threads``: one for a node beside products
-        on BLAS's pool (see _prepare)."""
-        if threads > 1 and self._blas_pool and self._kernel_nodes > 1 and not (
-                node.kernel.uses_blas):
+        on BLAS's pool."""
+        if self._pool(threads) == BLAS_POOL and not node.kernel.uses_blas:
             return 1
         return threads
 
