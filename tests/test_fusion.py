@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kerneltune.kernels.gemm import COMPILED_POOL_VARIANTS
 from kerneltune.kernels.variants import selected_variant
 from kerneltune.runtime import RuntimeSession
-from kerneltune.runtime.session import BLAS_POOL_MINIMUM_WEIGHT
+from kerneltune.runtime.session import BLAS_POOL, BLAS_POOL_MINIMUM_WEIGHT, OPENMP_POOL
 
 CORPUS = Path(__file__).resolve().parent / "data" / "converted"
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
@@ -71,6 +71,22 @@ def test_a_matmul_and_its_bias_run_as_one_call_with_the_same_bits(dtype, rows, k
     compiled = (threads > 1 and selected_variant() in COMPILED_POOL_VARIANTS
                 and k * n < BLAS_POOL_MINIMUM_WEIGHT)
     assert (path == "blas") == (rows * k * n >= 2_097_152 and not compiled)
+
+
+@pytest.mark.parametrize(("dtype", "k", "pool"), [
+    (np.float32, 256, BLAS_POOL), (np.float64, 256, BLAS_POOL), (np.float32, 64, OPENMP_POOL),
+    (np.float16, 256, OPENMP_POOL)])
+def test_a_model_with_a_large_weight_runs_its_other_nodes_on_the_calling_thread(dtype, k,
+                                                                               pool):
+    """On two threads: BLAS's pool, the Add and Relu on one thread and the product on two,
+    for a FLOAT or DOUBLE weight of BLAS_POOL_MINIMUM_WEIGHT elements; else the OpenMP
+    pool, every node on two (a 16-bit float product converts on the OpenMP pool)."""
+    n = BLAS_POOL_MINIMUM_WEIGHT // 256
+    session = RuntimeSession(_linear(dtype, k, n, relu=True), threads=2, fusion=False,
+                             contention=None)
+    others = 1 if pool == BLAS_POOL else 2
+    assert [prepared.threads for prepared in session._prepared] == [2, others, others]
+    assert session._pool(2) == pool and session._pool(1) is None
 
 
 @pytest.mark.parametrize(("batch", "rows", "k", "n"), [((1,), 1, 8, 3), ((1,), 64, 32, 16),

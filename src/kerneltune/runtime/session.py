@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from ..errors import KernelTuningError, UnknownKernelError
-from ..kernels import PreparedKernel, library
+from ..kernels import PreparedKernel, half, library
 from ..machine.detect import current_execution
 from ..machine.selectors import Tier
 from ..machine.threads import thread_count
@@ -364,10 +364,11 @@ class RuntimeSession:
 
 
 def _large_weight(model: Model) -> bool:
-    """Whether a product of ``model`` reads a constant B of ``BLAS_POOL_MINIMUM_WEIGHT``
-    elements or more."""
+    """Whether a FLOAT or DOUBLE product of ``model`` reads a constant B of
+    ``BLAS_POOL_MINIMUM_WEIGHT`` elements or more (a 16-bit float product widens and
+    narrows its operands on the OpenMP pool)."""
     return any(node.kernel is not None and node.kernel.uses_blas and len(node.inputs) > 1
-               and node.inputs[1] in model.constants
+               and node.element_type not in half.FORMATS and node.inputs[1] in model.constants
                and model.constants[node.inputs[1]].size >= BLAS_POOL_MINIMUM_WEIGHT
                for node in model.nodes)
 
