@@ -131,21 +131,15 @@ def _other_ticks(session, feed: dict, excluded: set[int]) -> int:
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a second CPU to run a second thread")
-def test_a_session_of_several_kernels_runs_its_products_on_the_openmp_pool_alone():
-    found = _child(2, "pool")
+@pytest.mark.parametrize(("mode", "working", "idle"), [
+    # a product far above the BLAS threshold by a small weight, on the compiled path's
+    # threads; by a large weight, on BLAS's, the Tanh after it on the calling thread
+    ("pool", "openmp_ticks", "blas_ticks"), ("blas-pool", "blas_ticks", "openmp_ticks")])
+def test_a_session_of_several_kernels_runs_on_one_pool_alone(mode, working, idle):
+    found = _child(2, mode)
     if not found["blas_workers"]:
         pytest.skip("the BLAS library runs on one thread in this process")
-    # a product far above the BLAS threshold, on the compiled path's threads: BLAS's idle
-    assert found["openmp_ticks"] > 0 and found["blas_ticks"] == 0, found
-
-
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a second CPU to run a second thread")
-def test_a_session_with_a_large_weight_runs_on_blas_s_pool_alone():
-    found = _child(2, "blas-pool")
-    if not found["blas_workers"]:
-        pytest.skip("the BLAS library runs on one thread in this process")
-    # the product on BLAS's threads, the Tanh after it on the calling thread: OpenMP's idle
-    assert found["blas_ticks"] > 0 and found["openmp_ticks"] == 0, found
+    assert found[working] > 0 and found[idle] == 0, found
 
 
 def _one_pool(columns: int, rows: int) -> dict:
