@@ -180,14 +180,14 @@ class RuntimeSession:
         One pool per run: next to another pool, whose threads spin after each region or
         product, a pool's threads wait for CPUs the other's hold. On several threads, a
         model of two kernel nodes or more (fused or not: fusion changes no path) with a
-        product of a large constant B (``BLAS_POOL_MINIMUM_WEIGHT``) runs its products at
-        their thresholds, BLAS's on BLAS's threads, and its other nodes on the calling
-        thread alone; any other such model keeps its products of several rows off BLAS's
-        threads (Gemm's ``pool="openmp"``), all its regions on the OpenMP pool
+        FLOAT or DOUBLE product of a large constant B (see _large_weight) runs its
+        products at their thresholds, BLAS's on BLAS's threads, and its other nodes on the
+        calling thread alone; any other such model keeps its products of several rows off
+        BLAS's threads (Gemm's ``pool="openmp"``), all its regions on the OpenMP pool
         (docs/kernels.md, "One pool per run").
         """
         prepared = {}
-        pool = {"pool": "openmp"} if self._pool(threads) == OPENMP_POOL else {}
+        pool = {"pool": OPENMP_POOL} if self._pool(threads) == OPENMP_POOL else {}
         for node in self._model.nodes:
             if node.view is not None:
                 continue
