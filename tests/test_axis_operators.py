@@ -17,7 +17,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from kerneltune.errors import UnsupportedModelError
-from kerneltune.kernels import library
+from kerneltune.kernels import library, rows
+from kerneltune.kernels.variants import installed_variants
 from kerneltune.runtime import RuntimeSession
 
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
@@ -113,6 +114,33 @@ def test_arg_max_of_a_row_with_nan_is_the_nan_as_numpy_has_it():
     x = np.array([[1.0, np.nan, 3.0, np.nan]], np.float32)
     model = _model("ArgMax", x, 13, TensorProto.INT64, axis=1, keepdims=0)
     assert RuntimeSession(model).run(None, {"x": x})[0].tolist() == [1]
+
+
+@pytest.mark.parametrize("variant", installed_variants())
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_arg_max_and_min_swept_by_columns_give_the_row_by_row_indices(variant, dtype,
+                                                                      monkeypatch):
+    """Runs of many short rows are swept column by column (``rows_pythran._best_rows``); the
+    row-by-row loop (a sweep length of 0) gives the same indices on every variant and thread
+    count, numpy's: ties to the first (or last) of equals, a NaN before any number."""
+    x = _data((9000, 8), dtype)  # two threads' worth, each a run of many sweeps' blocks
+    x[::4, 2] = x[::4, 5] = x.max()
+    x[1::4, 1] = x[1::4, 6] = x.min()
+    if np.issubdtype(dtype, np.floating):
+        x[2, 4] = x[3, 0] = x[3, 6] = x[6, 6] = np.nan
+    element_type = TYPES[dtype]
+    for op_type, find in (("ArgMax", np.argmax), ("ArgMin", np.argmin)):
+        for last in (0, 1):
+            expected = x.shape[1] - 1 - find(x[:, ::-1], axis=1) if last else find(x, axis=1)
+            for sweep in (rows.SWEEP_LENGTHS.get(variant, rows.SWEEP_LENGTH), 0):
+                monkeypatch.setitem(rows.SWEEP_LENGTHS, variant, sweep)
+                for threads in (1, 2):
+                    kernel = library(variant)[op_type].prepare(
+                        element_type, threads=threads, axis=1, keepdims=0,
+                        select_last_index=last)
+                    assert kernel.plan(x).threads == threads
+                    np.testing.assert_array_equal(kernel.run(x), expected,
+                                                  err_msg=f"{op_type} {last=} {sweep=}")
 
 
 @pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMean", "ReduceMax"])

@@ -96,7 +96,7 @@ are stored in ``out`` and reloaded exactly), followed by ``out = alpha * s + bet
 every path, whatever the tiles and the thread count: serial, parallel, packed, unpacked and
 skinny runs give identical bits.
 
-Two pythran rules shape the code:
+Three pythran rules shape the code:
 
 - ``x[i, j]`` is compiled without the negative-index check only when pythran can prove the
   indices non-negative, i.e. when they are sums of ``range(0, ...)`` loop variables of the
@@ -106,6 +106,10 @@ Two pythran rules shape the code:
 - pythran drops a call whose only effect is a write through a view that the callee made of
   its parameter. Every function writing into an array receives the destination (the array
   or a view made in the call expression) as a parameter and writes into that parameter.
+- In an OpenMP build every view takes its array's reference count atomically. The
+  micro-kernel, which every group of rows calls, indexes the B that all threads of a region
+  read at offsets: a view of it per call made the threads pass the count's cache line back
+  and forth, and two threads took longer than one.
 
 Run as plain Python (no compilation) the ``omp`` comments are mere comments and everything
 runs serially, with the same results.
@@ -243,8 +247,13 @@ def _store(acc, oc):
 
 
 def _chunk(ap, b, bk0, bn0, acc, kc, nw):
-    """acc[:, :nw] += ap[:, :kc] @ b[bk0:bk0 + kc, bn0:bn0 + nw], k in order."""
-    bpan = b[bk0:bk0 + kc, bn0:bn0 + nw]
+    """acc[:, :nw] += ap[:, :kc] @ b[bk0:bk0 + kc, bn0:bn0 + nw], k in order.
+
+    B is indexed at its offsets, never through a view of it, which every thread of a region
+    would take (the module's third rule; the ``max`` as in ``_finish``).
+    """
+    bk0 = max(bk0, 0)
+    bn0 = max(bn0, 0)
     kc4 = kc - kc % KU
     for k in range(0, kc4, KU):
         a0_0 = ap[0, k]
@@ -264,10 +273,10 @@ def _chunk(ap, b, bk0, bn0, acc, kc, nw):
         a2_3 = ap[2, k + 3]
         a3_3 = ap[3, k + 3]
         for jj in range(nw):
-            b0 = bpan[k, jj]
-            b1 = bpan[k + 1, jj]
-            b2 = bpan[k + 2, jj]
-            b3 = bpan[k + 3, jj]
+            b0 = b[bk0 + k, bn0 + jj]
+            b1 = b[bk0 + k + 1, bn0 + jj]
+            b2 = b[bk0 + k + 2, bn0 + jj]
+            b3 = b[bk0 + k + 3, bn0 + jj]
             acc[0, jj] += a0_0 * b0
             acc[0, jj] += a0_1 * b1
             acc[0, jj] += a0_2 * b2
@@ -289,9 +298,8 @@ def _chunk(ap, b, bk0, bn0, acc, kc, nw):
         a1 = ap[1, kc4 + q]
         a2 = ap[2, kc4 + q]
         a3 = ap[3, kc4 + q]
-        brow = bpan[kc4 + q]
         for jj in range(nw):
-            b0 = brow[jj]
+            b0 = b[bk0 + kc4 + q, bn0 + jj]
             acc[0, jj] += a0 * b0
             acc[1, jj] += a1 * b0
             acc[2, jj] += a2 * b0

@@ -38,6 +38,11 @@ SOFTMAX, ARG, REDUCE, NORMALIZE = "softmax", "arg", "reduce", "normalize"
 KINDS = {"Softmax": SOFTMAX, "LogSoftmax": SOFTMAX, "ArgMax": ARG, "ArgMin": ARG,
          "ReduceSum": REDUCE, "ReduceMean": REDUCE, "ReduceMax": REDUCE,
          "Normalizer": NORMALIZE}
+#: the longest rows ArgMax and ArgMin sweep column by column (``rows_pythran._best_rows``),
+#: by ISA variant, SWEEP_LENGTH for the others: the baseline's sweep, without vector
+#: selections, lost to the row-by-row loop from 8 columns on (docs/kernels.md)
+SWEEP_LENGTHS: Mapping[str, int] = {"baseline": 4}
+SWEEP_LENGTH = 64
 #: the attributes of each kind, with the defaults of the newest opset (a model's node gets
 #: its own opset's from the schema)
 ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
@@ -73,11 +78,16 @@ class PreparedRows(PreparedKernel):
     """One operator along axes, with its grain, thread limit and attributes bound."""
 
     def __init__(self, key, config, threads, name: str, function: Callable, dtype, out_dtype,
-                 attributes: Mapping[str, Any]):
+                 attributes: Mapping[str, Any], sweep: int = SWEEP_LENGTH):
         self.key, self.config, self.threads = key, config, threads
         self.name, self._function, self._dtype, self.out_dtype = name, function, dtype, out_dtype
         self.kind = KINDS[name]
         self._attributes = {**ATTRIBUTES[self.kind], **attributes}
+        #: the compiled function's argument after the output: ArgMax's and ArgMin's
+        #: ``(select_last_index, sweep)``, Normalizer's norm, None for the rest
+        self.argument = ((bool(self._attributes["select_last_index"]), sweep)
+                         if self.kind == ARG else NORMS[self._attributes["norm"]]
+                         if self.kind == NORMALIZE else None)
         self._grain = config.minimum_elements
         self.thread_limit = min(config.maximum_threads, threads)
         self.run = _fast_rows(self)
@@ -144,7 +154,7 @@ class PreparedRows(PreparedKernel):
         if matrix.size:
             count = self._threads(matrix.size) if threads is None else threads
             if self.kind == NORMALIZE:
-                self._function(matrix, out, NORMS[self._attributes["norm"]], count)
+                self._function(matrix, out, self.argument, count)
             else:
                 self._function(matrix, out, count)
         return out
@@ -159,7 +169,7 @@ class PreparedRows(PreparedKernel):
             return self._of_nothing(out)
         count = self._threads(matrix.size) if threads is None else threads
         if self.kind == ARG:
-            self._function(matrix, out, bool(self._attributes["select_last_index"]), count)
+            self._function(matrix, out, self.argument, count)
         else:
             self._function(matrix, out, count)
         return out
@@ -194,8 +204,7 @@ def _fast_rows(p: PreparedRows):
                  REDUCE: given.get("axes")}[kind]
     if kind == REDUCE:
         last_axis = int(last_axis[0]) if last_axis is not None and len(last_axis) == 1 else None
-    argument = (NORMS[given["norm"]] if kind == NORMALIZE else
-                bool(given["select_last_index"]) if kind == ARG else None)
+    argument = p.argument
     keep = bool(given.get("keepdims", 1))
 
     def run(x, axes=None):
@@ -254,4 +263,5 @@ class RowsKernel(Kernel):
             raise ValueError(f"Normalizer: norm {norm!r} is none of {', '.join(NORMS)}")
         return PreparedRows(self.tuning_key(element_type), config, threads, self.name,
                             self._functions[element_type], NUMPY_DTYPES[element_type],
-                            self.output_dtype(element_type), attributes)
+                            self.output_dtype(element_type), attributes,
+                            SWEEP_LENGTHS.get(self.implementation, SWEEP_LENGTH))
