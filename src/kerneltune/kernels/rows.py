@@ -85,7 +85,7 @@ class PreparedRows(PreparedKernel):
         self._attributes = {**ATTRIBUTES[self.kind], **attributes}
         #: the compiled function's argument after the output: ArgMax's and ArgMin's
         #: ``(select_last_index, sweep)``, Normalizer's norm, None for the rest
-        self.argument = ((bool(self._attributes["select_last_index"]), sweep)
+        self._argument = ((bool(self._attributes["select_last_index"]), sweep)
                          if self.kind == ARG else NORMS[self._attributes["norm"]]
                          if self.kind == NORMALIZE else None)
         self._grain = config.minimum_elements
@@ -154,7 +154,7 @@ class PreparedRows(PreparedKernel):
         if matrix.size:
             count = self._threads(matrix.size) if threads is None else threads
             if self.kind == NORMALIZE:
-                self._function(matrix, out, self.argument, count)
+                self._function(matrix, out, self._argument, count)
             else:
                 self._function(matrix, out, count)
         return out
@@ -169,7 +169,7 @@ class PreparedRows(PreparedKernel):
             return self._of_nothing(out)
         count = self._threads(matrix.size) if threads is None else threads
         if self.kind == ARG:
-            self._function(matrix, out, self.argument, count)
+            self._function(matrix, out, self._argument, count)
         else:
             self._function(matrix, out, count)
         return out
@@ -204,7 +204,7 @@ def _fast_rows(p: PreparedRows):
                  REDUCE: given.get("axes")}[kind]
     if kind == REDUCE:
         last_axis = int(last_axis[0]) if last_axis is not None and len(last_axis) == 1 else None
-    argument = p.argument
+    argument = p._argument
     keep = bool(given.get("keepdims", 1))
 
     def run(x, axes=None):
