@@ -61,8 +61,6 @@ class MatMul(Gemm):
         return PreparedMatMul(gemm)
 
 
-
-
 class PreparedMatMul(PreparedKernel):
     """``numpy.matmul`` over a prepared Gemm with alpha 1: without a bias, or with a fused
     one (C, ``beta`` 1) over a batch of A against one matrix B."""
