@@ -75,11 +75,11 @@ def contention(threads, clock, workers=None, **options) -> Contention:
                       workers=workers or (lambda n: {WORKER}), **options)
 
 
-def run(contention, threads, clock, waited=0, ran=MS, wanted=2, tid=None) -> int:
-    """One run read from start to finish, ``interval`` after the last: it took ``ran``, and
-    a thread (the worker, unless ``tid``) waited ``waited``. Its thread count."""
+def run(contention, threads, clock, waited=0, ran=MS, wanted=2, tid=None, work=None) -> int:
+    """One run of ``work`` read from start to finish, ``interval`` after the last: it took
+    ``ran``, and a thread (the worker, unless ``tid``) waited ``waited``. Its thread count."""
     clock.advance(10 * MS)
-    count, reading = contention.start(wanted)
+    count, reading = contention.start(wanted, work=work)
     assert reading
     threads.wait(waited, tid)
     clock.advance(ran)
@@ -136,10 +136,12 @@ def test_a_probe_brings_the_threads_back_and_a_wait_in_it_sends_them_away(thread
     run(c, threads, clock, waited=MS)
     assert run(c, threads, clock) == 1  # no wait, but no probe yet
     clock.advance(500 * MS)
-    assert run(c, threads, clock, waited=MS) == 2  # the probe: all threads
+    # the probe: all threads; its first run, which wakes the workers, is not judged
+    assert run(c, threads, clock, waited=50 * MS) == 2
+    assert run(c, threads, clock, waited=MS) == 2  # the run that judges it
     assert run(c, threads, clock) == 1  # one wait in a probe is enough
     clock.advance(1000 * MS)  # twice as long after a probe that waited
-    assert run(c, threads, clock) == 2
+    assert run(c, threads, clock, waited=50 * MS) == 2
     for _ in range(60):  # a probe without waits: kept
         assert run(c, threads, clock) == 2
 
@@ -154,7 +156,8 @@ def probe_periods(c, threads, clock, probes: int) -> list[int]:
         since += 1
         if run(c, threads, clock, waited=MS) == 2:  # a probe, waiting
             periods.append(round(since * 11 * MS / (c.probe * 1e9)))
-            since = 0
+            assert run(c, threads, clock, waited=MS) == 2  # the run that judges it
+            since = 1
     return periods
 
 
@@ -164,6 +167,7 @@ def test_each_probe_that_waits_doubles_the_time_to_the_next_up_to_a_limit(thread
     for _ in range(800):  # the neighbour went: the next probe keeps all threads
         if run(c, threads, clock) == 2:
             break
+    assert run(c, threads, clock) == 2  # the probe's judging run
     assert c.fewer == 0
     # and a neighbour that comes back is probed for as soon as it first was
     assert probe_periods(c, threads, clock, 2) == [1, 2]
@@ -182,8 +186,65 @@ def test_a_probe_waits_while_the_runnable_threads_fill_the_cpus(threads, clock):
     runnable[0] = 1  # the neighbours left: the next probe comes within a probe period
     answers = [run(c, threads, clock) for _ in range(50)]
     assert answers[-1] == 2 and answers.index(2) < 50
-    assert c.statistics() == {"readings": 352, "waited": 2, "probes": 1, "probes_waited": 0,
-                              "probes_skipped": skipped, "fewer": 0}
+    assert c.statistics() == {"readings": 352, "waited": 2, "faster": 0, "probes": 1,
+                              "probes_waited": 0, "probes_skipped": skipped, "fewer": 0}
+
+
+def reduce(c, threads, clock, work, ran=MS):
+    """Two waiting runs of ``work`` on two threads, each ``ran`` long: one thread after."""
+    for _ in range(2):
+        assert run(c, threads, clock, waited=MS, ran=ran, work=work) == 2
+    assert c.fewer == 1
+
+
+def test_a_run_faster_than_its_work_on_fewer_threads_keeps_them_whatever_its_waits(
+        threads, clock):
+    c = contention(threads, clock, probe=0.5)
+    reduce(c, threads, clock, "w")
+    for _ in range(3):  # one thread takes twice as long
+        assert run(c, threads, clock, ran=2 * MS, work="w") == 1
+    clock.advance(500 * MS)
+    for _ in range(60):  # the probe and every run after: waiting, but in half the time
+        assert run(c, threads, clock, waited=MS, work="w") == 2
+    # the probe's first run is not judged
+    assert c.statistics()["faster"] == 59 and c.statistics()["probes_waited"] == 0
+    # two threads no longer faster than one was: their waits take a thread again
+    reduce(c, threads, clock, "w", ran=2 * MS)
+
+
+def test_the_times_of_other_work_do_not_count(threads, clock):
+    c = contention(threads, clock, probe=0.5)
+    reduce(c, threads, clock, "small")
+    run(c, threads, clock, ran=10 * MS, work="large")  # on one thread
+    clock.advance(500 * MS)
+    assert run(c, threads, clock, work="small") == 2  # the probe
+    assert run(c, threads, clock, waited=MS, work="small") == 2  # its judging run waited
+    assert run(c, threads, clock, work="small") == 1
+    assert c.statistics()["faster"] == 0
+
+
+def test_beside_neighbours_a_probe_goes_ahead_where_fewer_threads_took_longer(threads, clock):
+    cpus = len(os.sched_getaffinity(0))
+    c = contention(threads, clock, probe=0.5, runnable=lambda: 1 + cpus)
+    reduce(c, threads, clock, "even")
+    for _ in range(100):  # one thread as fast as two: probes skipped while neighbours stay
+        assert run(c, threads, clock, work="even") == 1
+    assert c.statistics()["probes"] == 0 and c.statistics()["probes_skipped"] >= 1
+    reduce(d := contention(threads, clock, probe=0.5, runnable=lambda: 1 + cpus), threads,
+           clock, "slower")
+    answers = [run(d, threads, clock, ran=2 * MS, work="slower") for _ in range(100)]
+    assert answers[-1] == 2  # the probe ran, beside the neighbours, and kept both threads
+    assert d.statistics()["probes"] == 1 and d.statistics()["probes_skipped"] == 0
+
+
+def test_beside_neighbours_a_probe_still_runs_once_in_the_longest_probe_period(threads,
+                                                                             clock):
+    cpus = len(os.sched_getaffinity(0))
+    c = contention(threads, clock, probe=0.5, runnable=lambda: 1 + cpus)
+    reduce(c, threads, clock, "even")
+    answers = [run(c, threads, clock, waited=MS, work="even") for _ in range(1500)]  # 16.5 s
+    assert answers.count(2) == 4  # a probe (two runs) every BACKOFF periods, undone
+    assert c.statistics()["probes"] == c.statistics()["probes_waited"] == 2
 
 
 def test_the_threads_of_a_run_itself_are_not_its_neighbours(threads, clock):
@@ -432,6 +493,23 @@ def test_bad_timings_are_refused_by_name(field, value):
 def test_a_session_refuses_anything_but_a_contention_or_none():
     with pytest.raises(TypeError, match="contention must be a Contention or None, got 'on'"):
         RuntimeSession(_model("Add"), threads=2, contention="on")
+
+
+def test_a_session_names_its_work_by_its_inputs_shapes():
+    works = []
+
+    class Recording(Contention):
+        def start(self, wanted, blas=False, work=None):
+            works.append(work)
+            return wanted, False
+
+    first, second = (RuntimeSession(_model("Add"), threads=2, contention=Recording(interval=0))
+                     for _ in range(2))
+    for session, size in ((first, 10), (first, 10), (first, 20), (second, 10)):
+        x = np.ones(size, np.float32)
+        session.run(None, {"A": x, "B": x})
+    assert works[0] == works[1] and len({works[1], works[2], works[3]}) == 3
+    assert works[0][1:] == ((10,), (10,))
 
 
 def test_a_one_thread_session_never_asks():

@@ -31,6 +31,15 @@ A probe is skipped, at no cost, while the machine's runnable threads
 (``/proc/loadavg``) leave fewer CPUs free than the probe would use: beside
 neighbours that stay, the threads stay reduced, and once they leave the next
 probe comes within ``probe`` seconds (docs/kernels.md, "On a busy host").
+
+Waits say that a run's threads queued, not that fewer threads would have been faster:
+beside busy processes a run's threads may queue a little at every run and still finish
+in half the time one thread takes. So a reading also keeps how long the run took, per
+thread count and per work (a session's inputs' shapes, which the session names): a run
+whose time was at most ``FASTER`` times that of the same work on fewer threads keeps its
+threads whatever its waits, and a probe goes ahead beside neighbours when the work on
+fewer threads took longer than ``1 / FASTER`` times its time on all of them, or when no
+probe has run for ``BACKOFF`` periods.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 
 from .._support.checks import is_non_negative_number
@@ -52,8 +61,12 @@ Runnable = Callable[[], int | None]
 _NEVER = 2 ** 63
 #: the longest time between probes, in ``probe`` periods
 BACKOFF = 16
+#: a run that took at most this share of its work's time on fewer threads was faster
+FASTER = 0.9
+#: the works whose times a contention keeps, the oldest forgotten first
+WORKS = 64
 #: what :meth:`Contention.statistics` counts
-COUNTS = ("readings", "waited", "probes", "probes_waited", "probes_skipped")
+COUNTS = ("readings", "waited", "faster", "probes", "probes_waited", "probes_skipped")
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,10 @@ class _Reading:
     wanted: int
     began: int
     waits: int
+    work: Hashable
+    #: the first run of a probe, whose workers may have slept since the last run on all
+    #: threads: the probe's next reading judges it
+    waking: bool
 
 
 class Contention:
@@ -125,49 +142,60 @@ class Contention:
         self._stalled = False  # whether the last reading's run waited
         self._probing = False
         self._settled = 0  # ``fewer`` before a probe, to return to when the probe waits
-        self._next_probe = 0
+        self._next_probe = self._probed = 0
         self._backoff = 1  # ``probe`` periods to the next probe
         self._pools: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+        # per work read, its last reading's nanoseconds per thread count
+        self._times: dict[Hashable, dict[int, int]] = {}
         # the BLAS library's pool is the process's, whichever thread calls: asked once per count
         self._blas_pools: dict[int, Collection[int]] = {}
         self._counts = dict.fromkeys(COUNTS, 0)
 
-    def start(self, wanted: int, blas: bool = False) -> tuple[int, bool]:
+    def start(self, wanted: int, blas: bool = False, work: Hashable = None) -> tuple[int, bool]:
         """The threads for a run that asks for ``wanted`` (``blas``: whose steps may run on
         the BLAS library's threads), and whether its waits are being read: then
-        :meth:`finish` ends the reading after the run."""
+        :meth:`finish` ends the reading after the run. ``work`` names what the run computes
+        (None: nothing to compare), so that its times on each thread count are compared."""
         now = self.clock()
         if now < self.next_reading or not self._lock.acquire(blocking=False):
             return self._threads(wanted), False
         try:
             self.next_reading = now + int(self.interval * 1e9)
-            if self.fewer and not self._probing and now >= self._next_probe:
-                self._probe(wanted, now)
+            waking = bool(self.fewer) and not self._probing and now >= self._next_probe
+            if waking:
+                self._probe(wanted, now, work)
+                waking = self._probing
             threads = self._threads(wanted)
             # the workers of this run's regions: idle ones may spin, at no cost to the run
             pool = self._pool(threads, blas)
             waits = None if pool is None else self._waits(pool)
             if waits is None:
                 return self._threads(wanted), False
-            self._readings[pool[0]] = _Reading(pool, threads, wanted, now, waits)
+            self._readings[pool[0]] = _Reading(pool, threads, wanted, now, waits, work, waking)
             self._counts["readings"] += 1
             return threads, True
         finally:
             self._lock.release()
 
-    def _probe(self, wanted: int, now: int) -> None:
-        """All threads for this run, unless the runnable threads leave too few CPUs free.
+    def _probe(self, wanted: int, now: int, work: Hashable) -> None:
+        """All threads for this run, unless the runnable threads leave too few CPUs free,
+        ``work`` took no longer on the fewer threads than on all of them, and a probe ran
+        within the longest time between probes (which refreshes the times compared).
 
         The runnable threads beyond this run's own (which may all be running or spinning)
         are the neighbours'."""
         runnable = None if self._cpus is None else self._runnable()
-        if runnable is not None and (self._cpus - max(0, runnable - self._threads(wanted))
-                                     < wanted):
+        times = self._times.get(work, {})
+        fewer, every = times.get(self._threads(wanted)), times.get(wanted)
+        costly = fewer is not None and every is not None and every < FASTER * fewer
+        stale = now - self._probed >= BACKOFF * self.probe * 1e9
+        if not (costly or stale) and runnable is not None and (
+                self._cpus - max(0, runnable - self._threads(wanted)) < wanted):
             self._counts["probes_skipped"] += 1
             self._next_probe = now + int(self.probe * 1e9)
             return
         self._counts["probes"] += 1
-        self._settled, self.fewer, self._probing = self.fewer, 0, True
+        self._settled, self.fewer, self._probing, self._probed = self.fewer, 0, True, now
 
     def statistics(self) -> dict[str, int]:
         """What the readings found so far: runs read, those that waited, probes run, probes
@@ -181,18 +209,37 @@ class Contention:
         try:
             reading = self._readings.pop(threading.get_native_id(), None)
             waits = None if reading is None else self._waits(reading.pool)
-            if waits is None:
+            if waits is None or reading.waking:
                 return
             now = self.clock()
             waited, ran = waits - reading.waits, now - reading.began
-            if reading.threads > 1 and waited > 0 and waited * reading.threads >= ran:
+            if (reading.threads > 1 and waited > 0 and waited * reading.threads >= ran
+                    and not self._faster(reading, ran)):
                 self._waited(reading, now)
             else:
                 if self._probing:
                     self._backoff = 1
                 self._stalled = self._probing = False
+            self._keep_time(reading, ran)
         finally:
             self._lock.release()
+
+    def _faster(self, reading: _Reading, ran: int) -> bool:
+        """Whether the run took at most ``FASTER`` times its work's last time on fewer
+        threads (counted: its waits then take no thread)."""
+        times = self._times.get(reading.work, {})
+        faster = any(ran <= FASTER * times[count] for count in range(1, reading.threads)
+                     if count in times)
+        self._counts["faster"] += faster
+        return faster
+
+    def _keep_time(self, reading: _Reading, ran: int) -> None:
+        if reading.work is None:
+            return
+        times = self._times.pop(reading.work, None)
+        if times is None and len(self._times) >= WORKS:
+            del self._times[next(iter(self._times))]
+        self._times[reading.work] = {**(times or {}), reading.threads: ran}
 
     def _waited(self, reading: _Reading, now: int) -> None:
         """A run that would have been as fast on a thread fewer."""

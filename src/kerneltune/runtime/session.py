@@ -141,6 +141,9 @@ class RuntimeSession:
              s.shape is not None)
             for s in model.inputs
         )
+        #: what a run computes, for contention's comparison of its times on each thread
+        #: count: this session and its inputs' shapes
+        self._work, self._feed_slots = object(), tuple(feed[1] for feed in self._feeds)
         symbols = [(s.name, axis, symbol)
                    for s in model.inputs for axis, symbol in enumerate(s.shape or ())
                    if isinstance(symbol, str)]
@@ -275,7 +278,9 @@ class RuntimeSession:
         threads, contention, reading = self.threads, self._contention, False
         if contention is not None and (contention.fewer
                                        or contention.clock() >= contention.next_reading):
-            threads, reading = contention.start(self.threads, self._uses_blas)
+            threads, reading = contention.start(
+                self.threads, self._uses_blas,
+                (self._work, *[values[i].shape for i in self._feed_slots]))
             if threads != self.threads:
                 self._reduced_runs[threads] = self._reduced_runs.get(threads, 0) + 1
         try:
