@@ -28,7 +28,8 @@ kerneltune also runs with contention off (``contention=None``;
 earlier checkout whose compiled kernels are in place): ``quiet_cost`` is the p50 now
 over that one's, what this version's policy costs where nothing competes. Each
 kerneltune process records its contention's statistics (runs read, runs that waited,
-probes run, probes that waited, probes skipped) at its end.
+runs faster than on fewer threads, probes run, probes that waited, probes skipped) at its
+end.
 
 Targets, beside busy processes: onnxruntime / kerneltune at least 0.8 in every case
 and at least 1.0 by geometric mean, kerneltune's p90 at most 3x its median; quiet,

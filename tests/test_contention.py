@@ -237,6 +237,21 @@ def test_beside_neighbours_a_probe_goes_ahead_where_fewer_threads_took_longer(th
     assert d.statistics()["probes"] == 1 and d.statistics()["probes_skipped"] == 0
 
 
+def test_the_runs_that_waited_a_time_slice_are_not_their_counts_pace(threads, clock):
+    cpus = len(os.sched_getaffinity(0))
+    c = contention(threads, clock, probe=0.5, runnable=lambda: 1 + cpus)
+    for _ in range(5):
+        assert run(c, threads, clock, work="w") == 2
+    for _ in range(2):  # two runs that queued for a time slice: a thread fewer
+        run(c, threads, clock, waited=8 * MS, ran=8 * MS, work="w")
+    assert c.fewer == 1
+    answers = [run(c, threads, clock, ran=2 * MS, work="w") for _ in range(60)]
+    answers += [run(c, threads, clock, waited=MS, work="w") for _ in range(10)]
+    # two threads' pace is their shortest recent run: the probe went ahead and stayed
+    assert answers[-10:] == [2] * 10 and c.statistics()["faster"] >= 1
+    assert c.statistics()["probes_skipped"] == 0
+
+
 def test_beside_neighbours_a_probe_still_runs_once_in_the_longest_probe_period(threads,
                                                                              clock):
     cpus = len(os.sched_getaffinity(0))

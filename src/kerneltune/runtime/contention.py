@@ -36,10 +36,11 @@ Waits say that a run's threads queued, not that fewer threads would have been fa
 beside busy processes a run's threads may queue a little at every run and still finish
 in half the time one thread takes. So a reading also keeps how long the run took, per
 thread count and per work (a session's inputs' shapes, which the session names): a run
-whose time was at most ``FASTER`` times that of the same work on fewer threads keeps its
-threads whatever its waits, and a probe goes ahead beside neighbours when the work on
-fewer threads took longer than ``1 / FASTER`` times its time on all of them, or when no
-probe has run for ``BACKOFF`` periods.
+whose time was at most ``FASTER`` times that of the same work on fewer threads (the
+shortest of its ``RECENT`` last readings there) keeps its threads whatever its waits, and
+a probe goes ahead beside neighbours when the work on fewer threads took longer than
+``1 / FASTER`` times its time on all of them, or when no probe has run for ``BACKOFF``
+periods.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ BACKOFF = 16
 FASTER = 0.9
 #: the works whose times a contention keeps, the oldest forgotten first
 WORKS = 64
+#: the readings per work and thread count whose shortest time stands for that count: a
+#: run that waited a time slice for a CPU is not the count's pace
+RECENT = 8
 #: what :meth:`Contention.statistics` counts
 COUNTS = ("readings", "waited", "faster", "probes", "probes_waited", "probes_skipped")
 
@@ -145,8 +149,8 @@ class Contention:
         self._next_probe = self._probed = 0
         self._backoff = 1  # ``probe`` periods to the next probe
         self._pools: dict[tuple[int, int, bool], tuple[int, ...]] = {}
-        # per work read, its last reading's nanoseconds per thread count
-        self._times: dict[Hashable, dict[int, int]] = {}
+        # per work read, its last RECENT readings' nanoseconds per thread count
+        self._times: dict[Hashable, dict[int, tuple[int, ...]]] = {}
         # the BLAS library's pool is the process's, whichever thread calls: asked once per count
         self._blas_pools: dict[int, Collection[int]] = {}
         self._counts = dict.fromkeys(COUNTS, 0)
@@ -187,7 +191,7 @@ class Contention:
         runnable = None if self._cpus is None else self._runnable()
         times = self._times.get(work, {})
         fewer, every = times.get(self._threads(wanted)), times.get(wanted)
-        costly = fewer is not None and every is not None and every < FASTER * fewer
+        costly = fewer is not None and every is not None and min(every) < FASTER * min(fewer)
         stale = now - self._probed >= BACKOFF * self.probe * 1e9
         if not (costly or stale) and runnable is not None and (
                 self._cpus - max(0, runnable - self._threads(wanted)) < wanted):
@@ -198,8 +202,9 @@ class Contention:
         self._settled, self.fewer, self._probing, self._probed = self.fewer, 0, True, now
 
     def statistics(self) -> dict[str, int]:
-        """What the readings found so far: runs read, those that waited, probes run, probes
-        that waited and probes skipped, and ``fewer`` now."""
+        """What the readings found so far: runs read, those that waited, those that waited
+        but were faster than on fewer threads, probes run, probes that waited and probes
+        skipped, and ``fewer`` now."""
         return {**self._counts, "fewer": self.fewer}
 
     def finish(self) -> None:
@@ -225,10 +230,10 @@ class Contention:
             self._lock.release()
 
     def _faster(self, reading: _Reading, ran: int) -> bool:
-        """Whether the run took at most ``FASTER`` times its work's last time on fewer
-        threads (counted: its waits then take no thread)."""
+        """Whether the run took at most ``FASTER`` times its work's shortest recent time on
+        fewer threads (counted: its waits then take no thread)."""
         times = self._times.get(reading.work, {})
-        faster = any(ran <= FASTER * times[count] for count in range(1, reading.threads)
+        faster = any(ran <= FASTER * min(times[count]) for count in range(1, reading.threads)
                      if count in times)
         self._counts["faster"] += faster
         return faster
@@ -239,7 +244,9 @@ class Contention:
         times = self._times.pop(reading.work, None)
         if times is None and len(self._times) >= WORKS:
             del self._times[next(iter(self._times))]
-        self._times[reading.work] = {**(times or {}), reading.threads: ran}
+        times = times or {}
+        self._times[reading.work] = {
+            **times, reading.threads: (*times.get(reading.threads, ()), ran)[-RECENT:]}
 
     def _waited(self, reading: _Reading, now: int) -> None:
         """A run that would have been as fast on a thread fewer."""
