@@ -183,8 +183,8 @@ class Contention:
 
     def _probe(self, wanted: int, now: int, work: Hashable) -> None:
         """All threads for this run, unless the runnable threads leave too few CPUs free,
-        ``work`` took no longer on the fewer threads than on all of them, and a probe ran
-        within the longest time between probes (which refreshes the times compared).
+        ``work``'s pace on all threads is not ``FASTER`` than on the fewer, and a probe ran
+        within the longest time between probes (which refreshes the paces compared).
 
         The runnable threads beyond this run's own (which may all be running or spinning)
         are the neighbours'."""
