@@ -152,12 +152,15 @@ class PreparedRows(PreparedKernel):
         """Softmax, LogSoftmax or Normalizer of each row of ``matrix``."""
         out = np.empty(matrix.shape, self.out_dtype)
         if matrix.size:
-            count = self._threads(matrix.size) if threads is None else threads
-            if self.kind == NORMALIZE:
-                self._function(matrix, out, self._argument, count)
-            else:
-                self._function(matrix, out, count)
+            self._compute(matrix, out, self._threads(matrix.size) if threads is None else threads)
         return out
+
+    def _compute(self, matrix: np.ndarray, out: np.ndarray, count: int) -> None:
+        """The compiled function over ``matrix`` on ``count`` threads, with its argument."""
+        if self._argument is None:
+            self._function(matrix, out, count)
+        else:
+            self._function(matrix, out, self._argument, count)
 
     def _reduced(self, matrix: np.ndarray, threads: int | None) -> np.ndarray:
         """One value per row of ``matrix``: its arg, sum, mean or largest value."""
@@ -167,11 +170,7 @@ class PreparedRows(PreparedKernel):
             return out
         if not n:
             return self._of_nothing(out)
-        count = self._threads(matrix.size) if threads is None else threads
-        if self.kind == ARG:
-            self._function(matrix, out, self._argument, count)
-        else:
-            self._function(matrix, out, count)
+        self._compute(matrix, out, self._threads(matrix.size) if threads is None else threads)
         return out
 
     def _of_nothing(self, out: np.ndarray) -> np.ndarray:
