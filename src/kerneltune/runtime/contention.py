@@ -218,8 +218,10 @@ class Contention:
                 return
             now = self.clock()
             waited, ran = waits - reading.waits, now - reading.began
-            if (reading.threads > 1 and waited > 0 and waited * reading.threads >= ran
-                    and not self._faster(reading, ran)):
+            stalled = reading.threads > 1 and waited > 0 and waited * reading.threads >= ran
+            faster = stalled and self._faster(reading, ran)
+            self._counts["faster"] += faster  # a run whose waits take no thread
+            if stalled and not faster:
                 self._waited(reading, now)
             else:
                 if self._probing:
@@ -231,12 +233,10 @@ class Contention:
 
     def _faster(self, reading: _Reading, ran: int) -> bool:
         """Whether the run took at most ``FASTER`` times its work's shortest recent time on
-        fewer threads (counted: its waits then take no thread)."""
+        fewer threads."""
         times = self._times.get(reading.work, {})
-        faster = any(ran <= FASTER * min(times[count]) for count in range(1, reading.threads)
-                     if count in times)
-        self._counts["faster"] += faster
-        return faster
+        return any(ran <= FASTER * min(times[count]) for count in range(1, reading.threads)
+                   if count in times)
 
     def _keep_time(self, reading: _Reading, ran: int) -> None:
         if reading.work is None:
