@@ -30,9 +30,10 @@ MATMUL = MatMul(selected_variant())
 SMALL_TILES = {"algorithm.tile_m": 8, "algorithm.tile_n": 64, "algorithm.tile_k": 16,
                "algorithm.skinny_m_limit": 8, "algorithm.blas_minimum_fmas": 10**15,
                "algorithm.column_blas_minimum_fmas": 10**15}
-#: ... and a thread for every task
-PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_tasks": 2}
-#: the four compiled paths, forced whatever the shape
+#: ... and a thread for every task (the row path off: it runs one thread, one or two rows)
+PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_tasks": 2,
+            "algorithm.row_m_limit": 0}
+#: the compiled paths, forced whatever the shape
 BLOCKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 0,
            "algorithm.panel_n_limit": 0, "algorithm.pack_b_minimum_elements": 10**12}
 PACKED = {**PARALLEL, "algorithm.skinny_m_limit": 0, "algorithm.column_n_limit": 0,
@@ -501,7 +502,8 @@ def test_defaults_take_the_compiled_paths_for_small_products_and_blas_above():
     check_plan({}, (64, 64, 32), "panel", threads=1)
     check_plan({}, (64, 64, 64), "blocked", threads=1)
     # few rows: a B that stays in cache goes through the blocked path, a larger B streams
-    check_plan({}, (1, 64, 64), "blocked", threads=1)
+    check_plan({}, (3, 64, 64), "blocked", threads=1)
+    check_plan({}, (1, 64, 64), "row", threads=1)
     check_plan({}, (1, 128, 128), "skinny", threads=1)
     big = round(defaults.blas_minimum_fmas ** (1 / 3)) + 1
     plan = check_plan({}, (big, big, big), "blas")
@@ -648,7 +650,7 @@ def test_a_bias_of_fewer_dimensions_than_two_takes_the_compiled_call(bias, blas)
 
 
 def test_skinny_m_limit_switches_the_skinny_path():
-    any_b = {"algorithm.skinny_minimum_b_elements": 0}
+    any_b = {"algorithm.skinny_minimum_b_elements": 0, "algorithm.row_m_limit": 0}
     check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (8, 30, 40), "skinny")
     check_plan({**any_b, "algorithm.skinny_m_limit": 7}, (8, 30, 40), "blocked")
     check_plan({**any_b, "algorithm.skinny_m_limit": 8}, (9, 30, 40), "blocked")
@@ -656,7 +658,7 @@ def test_skinny_m_limit_switches_the_skinny_path():
 
 
 def test_skinny_minimum_b_elements_keeps_small_b_on_the_blocked_path():
-    few = {"algorithm.skinny_m_limit": 8}
+    few = {"algorithm.skinny_m_limit": 8, "algorithm.row_m_limit": 0}
     check_plan({**few, "algorithm.skinny_minimum_b_elements": 30 * 40}, (8, 30, 40), "skinny")
     check_plan({**few, "algorithm.skinny_minimum_b_elements": 30 * 40 + 1}, (8, 30, 40),
                "blocked")
@@ -947,6 +949,68 @@ def test_the_column_limit_says_which_products_take_the_column_path(limit, column
     assert prepare(values, kernel=MATMUL).plan(
         matrix((4096, 16)), matrix((16, columns))).path == path
     assert GEMM.configure("FLOAT", {}).column_n_limit == 8
+
+
+# -- the row path -----------------------------------------------------------------------------
+
+#: the row path for one or two rows of any B
+ROW = {**PARALLEL, "algorithm.row_m_limit": STRIP_ROWS,
+       "algorithm.skinny_minimum_b_elements": 10**12}
+
+
+@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 8, 32), (2, 32, 16), (1, 16, 1), (2, 100, 100),
+                                   (1, 7, 300), (2, 130, 65)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar"),
+                                        (1.0, "row"), (0.5, "full")],
+                         ids=["plain", "general", "scalar", "row", "full"])
+def test_one_or_two_rows_take_the_row_path_with_the_bits_of_the_blocked_path(
+        element_type, dtype, m, k, n, trans_a, trans_b, alpha, bias):
+    """On the builds with and without OpenMP, through the small products' entry and the
+    checked run, Relu included: ``run_serial``'s bits."""
+    a, b, c = operands(m, k, n, trans_a, trans_b, bias, dtype)
+    for relu in (False, True):
+        outputs = []
+        for threads in (1, 2):
+            prepared = prepare(ROW, element_type, threads, alpha=alpha, transA=trans_a,
+                               transB=trans_b, activation="Relu" if relu else None)
+            plan = prepared.plan(a, b, c)
+            assert (plan.path, plan.threads) == ("row", 1)
+            outputs += [prepared.run(a, b, c), prepared.run_checked(a, b, c),
+                        prepared.run_serial(a, b, c)]
+        assert all(out.tobytes() == outputs[0].tobytes() for out in outputs)
+        expected = reference(a, b, c, alpha, 1.0, trans_a, trans_b)
+        assert_close(outputs[0], np.maximum(expected, 0) if relu else expected, k, dtype)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_large_outputs_of_the_row_path_take_its_export(trans_b):
+    """A row of 128 KiB or more comes from the output pool and goes to ``row`` itself."""
+    a, b, c = operands(2, 3, 20_000, 0, trans_b, "row")
+    assert outputs.INTERMEDIATE_MINIMUM_BYTES <= 2 * 20_000 * 4
+    prepared = prepare(ROW, threads=1, transB=trans_b)
+    assert prepared.plan(a, b, c).path == "row"
+    assert prepared.run(a, b, c).tobytes() == prepared.run_serial(a, b, c).tobytes()
+
+
+@pytest.mark.parametrize(("values", "shape", "path"), [
+    ({}, (1, 8, 32), "row"), ({}, (2, 32, 16), "row"), ({}, (1, 16, 1), "row"),
+    ({}, (3, 8, 32), "panel"), ({}, (1, 128, 127), "row"), ({}, (1, 128, 128), "skinny"),
+    ({"algorithm.row_m_limit": 1}, (2, 8, 32), "panel"),
+    ({"algorithm.row_m_limit": 1}, (1, 8, 32), "row"),
+    ({"algorithm.row_m_limit": 0}, (1, 8, 32), "panel"),
+    ({"algorithm.skinny_minimum_b_elements": 8 * 32}, (1, 8, 32), "skinny"),
+    ({"algorithm.skinny_minimum_b_elements": 0}, (1, 8, 32), "skinny")])
+def test_the_row_limit_and_skinny_minimum_b_say_which_products_take_the_row_path(
+        values, shape, path):
+    """A batch of one through an MLP: one or two rows whose B the skinny path leaves (fewer
+    than algorithm.skinny_minimum_b_elements elements), whatever the threads."""
+    plan = check_plan(values, shape, path)  # prepared for two threads
+    assert plan.threads == 1 or path != "row"
+    assert GEMM.configure("FLOAT", {}).row_m_limit == STRIP_ROWS
+    with pytest.raises(ValueError, match="row_m_limit"):
+        GEMM.configure("FLOAT", {"algorithm.row_m_limit": STRIP_ROWS + 1})
 
 
 # -- a constant B ---------------------------------------------------------------------------

@@ -564,6 +564,41 @@ def test_the_skinny_row_limit_stays_on_the_grid_of_row_counts(threads, blocked_f
     assert (decision.value, decision.measured) == (limit, measured)
 
 
+@pytest.mark.parametrize(("two_rows_faster", "limit"), [(True, 2), (False, 1)])
+def test_the_row_limit_is_the_fastest_of_none_one_and_two_rows(two_rows_faster, limit):
+    """The limit in use (2) stays while the row path wins on two rows; where a second row
+    runs slower on it than on the path that takes it otherwise, one row is the limit."""
+    kernel, element_type, context = _calibration_context("MatMul", 1, **QUICK)
+    cases, checked = [], context.check
+
+    def check(case, point, outputs, tolerance=None):
+        cases.append(case)  # the case's name
+        return checked(case, point, outputs, tolerance)
+
+    def seconds(label):
+        rows, row_limit = int(cases[-1].split()[0]), int(label.split()[4])
+        if rows > row_limit:
+            return 1.5  # the panel or blocked path
+        return 1.0 if rows == 1 or two_rows_faster else 2.0
+
+    context.check = check
+    context.measure = lambda runs: {name: Measurement((seconds(name),) * 5, (), 1)
+                                    for name in runs}
+    GemmCalibration(kernel, element_type)._row(context, {})
+    decision = next(d for d in context.decisions if d.parameter == "algorithm.row_m_limit")
+    assert decision.value == limit and decision.changed == (limit != 2)
+    assert {"1 x N x N", "2 x N x N"} <= set(cases)
+
+
+def test_the_row_limit_is_kept_when_the_skinny_path_takes_every_b():
+    kernel, element_type, context = _calibration_context(
+        "Gemm", 1, {"algorithm.skinny_minimum_b_elements": 32 * 32})
+    GemmCalibration(kernel, element_type)._row(context, {})
+    (decision,) = context.decisions
+    assert decision.parameter == "algorithm.row_m_limit" and not decision.changed
+    assert "skinny_minimum_b_elements is 1024" in decision.reason and not decision.candidates
+
+
 def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():
     """A B threshold above the searched sizes leaves the skinny path nothing to race BLAS on."""
     kernel, element_type, context = _calibration_context(

@@ -39,7 +39,7 @@ from .calibrate import (
 )
 from .gemm import BLOCKED as BLOCKED_PLAN
 from .gemm import BLOCKED_PACKED as BLOCKED_PACKED_PLAN
-from .gemm import KU, MR, NR, Gemm
+from .gemm import KU, MR, NR, STRIP_ROWS, Gemm
 from .gemm import SKINNY as SKINNY_PLAN
 from .matmul import MatMul
 
@@ -56,6 +56,7 @@ PACK_B = "algorithm.pack_b_minimum_elements"
 SKINNY = "algorithm.skinny_m_limit"
 COLUMN = "algorithm.column_n_limit"
 PANEL = "algorithm.panel_n_limit"
+ROW = "algorithm.row_m_limit"
 SKINNY_B = "algorithm.skinny_minimum_b_elements"
 BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
@@ -66,6 +67,9 @@ SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
 #: depth and width of the skinny-M family
 SKINNY_DEPTH = 512
+#: N of the row path's cases (rows x N by N x N): a hidden layer's width, and one just below
+#: the default skinny_minimum_b_elements, where a second row on `x86_64_v4` ran slower
+ROW_SIZES = (32, 96)
 #: rows and depth of the narrow-N family (a classifier's scores over a batch)
 NARROW_ROWS, NARROW_DEPTH = 1024, 64
 #: depth of the tall family, on which BLAS races the column path (the last layer of an MLP,
@@ -249,6 +253,7 @@ class GemmCalibration(KernelCalibration):
             max(1, math.isqrt(int(context.values[PACK_B])))))
         self._skinny(context, compiled)
         self._skinny_parallel(context, compiled)
+        self._row(context, compiled)
         self._panel(context, compiled)
         self._column(context, compiled)
         self._blas(context, square, squares, compiled)
@@ -315,6 +320,27 @@ class GemmCalibration(KernelCalibration):
             SKINNY_B, self._rows(context, few),
             whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
             lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
+
+    def _row(self, context: CalibrationContext, compiled: dict) -> None:
+        """The rows (at most ``STRIP_ROWS``) up to which the row path takes a product of a
+        B in cache: each limit's run compared on one and two rows, the limit in use kept
+        unless another is faster on the whole and slower on no case."""
+        smallest_b = int(context.values[SKINNY_B])
+        sizes = [size for size in ROW_SIZES if size * size < smallest_b]
+        if not sizes:
+            context.keep(ROW, f"kept: algorithm.skinny_minimum_b_elements is {smallest_b}, "
+                              f"so the skinny path takes the B of every case")
+            return
+        in_use = int(context.values[ROW])
+        limits = [in_use] + [limit for limit in range(STRIP_ROWS + 1) if limit != in_use]
+        settings = [Setting(f"row path up to {limit} rows", {ROW: limit},
+                            self._runner(context, {**compiled, ROW: limit}))
+                    for limit in limits]
+        cases = [(self._rows(context, rows), size)
+                 for rows in range(1, STRIP_ROWS + 1) for size in sizes]
+        result = compare_settings(context, Comparison(cases, settings))
+        context.comparison.extend(result.table)
+        context.decide(ROW, result.chosen.values[ROW], result.reason, result.candidates)
 
     def _panel(self, context: CalibrationContext, compiled: dict) -> None:
         """The columns of op(B) up to which the panel path beats the blocked one (the

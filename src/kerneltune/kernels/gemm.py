@@ -1,7 +1,7 @@
 """Gemm (and the machinery MatMul shares, :mod:`.matmul`): typed configs, the path of each
 product, and prepared runs.
 
-Five algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
+Six algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pythran`):
 
 - ``blocked``: the compiled blocked kernel, B read in place; ``blocked_packed``: the same
   with each ``tile_k x NR`` block of a ``tile_k x tile_n`` panel of B first copied into
@@ -9,6 +9,9 @@ Five algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_py
   ``algorithm.pack_b_minimum_elements`` elements, and always with transB;
 - ``skinny``: the compiled kernel for at most ``algorithm.skinny_m_limit`` rows, which
   streams B once, for a B of ``algorithm.skinny_minimum_b_elements`` elements or more;
+- ``row``: the compiled kernel for at most ``algorithm.row_m_limit`` rows (at most
+  ``STRIP_ROWS``) of a B the skinny path leaves, summed straight into the output on one
+  thread (a batch of one through an MLP's layers);
 - ``column``: the compiled kernel for at most ``algorithm.column_n_limit`` columns of op(B)
   (a classifier's scores, the last layer of a regressor), which computes the chains of
   many rows side by side;
@@ -31,13 +34,13 @@ threads; column strips of ``tile_n`` for skinny, halved alike) and run
 ``min(threads, tasks, M * N * K // parallel.fmas_per_work_unit)`` threads
 (``parallel.skinny_fmas_per_work_unit`` on the skinny path, whose multiply-adds each read
 an element of B that a square product reuses from cache) when there are at least
-``parallel.minimum_tasks`` tasks, else one. The BLAS path runs on the BLAS library's
-own threads, at most the prepared kernel's: a session given N threads never runs more,
-so the BLAS library's count is lowered around a call when it is higher (calibration
-measures BLAS under the same limit).
+``parallel.minimum_tasks`` tasks, else one (the row path: always one). The BLAS path
+runs on the BLAS library's own threads, at most the prepared kernel's: a session given N
+threads never runs more, so the BLAS library's count is lowered around a call when it is
+higher (calibration measures BLAS under the same limit).
 
 Every compiled path computes each output element as one sum in ascending k order, so
-blocked, packed, skinny, column, panel, serial and parallel runs give identical bits;
+blocked, packed, skinny, row, column, panel, serial and parallel runs give identical bits;
 ``run_serial`` (the calibration reference) is the blocked path on one thread. The BLAS
 path sums in another order. FLOAT16 and BFLOAT16 are widened to float32, computed and
 narrowed back, the conversions running on every thread from
@@ -65,6 +68,7 @@ from .gemm_pythran import (
     NR,
     PACKED_PATH,
     PANEL_PATH,
+    ROW_PATH,
     SKINNY_PATH,
     STRIP_ROWS,
     T_BLAS,
@@ -77,6 +81,7 @@ from .gemm_pythran import (
     T_PANEL_LIMIT,
     T_PANEL_TALL,
     T_RELU,
+    T_ROW_LIMIT,
     T_SKINNY_BLAS,
     T_SKINNY_FMAS_PER_UNIT,
     T_SKINNY_LIMIT,
@@ -117,11 +122,12 @@ WORKER_TASKS_PER_THREAD = 8
 WORKER_CHUNKS_PER_THREAD = 4
 
 #: paths of :attr:`Plan.path`
-BLAS, SKINNY, BLOCKED, BLOCKED_PACKED, COLUMN, PANEL = (
-    "blas", "skinny", "blocked", "blocked_packed", "column", "panel")
+BLAS, SKINNY, BLOCKED, BLOCKED_PACKED, COLUMN, PANEL, ROW = (
+    "blas", "skinny", "blocked", "blocked_packed", "column", "panel", "row")
 #: the path of each code the compiled ``decide`` returns
 PATH_NAMES = {BLAS_PATH: BLAS, SKINNY_PATH: SKINNY, BLOCKED_PATH: BLOCKED,
-              PACKED_PATH: BLOCKED_PACKED, COLUMN_PATH: COLUMN, PANEL_PATH: PANEL}
+              PACKED_PATH: BLOCKED_PACKED, COLUMN_PATH: COLUMN, PANEL_PATH: PANEL,
+              ROW_PATH: ROW}
 #: thresholds go to the compiled code as int64; a larger one is never reached anyway
 INT64_MAX = 2**63 - 1
 
@@ -149,6 +155,10 @@ class GemmConfig:
         doc="elements of B (K * N) from which a product of at most algorithm.skinny_m_limit "
             "rows takes the skinny path, which pays by streaming B once: a B that stays in "
             "cache goes faster through the blocked path (0: any B)")
+    row_m_limit: int = tunable(
+        "algorithm.row_m_limit", STRIP_ROWS, minimum=0, maximum=STRIP_ROWS,
+        doc="products of at most this many rows whose B has fewer than "
+            "algorithm.skinny_minimum_b_elements elements take the row path (0: never)")
     column_n_limit: int = tunable(
         "algorithm.column_n_limit", 8, minimum=0,
         doc="products of at most this many columns of op(B) take the column path (0: never)")
@@ -331,7 +341,7 @@ class PreparedGemm(PreparedKernel):
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
         self._blocked, self._skinny, self._column = module.blocked, module.skinny, module.column
-        self._panel = module.panel
+        self._panel, self._row = module.panel, module.row
         self._gemm = module.gemm
         #: the small products' entry of the build without OpenMP (``serial_module``), for
         #: those of fewer multiply-adds than ``_one_thread_below``, which ``decide`` gives
@@ -374,6 +384,7 @@ class PreparedGemm(PreparedKernel):
                   T_SKINNY_MINIMUM_B: config.skinny_minimum_b_elements,
                   T_SKINNY_FMAS_PER_UNIT: config.skinny_fmas_per_work_unit,
                   T_COLUMN_LIMIT: config.column_n_limit, T_PANEL_LIMIT: config.panel_n_limit,
+                  T_ROW_LIMIT: config.row_m_limit,
                   T_RELU: relu,
                   T_PANEL_TALL: tall_panel}
         self._thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)],
@@ -506,6 +517,8 @@ class PreparedGemm(PreparedKernel):
         elif path == COLUMN:
             self._column(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                          threads)
+        elif path == ROW:
+            self._row(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b)
         elif path == PANEL:
             self._panel(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
                         bool(self._thresholds[T_PANEL_TALL]), threads)

@@ -12,6 +12,8 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
           trans_a: bool, trans_b: bool, tall: bool, nthreads: int) -> int
     skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
+    row(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
+        trans_a: bool, trans_b: bool) -> int
 
     decide(m: int, k: int, n: int, serial: bool, t: int64[:]) -> (int, int)
     rectify(out: T[:,:]) -> None
@@ -83,6 +85,11 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   gcc leaves scalar when its length is not a constant. A group's sums stay in memory
   between k steps (each ``KU`` steps wait for the previous ones' stores): eight rows run
   twice the independent chains of four. Threads take contiguous runs of groups.
+- ``row``: for a few rows and a B in cache (a batch of one through an MLP's layers), on
+  one thread: each row's sums go straight into its row of ``out``, a vector of B's row per
+  k step, with no copy of A, no buffer of sums and no group padded to ``MR`` rows (which
+  every other path allocates, zeroes or computes, and which cost more than such a
+  product's multiply-adds). A transposed B is transposed into a ``K x N`` copy first.
 
 The micro-kernel keeps an ``MR x NR`` block of sums (a 4 KiB one on the skinny path) in a
 small buffer of constant shape (constant row offsets, so the C++ compiler needs no
@@ -134,6 +141,8 @@ import numpy as np
 # pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
 # pythran export column(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
 # pythran export column(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int)
+# pythran export row(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool)
+# pythran export row(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool)
 # pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int)
 # pythran export panel(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int)
 # pythran export rectify(float64[:,:] order(C))
@@ -190,7 +199,8 @@ T_PANEL_LIMIT = 16
 T_RELU = 17
 T_PANEL_TALL = 18
 T_COLUMN_BLAS = 19
-T_FIELDS = 20
+T_ROW_LIMIT = 20
+T_FIELDS = 21
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
@@ -198,6 +208,7 @@ BLOCKED_PATH = 2
 PACKED_PATH = 3
 COLUMN_PATH = 4
 PANEL_PATH = 5
+ROW_PATH = 6
 
 
 def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta):
@@ -854,6 +865,21 @@ def panel(a, b, c, out, alpha, beta, trans_a, trans_b, tall, nthreads):
     return nthreads
 
 
+def row(a, b, c, out, alpha, beta, trans_a, trans_b):
+    m, n = out.shape
+    kk = a.shape[0] if trans_a else a.shape[1]
+    at = _rows_down(a, trans_a, m, kk)
+    if trans_b:
+        bt = np.empty((kk, n), out.dtype)
+        _pack_b(b, True, bt)
+        _skinny_strip(at, bt, 0, 0, out, m, kk, n)
+    else:
+        _skinny_strip(at, b, 0, 0, out, m, kk, n)
+    # alpha and C as every path applies them: the same code, so the same contraction
+    _finish(out, out, c, 0, 0, m, n, alpha, beta)
+    return 1
+
+
 def _tasks(m, n, tile_m, tile_n):
     return (m + tile_m - 1) // tile_m * ((n + tile_n - 1) // tile_n)
 
@@ -902,6 +928,8 @@ def decide(m, k, n, serial, t):
     if fmas >= (t[T_VECTOR_BLAS] if m == 1 else t[T_SKINNY_BLAS] if skinny_rows
                 else t[T_COLUMN_BLAS] if column else t[T_BLAS]):
         return BLAS_PATH, 0
+    if m <= t[T_ROW_LIMIT] and k * n < t[T_SKINNY_MINIMUM_B]:
+        return ROW_PATH, 1
     if skinny_rows:
         unit = t[T_SKINNY_FMAS_PER_UNIT]
         tile_n = _columns_tile(n, tile_n, 1, _wanted(fmas, unit, t))
@@ -955,6 +983,8 @@ def _compute(a, b, c, out, alpha, beta, t, path, threads):
     trans_b = t[T_TRANS_B] != 0
     if path == SKINNY_PATH:
         skinny(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_N], threads)
+    elif path == ROW_PATH:
+        row(a, b, c, out, alpha, beta, trans_a, trans_b)
     elif path == COLUMN_PATH:
         column(a, b, c, out, alpha, beta, trans_a, trans_b, threads)
     elif path == PANEL_PATH:
