@@ -598,7 +598,8 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
     tile_m, tile_n = p.config.tile_m, p.config.tile_n
     constant = strips.b if strips is not None else None
     # the products whose grid may have enough tasks for the workers skip the compiled entry
-    worker_tasks = WORKER_TASKS_PER_THREAD * p.threads if p._workers else INT64_MAX
+    no_workers = p._workers is None
+    worker_tasks = WORKER_TASKS_PER_THREAD * p.threads
 
     def run(a, b, c=None):
         try:
@@ -610,15 +611,16 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
                     bias = c
                 else:  # a model's bias is mostly [N]: the compiled entry takes it as [1, N]
                     bias = c.reshape((1,) * (2 - c.ndim) + c.shape)
-                rows = a.shape[-1] if trans_a else a.shape[0]
-                columns = b.shape[0] if trans_b else b.shape[-1]
-                depth = a.shape[0] if trans_a else a.shape[-1]
+                a_shape, b_shape = a.shape, b.shape
+                rows = a_shape[-1] if trans_a else a_shape[0]
+                columns = b_shape[0] if trans_b else b_shape[-1]
+                depth = a_shape[0] if trans_a else a_shape[-1]
                 single = rows * columns * depth < one_thread_below
                 out = (strips.run(a, bias, single)
                        if b is constant and rows <= STRIP_ROWS else None)
-                if out is None and rows * columns < pooled_from and (
+                if out is None and rows * columns < pooled_from and (no_workers or (
                         (rows + tile_m - 1) // tile_m * ((columns + tile_n - 1) // tile_n)
-                        < worker_tasks):
+                        < worker_tasks)):
                     out = (one_thread if single else compiled)(a, b, bias, alpha, beta,
                                                               thresholds)
                 if out is not None:
@@ -628,7 +630,7 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
                 else:
                     blas = False
                     if (a.ndim == 2 and b.ndim == 2 and depth and _fits(bias, rows, columns)
-                            and (b.shape[1] if trans_b else b.shape[0]) == depth):
+                            and (b_shape[1] if trans_b else b_shape[0]) == depth):
                         code, threads = decide(rows, depth, columns, False, thresholds)
                         blas = code == BLAS_PATH
                         if not blas:
