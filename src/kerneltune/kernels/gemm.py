@@ -598,6 +598,7 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
     tile_m, tile_n = p.config.tile_m, p.config.tile_n
     constant = strips.b if strips is not None else None
     # the products whose grid may have enough tasks for the workers skip the compiled entry
+    # (a product below ``one_thread_below`` runs on one thread, never on the workers)
     no_workers = p._workers is None
     worker_tasks = WORKER_TASKS_PER_THREAD * p.threads
 
@@ -618,7 +619,7 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
                 single = rows * columns * depth < one_thread_below
                 out = (strips.run(a, bias, single)
                        if b is constant and rows <= STRIP_ROWS else None)
-                if out is None and rows * columns < pooled_from and (no_workers or (
+                if out is None and rows * columns < pooled_from and (single or no_workers or (
                         (rows + tile_m - 1) // tile_m * ((columns + tile_n - 1) // tile_n)
                         < worker_tasks)):
                     out = (one_thread if single else compiled)(a, b, bias, alpha, beta,
