@@ -984,6 +984,15 @@ def test_one_or_two_rows_take_the_row_path_with_the_bits_of_the_blocked_path(
         assert_close(outputs[0], np.maximum(expected, 0) if relu else expected, k, dtype)
 
 
+def test_the_row_export_refuses_more_rows_than_it_computes():
+    """Its A of one or two rows is transposed; a third row would be read out of place."""
+    module = load_module("gemm", selected_variant())
+    a, b, c = operands(STRIP_ROWS + 1, 4, 5, bias="row2d")
+    out = np.empty((STRIP_ROWS + 1, 5), np.float32)
+    with pytest.raises(ValueError, match="one or two rows"):
+        module.row(a, b, c, out, np.float32(1), np.float32(1), False, False)
+
+
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_large_outputs_of_the_row_path_take_its_export(trans_b):
     """A row of 128 KiB or more comes from the output pool and goes to ``row`` itself."""

@@ -85,11 +85,12 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   gcc leaves scalar when its length is not a constant. A group's sums stay in memory
   between k steps (each ``KU`` steps wait for the previous ones' stores): eight rows run
   twice the independent chains of four. Threads take contiguous runs of groups.
-- ``row``: for a few rows and a B in cache (a batch of one through an MLP's layers), on
-  one thread: each row's sums go straight into its row of ``out``, a vector of B's row per
-  k step, with no copy of A, no buffer of sums and no group padded to ``MR`` rows (which
-  every other path allocates, zeroes or computes, and which cost more than such a
-  product's multiply-adds). A transposed B is transposed into a ``K x N`` copy first.
+- ``row``: for at most ``STRIP_ROWS`` rows and a B in cache (a batch of one through an
+  MLP's layers), on one thread: the skinny path's strip loop over all of N at once, each
+  row's sums going straight into its row of ``out`` (A transposed into a ``K x M`` copy as
+  the skinny path's, a transposed B into a ``K x N`` copy), with no buffer of sums and no
+  group padded to ``MR`` rows, which the other paths allocate, zero and compute, and which
+  cost more than such a product's multiply-adds.
 
 The micro-kernel keeps an ``MR x NR`` block of sums (a 4 KiB one on the skinny path) in a
 small buffer of constant shape (constant row offsets, so the C++ compiler needs no
@@ -867,6 +868,8 @@ def panel(a, b, c, out, alpha, beta, trans_a, trans_b, tall, nthreads):
 
 def row(a, b, c, out, alpha, beta, trans_a, trans_b):
     m, n = out.shape
+    if m > STRIP_ROWS:
+        raise ValueError("row computes one or two rows")
     kk = a.shape[0] if trans_a else a.shape[1]
     at = _rows_down(a, trans_a, m, kk)
     if trans_b:
