@@ -995,12 +995,16 @@ def test_the_row_export_refuses_more_rows_than_it_computes():
 
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_large_outputs_of_the_row_path_take_its_export(trans_b):
-    """A row of 128 KiB or more comes from the output pool and goes to ``row`` itself."""
+    """An output of 128 KiB or more comes from the output pool and goes to ``row`` itself
+    (the blocked path would give the same bits: the calls are counted)."""
     a, b, c = operands(2, 3, 20_000, 0, trans_b, "row")
     assert outputs.INTERMEDIATE_MINIMUM_BYTES <= 2 * 20_000 * 4
     prepared = prepare(ROW, threads=1, transB=trans_b)
     assert prepared.plan(a, b, c).path == "row"
+    calls, row = [], prepared._row
+    prepared._row = lambda *arguments: calls.append(arguments) or row(*arguments)
     assert prepared.run(a, b, c).tobytes() == prepared.run_serial(a, b, c).tobytes()
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize(("values", "shape", "path"), [
