@@ -48,6 +48,15 @@ PATHS = {"blocked": BLOCKED, "blocked_packed": PACKED, "skinny": SKINNY, "column
          "panel": PANEL}
 
 
+#: the element types, the transpositions and the forms of C (with alpha) a path is checked on
+FLOAT_TYPES = pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32),
+                                                             ("DOUBLE", np.float64)])
+TRANSPOSITIONS = pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+FORMS_OF_C = pytest.mark.parametrize(
+    "alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar"), (1.0, "row"), (0.5, "full")],
+    ids=["plain", "general", "scalar", "row", "full"])
+
+
 def matrix(shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
@@ -97,7 +106,7 @@ SHAPES = {
 
 
 @pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@TRANSPOSITIONS
 def test_gemm_matches_numpy_on_every_path(shape, trans_a, trans_b):
     m, k, n = shape
     a, b, c = operands(m, k, n, trans_a, trans_b, "full")
@@ -278,7 +287,7 @@ def test_large_outputs_take_their_path_s_export_with_the_bits_of_the_checked_run
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@FLOAT_TYPES
 @pytest.mark.parametrize("m,k,n", [(1, 20, 16), (9, 17, 33), (64, 32, 16), (300, 8, 32),
                                    (4100, 9, 8)])
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
@@ -305,8 +314,8 @@ def test_the_one_thread_build_gives_the_bits_of_the_openmp_build(path, element_t
 
 
 @pytest.mark.parametrize("path", ["blocked", "blocked_packed"])
-@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@FLOAT_TYPES
+@TRANSPOSITIONS
 @pytest.mark.parametrize("bias", [None, "row", "column", "full"])
 @pytest.mark.parametrize("threads", [2, 3])
 def test_large_blocked_products_run_on_the_workers_with_the_serial_bits(
@@ -364,7 +373,7 @@ def test_packed_panels_of_several_blocks_give_the_bits_of_b_in_place(trans_b):
     assert_close(outputs[0], reference(a, b, trans_b=trans_b), k)
 
 
-@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@FLOAT_TYPES
 @pytest.mark.parametrize("m", [2, 3, 8, 13])
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
 def test_skinny_strips_of_wide_tasks_give_the_bits_of_the_blocked_path(element_type, dtype, m,
@@ -850,13 +859,11 @@ def test_tiny_products(m, k, n):
 
 # -- the column path --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@FLOAT_TYPES
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 40, 3), (5, 3, 1), (63, 8, 16), (64, 16, 2),
                                    (65, 17, 1), (300, 100, 5), (4097, 8, 3)])
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
-@pytest.mark.parametrize("alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar"),
-                                        (1.0, "row"), (0.5, "full")],
-                         ids=["plain", "general", "scalar", "row", "full"])
+@TRANSPOSITIONS
+@FORMS_OF_C
 def test_few_columns_take_the_column_path_with_the_bits_of_the_blocked_path(
         element_type, dtype, m, k, n, trans_a, trans_b, alpha, bias):
     """Blocks of 64 rows, a last one of fewer, on one to several threads: every run gives
@@ -877,13 +884,11 @@ def test_few_columns_take_the_column_path_with_the_bits_of_the_blocked_path(
 
 # -- the panel path ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@FLOAT_TYPES
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 3, 9), (63, 8, 16), (64, 16, 17), (65, 17, 32),
                                    (300, 100, 33), (4097, 8, 64), (7, 256, 48)])
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
-@pytest.mark.parametrize("alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar"),
-                                        (1.0, "row"), (0.5, "full")],
-                         ids=["plain", "general", "scalar", "row", "full"])
+@TRANSPOSITIONS
+@FORMS_OF_C
 def test_one_panel_of_b_takes_the_panel_path_with_the_bits_of_the_blocked_path(
         element_type, dtype, m, k, n, trans_a, trans_b, alpha, bias):
     """Widths of 16, 32 and 64 columns, each filled or not, groups of four rows and a last
@@ -958,13 +963,11 @@ ROW = {**PARALLEL, "algorithm.row_m_limit": STRIP_ROWS,
        "algorithm.skinny_minimum_b_elements": 10**12}
 
 
-@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
+@FLOAT_TYPES
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 8, 32), (2, 32, 16), (1, 16, 1), (2, 100, 100),
                                    (1, 7, 300), (2, 130, 65)])
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
-@pytest.mark.parametrize("alpha,bias", [(1.0, None), (1.5, "column"), (1.0, "scalar"),
-                                        (1.0, "row"), (0.5, "full")],
-                         ids=["plain", "general", "scalar", "row", "full"])
+@TRANSPOSITIONS
+@FORMS_OF_C
 def test_one_or_two_rows_take_the_row_path_with_the_bits_of_the_blocked_path(
         element_type, dtype, m, k, n, trans_a, trans_b, alpha, bias):
     """On the builds with and without OpenMP, through the small products' entry and the
@@ -1033,8 +1036,8 @@ STRIPS = {**SKINNY, "algorithm.tile_n": 64}
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 8])
-@pytest.mark.parametrize("element_type,dtype", [("FLOAT", np.float32), ("DOUBLE", np.float64)])
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@FLOAT_TYPES
+@TRANSPOSITIONS
 @pytest.mark.parametrize("bias", [None, "row", "column", "full"])
 @pytest.mark.parametrize("tile_n", [64, 320])
 @pytest.mark.parametrize("threads", [1, 2])
