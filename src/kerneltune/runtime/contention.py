@@ -189,9 +189,8 @@ class Contention:
         The runnable threads beyond this run's own (which may all be running or spinning)
         are the neighbours'."""
         runnable = None if self._cpus is None else self._runnable()
-        times = self._times.get(work, {})
-        fewer, every = times.get(self._threads(wanted)), times.get(wanted)
-        costly = fewer is not None and every is not None and min(every) < FASTER * min(fewer)
+        fewer, every = self._pace(work, self._threads(wanted)), self._pace(work, wanted)
+        costly = fewer is not None and every is not None and every < FASTER * fewer
         stale = now - self._probed >= BACKOFF * self.probe * 1e9
         if not (costly or stale) and runnable is not None and (
                 self._cpus - max(0, runnable - self._threads(wanted)) < wanted):
@@ -232,11 +231,15 @@ class Contention:
             self._lock.release()
 
     def _faster(self, reading: _Reading, ran: int) -> bool:
-        """Whether the run took at most ``FASTER`` times its work's shortest recent time on
-        fewer threads."""
-        times = self._times.get(reading.work, {})
-        return any(ran <= FASTER * min(times[count]) for count in range(1, reading.threads)
-                   if count in times)
+        """Whether the run took at most ``FASTER`` times its work's pace on fewer threads."""
+        paces = (self._pace(reading.work, count) for count in range(1, reading.threads))
+        return any(pace is not None and ran <= FASTER * pace for pace in paces)
+
+    def _pace(self, work: Hashable, threads: int) -> int | None:
+        """``work``'s nanoseconds on ``threads``: the shortest of its last ``RECENT``
+        readings there (None: none yet)."""
+        times = self._times.get(work, {}).get(threads)
+        return None if times is None else min(times)
 
     def _keep_time(self, reading: _Reading, ran: int) -> None:
         if reading.work is None:
