@@ -926,12 +926,13 @@ def decide(m, k, n, serial, t):
     blocked_path = PACKED_PATH if packed else BLOCKED_PATH
     if serial:
         return blocked_path, 1
-    skinny_rows = m <= t[T_SKINNY_LIMIT] and k * n >= t[T_SKINNY_MINIMUM_B]
+    in_cache = k * n < t[T_SKINNY_MINIMUM_B]  # a B the skinny path leaves
+    skinny_rows = m <= t[T_SKINNY_LIMIT] and not in_cache
     column = n <= t[T_COLUMN_LIMIT]
     if fmas >= (t[T_VECTOR_BLAS] if m == 1 else t[T_SKINNY_BLAS] if skinny_rows
                 else t[T_COLUMN_BLAS] if column else t[T_BLAS]):
         return BLAS_PATH, 0
-    if m <= t[T_ROW_LIMIT] and k * n < t[T_SKINNY_MINIMUM_B]:
+    if m <= t[T_ROW_LIMIT] and in_cache:
         return ROW_PATH, 1
     if skinny_rows:
         unit = t[T_SKINNY_FMAS_PER_UNIT]
