@@ -14,7 +14,12 @@ Gemm: 8, 64, 256, 512 and 1024 squared, and 1 x 1024 x 1024, on FLOAT. Narrow pr
 (4096 x K by K x N, N up to 64 columns, FLOAT, one thread, BLAS off): the plan the
 defaults give (the column path up to ``algorithm.column_n_limit`` columns, the panel path
 up to ``algorithm.panel_n_limit``), the blocked path forced, and numpy; the target: the
-default plan no slower than the blocked path.
+default plan no slower than the blocked path. A constant B (FLOAT, 12 to 64 rows by a
+weight of 64 to 512 rows and columns, the packed path's products, one and two threads): the
+run bound to it (``for_constant``: its panels packed once, as a session runs a weight)
+against the unbound run (B packed at every call), and numpy on one thread (on two, BLAS's
+threads spinning after each product would share the CPUs with the OpenMP pool's: docs/
+kernels.md, One pool per run); the target: the bound run no slower.
 
 Each contender runs on the same inputs, in interleaved rounds (so a burst of
 noise on this shared machine hits all of them), and the figure is the median
@@ -58,6 +63,10 @@ SIZES = (1_000, 10_000, 100_000, 1_000_000, 16_000_000)
 NARROW_ROWS, NARROW_DEPTHS, NARROW_WIDTHS = 4096, (8, 32, 128), (1, 3, 8, 16, 32, 64)
 #: a one-key miss of the narrow target within this much is noise on a shared machine
 NARROW_MARGIN = 0.9
+#: products of a constant B on the packed path (M, K, N, transB): a weight of a Linear layer
+#: at a batch of 12 to 64 rows, below the BLAS threshold
+CONSTANT_SHAPES = ((12, 256, 512, 0), (16, 256, 256, 0), (16, 256, 256, 1), (32, 128, 256, 0),
+                   (64, 64, 256, 0))
 GEMM_SHAPES = ((8, 8, 8), (64, 64, 64), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
                (1, 1024, 1024))
 
@@ -398,6 +407,46 @@ def narrow(rounds: int, recorder: Recorder) -> list[str]:
     return misses
 
 
+def constant_b(rounds: int, recorder: Recorder) -> list[str]:
+    """Products of a constant B, bound (panels packed once) and unbound, and numpy's."""
+    gemm = library()["Gemm"]
+    rng = np.random.default_rng(3)
+    misses = []
+    recorder.table("constant_b", "FLOAT, M x K times K x N of a constant B on the packed path; "
+                   "bound_us: the run bound to B (its panels packed once), unbound_ratio the "
+                   "unbound run's time (B packed at every call) over it, numpy_ratio numpy's "
+                   "(one thread only)")
+    print(f"\n{'constant B M x K x N':22} {'thr':>3} {'bound us':>9} {'unbound x':>9} "
+          f"{'numpy x':>8} {'path':>14}")
+    for m, k, n, trans_b in CONSTANT_SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+        for threads in (1, 2):
+            prepared = gemm.prepare("FLOAT", threads=threads, transB=trans_b)
+            bound = prepared.for_constant(1, b)
+            contenders = {"bound": lambda a=a, b=b, run=bound: run(a, b),
+                          "unbound": lambda a=a, b=b, p=prepared: p.run(a, b)}
+            if threads == 1:
+                operand = b.T if trans_b else b
+                contenders["numpy"] = lambda a=a, b=operand: np.matmul(a, b)
+            with threadpool_limits(1):
+                times = timed(contenders, rounds)
+            path = prepared.plan(a, b).path
+            ratio = times["unbound"] / times["bound"]
+            numpy_ratio = times["numpy"] / times["bound"] if "numpy" in times else None
+            shape = f"{m} x {k} x {n}{' (transB)' if trans_b else ''}"
+            print(f"{shape:22} {threads:>3} {times['bound'] * 1e6:>9.1f} {ratio:>9.2f} "
+                  f"{numpy_ratio or float('nan'):>8.2f} {path:>14}")
+            recorder.row("constant_b", m=m, k=k, n=n, trans_b=trans_b, threads=threads,
+                         path=path, bound_us=times["bound"] * 1e6, unbound_ratio=ratio,
+                         numpy_ratio=numpy_ratio)
+            if not recorder.target("constant B FLOAT, unbound run / bound run", ratio, ">=",
+                                   NARROW_MARGIN, f"{shape}, {threads} threads"):
+                misses.append(f"constant B {shape}, {threads} threads: the bound run "
+                              f"{1 / ratio:.2f}x the unbound run's time")
+    return misses
+
+
 def report(misses: list[str]) -> int:
     """Print each missed target, or the success line; the exit status says which."""
     for miss in misses:
@@ -427,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_gemm:
         misses += gemm(args.rounds, recorder)
         misses += narrow(args.rounds, recorder)
+        misses += constant_b(args.rounds, recorder)
     recorder.finish()
     return report(misses)
 

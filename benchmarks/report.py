@@ -95,7 +95,9 @@ VIEWS = {
         View("halves", ("kernel", "elements", "float16_us", "bfloat16_us", "ratio"),
              (("elements", (1_000_000,)),)),
         View("gemm", ("m", "k", "n", "serial_ratio", "parallel_ratio", "path")),
-        View("narrow", ("m", "k", "n", "path", "default_us", "blocked_ratio", "numpy_ratio"))),
+        View("narrow", ("m", "k", "n", "path", "default_us", "blocked_ratio", "numpy_ratio")),
+        View("constant_b", ("m", "k", "n", "trans_b", "threads", "path", "bound_us",
+                            "unbound_ratio", "numpy_ratio"))),
     "bench_merge": (
         View("merges", ("set", "agree", "confirmed", "beaten", "disagree", "counted_out",
                         "runs_out")),

@@ -20,6 +20,7 @@ from kerneltune.kernels.gemm import (
 )
 from kerneltune.kernels.gemm_pythran import KU, MR, NR, STRIP_ROWS, SW
 from kerneltune.kernels.matmul import MatMul
+from kerneltune.kernels.panels import REMEMBERED_GRIDS
 from kerneltune.kernels.strips import STRIPS_MINIMUM_ROW_BYTES
 from kerneltune.kernels.variants import load_module, selected_variant
 
@@ -1035,6 +1036,27 @@ def test_the_row_limit_and_skinny_minimum_b_say_which_products_take_the_row_path
 STRIPS = {**SKINNY, "algorithm.tile_n": 64}
 
 
+def bound_to_a_constant(values, element_type, dtype, threads, shape, trans_a, trans_b, bias,
+                        pack, monkeypatch):
+    """Gemm (alpha, beta, Relu) and MatMul (untransposed, with a row bias at most), each
+    prepared with ``values`` and bound to the constant B of the operands of ``shape``: the
+    prepared kernel, its bound run, the inputs, and the arguments of each call of its
+    ``pack`` (``pack_strips`` or ``pack_panels``)."""
+    a, b, c = operands(*shape, trans_a, trans_b, bias, dtype)
+    inputs = (a, b) if c is None else (a, b, c)
+    for kernel, attributes in ((GEMM, {"alpha": 0.5, "beta": -2.0, "transA": trans_a,
+                                       "transB": trans_b, "activation": "Relu"}),
+                               (MATMUL, {"bias": 1} if bias == "row" else {})):
+        if kernel is MATMUL and (trans_a or trans_b or bias not in (None, "row")):
+            continue
+        prepared = prepare(values, element_type, threads, kernel, **attributes)
+        gemm = getattr(prepared, "gemm", prepared)
+        packs, original = [], getattr(gemm, pack)
+        monkeypatch.setattr(gemm, pack, lambda *args, record=packs, original=original:
+                            record.append(args) or original(*args))
+        yield prepared, prepared.for_constant(1, b), inputs, packs
+
+
 @pytest.mark.parametrize("rows", [1, 2, 3, 8])
 @FLOAT_TYPES
 @TRANSPOSITIONS
@@ -1047,21 +1069,10 @@ def test_a_constant_b_is_packed_into_strips_once_with_the_skinny_bits(
     B's strips, packed at the first one and never again, with the bits of the unbound run
     (and of the serial one); another B, or more rows, take the unbound run."""
     m, k, n = rows, 37, 4 * SW + 75  # five strips, the last partial; tiles cross strips
-    a, b, c = operands(m, k, n, trans_a, trans_b, bias, dtype)
-    inputs = (a, b) if c is None else (a, b, c)
-    for kernel, attributes in ((GEMM, {"alpha": 0.5, "beta": -2.0, "transA": trans_a,
-                                       "transB": trans_b, "activation": "Relu"}),
-                               (MATMUL, {"bias": 1} if bias == "row" else {})):
-        if kernel is MATMUL and (trans_a or trans_b or bias not in (None, "row")):
-            continue
-        prepared = prepare({**STRIPS, "algorithm.tile_n": tile_n}, element_type, threads,
-                           kernel, **attributes)
-        gemm = getattr(prepared, "gemm", prepared)
-        packs = []
-        monkeypatch.setattr(gemm, "pack_strips",
-                            lambda *args, pack=gemm.pack_strips, record=packs:
-                            record.append(args[2:]) or pack(*args))
-        bound = prepared.for_constant(1, b)
+    for prepared, bound, inputs, packs in bound_to_a_constant(
+            {**STRIPS, "algorithm.tile_n": tile_n}, element_type, dtype, threads, (m, k, n),
+            trans_a, trans_b, bias, "pack_strips", monkeypatch):
+        a, b = inputs[:2]
         assert prepared.plan(*inputs).path == "skinny"
         expected = prepared.run(*inputs).tobytes()
         assert not packs
@@ -1077,25 +1088,97 @@ def test_a_constant_b_is_packed_into_strips_once_with_the_skinny_bits(
         assert len(packs) == (rows <= STRIP_ROWS)
 
 
-def test_for_constant_binds_only_a_b_worth_strips():
+def test_strips_are_made_only_of_a_b_worth_them():
     """None for A, for a B of another type, shape or layout, for one smaller than
     algorithm.skinny_minimum_b_elements, where the skinny path is off, and for rows of B
     shorter than STRIPS_MINIMUM_ROW_BYTES read as stored (transposed, any length)."""
     b = matrix((64, STRIPS_MINIMUM_ROW_BYTES // 4 + 10))
     prepared = prepare()
-    assert prepared.for_constant(1, b) is not None
-    assert prepared.for_constant(0, b) is None
-    assert prepared.for_constant(1, b.astype(np.float64)) is None
-    assert prepare(element_type="DOUBLE").for_constant(1, b) is None
-    assert prepare(element_type="DOUBLE").for_constant(1, b.astype(np.float64)) is not None
-    assert prepared.for_constant(1, b.ravel()) is None
-    assert prepared.for_constant(1, np.asfortranarray(b)) is None
-    assert prepared.for_constant(1, b[:, :300]) is None
+    assert prepared.strips_of(1, b) is not None
+    assert prepared.strips_of(0, b) is None
+    assert prepared.strips_of(1, b.astype(np.float64)) is None
+    assert prepare(element_type="DOUBLE").strips_of(1, b) is None
+    assert prepare(element_type="DOUBLE").strips_of(1, b.astype(np.float64)) is not None
+    assert prepared.strips_of(1, b.ravel()) is None
+    assert prepared.strips_of(1, np.asfortranarray(b)) is None
+    assert prepared.strips_of(1, b[:, :300]) is None
     short = np.ascontiguousarray(b[:, :300])
-    assert prepared.for_constant(1, short) is None
-    assert prepare(transB=1).for_constant(1, short) is not None
-    assert prepare({"algorithm.skinny_minimum_b_elements": b.size + 1}).for_constant(1, b) \
-        is None
-    assert prepare({"algorithm.skinny_m_limit": 0}).for_constant(1, b) is None
-    assert prepare(kernel=MATMUL).for_constant(1, b) is not None
+    assert prepared.strips_of(1, short) is None
+    assert prepare(transB=1).strips_of(1, short) is not None
+    assert prepare({"algorithm.skinny_minimum_b_elements": b.size + 1}).strips_of(1, b) is None
+    assert prepare({"algorithm.skinny_m_limit": 0}).strips_of(1, b) is None
+
+
+def test_panels_are_made_only_of_a_b_worth_them():
+    """None for A, for a B of another type, shape or layout, and for one of fewer elements
+    than algorithm.pack_b_minimum_elements (which the packed path packs at most with
+    transB); for_constant binds a B worth strips or panels, and nothing else."""
+    b = matrix((64, 256))
+    prepared = prepare()
+    assert prepared.panels_of(1, b) is not None and prepared.panels_of(0, b) is None
+    assert prepared.panels_of(1, b.astype(np.float64)) is None
+    assert prepare(element_type="DOUBLE").panels_of(1, b.astype(np.float64)) is not None
+    assert prepared.panels_of(1, b.ravel()) is None
+    assert prepared.panels_of(1, np.asfortranarray(b)) is None
+    assert prepared.panels_of(1, b[:, :200]) is None
+    small = {"algorithm.pack_b_minimum_elements": b.size + 1}
+    assert prepare(small).panels_of(1, b) is None
+    assert prepare({"algorithm.pack_b_minimum_elements": 0}).panels_of(1, b[:1, :1].copy())
+    for kernel in (GEMM, MATMUL):
+        assert prepare(kernel=kernel).for_constant(1, b) is not None
+        assert prepare(small, kernel=kernel).for_constant(1, b) is None  # no strips either
+        assert prepare(kernel=kernel).for_constant(0, b) is None
+
+
+@pytest.mark.parametrize("rows", [20, 40])
+@FLOAT_TYPES
+@TRANSPOSITIONS
+@pytest.mark.parametrize("bias", [None, "row", "full"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_constant_b_is_packed_into_panels_once_with_the_packed_bits(
+        rows, element_type, dtype, trans_a, trans_b, bias, threads, monkeypatch):
+    """for_constant binds a B the packed path takes: its products run on B's panels, packed
+    at the first product of a grid and never again, with the bits of the unbound run (and
+    of the serial one), in one call or, with 40 rows on two threads, on the workers where
+    the variant has them; another B takes the unbound run."""
+    m, k, n = rows, 70, 3 * NR + 13  # several k-tiles and n-tiles, the last ones partial
+    for prepared, bound, inputs, packs in bound_to_a_constant(
+            PACKED, element_type, dtype, threads, (m, k, n), trans_a, trans_b, bias,
+            "pack_panels", monkeypatch):
+        b = inputs[1]
+        assert prepared.plan(*inputs).path == "blocked_packed"
+        expected = prepared.run(*inputs).tobytes()
+        assert not packs
+        for _ in range(3):
+            assert bound(*inputs).tobytes() == expected
+        assert len(packs) == 1
+        assert prepared.run_serial(*inputs).tobytes() == expected
+        assert bound(inputs[0], b.copy(), *inputs[2:]).tobytes() == expected
+        assert len(packs) == 1
+
+
+def test_panels_are_packed_per_tile_of_columns_and_only_for_the_packed_path(monkeypatch):
+    """A product whose grid halves the tile of columns (fewer tasks than threads) packs
+    panels of its own; products of the skinny and the BLAS paths pack none."""
+    a, b, _ = operands(16, 64, 4 * NR)
+    prepared = prepare({**PACKED, "algorithm.tile_m": 64, "algorithm.tile_n": 4 * NR},
+                       threads=2)
+    packs = []
+    monkeypatch.setattr(prepared, "pack_panels", lambda *args, pack=prepared.pack_panels:
+                        packs.append(args[5]) or pack(*args))
+    bound = prepared.for_constant(1, b)
+    assert bound(a, b).tobytes() == prepared.run(a, b).tobytes()  # one task, halved to two
+    assert bound(a[:4], b).tobytes() == prepared.run(a[:4], b).tobytes()
+    assert packs == [2 * NR]
+    tall = np.concatenate([a] * 8)
+    assert bound(tall, b).tobytes() == prepared.run(tall, b).tobytes()
+    assert packs == [2 * NR, 4 * NR]
+    for rows in range(1, 2 * REMEMBERED_GRIDS + 2):  # grids forgotten, panels kept
+        assert bound(tall[:rows], b).tobytes() == prepared.run(tall[:rows], b).tobytes()
+    assert packs == [2 * NR, 4 * NR]
+    for values in (SKINNY, {**PACKED, "algorithm.blas_minimum_fmas": 0}):
+        other = prepare(values, threads=2)
+        monkeypatch.setattr(other, "pack_panels", lambda *args: packs.append(args))
+        assert other.for_constant(1, b)(a, b).tobytes() == other.run(a, b).tobytes()
+    assert len(packs) == 2
     assert prepare(kernel=MATMUL).for_constant(1, b[None]) is None

@@ -95,6 +95,7 @@ from .gemm_pythran import (
     T_VECTOR_BLAS,
 )
 from .half_gemm import PreparedHalfGemm
+from .panels import Panels, takes_panels
 from .strips import Strips, takes_strips
 from .variants import load_module
 from .workers import Workers
@@ -350,6 +351,11 @@ class PreparedGemm(PreparedKernel):
         #: the same entries for a B packed into strips (:class:`.strips.Strips`)
         self._strips_entries = ((serial_module or module).gemm_strips, module.gemm_strips)
         self.pack_strips = module.pack_strips
+        #: the blocked path's tasks on a constant B's panels (:mod:`.panels`), on one thread
+        #: (the build without OpenMP) and on more
+        self._panels_entries = ((serial_module or module).blocked_panels, module.blocked_panels)
+        self._panel_grid = module.blocked_layout
+        self.pack_panels = module.pack_panels
         self._one_thread_below = 2 * min(config.fmas_per_work_unit,
                                          config.skinny_fmas_per_work_unit)
         #: the workers that run a large blocked product's tasks on ``serial_module``
@@ -495,11 +501,18 @@ class PreparedGemm(PreparedKernel):
         return out
 
     def for_constant(self, index: int, value) -> Callable | None:
-        """``run`` for a B that is always ``value``: its products of one or two rows on the
-        skinny path read its strips, packed once (:mod:`.strips`). None where ``value``
-        is not a B worth them."""
-        strips = self.strips_of(index, value)
-        return None if strips is None else fast_run(self, self.run_checked, strips)
+        """``run`` for a B that is always ``value`` (:meth:`constant_run`)."""
+        return self.constant_run(index, value, self.run_checked)
+
+    def constant_run(self, index: int, value, checked: Callable) -> Callable | None:
+        """:func:`fast_run` for a B that is always ``value``, ``checked`` its checked run:
+        its products of one or two rows on the skinny path read its strips (:mod:`.strips`),
+        those of the packed path its panels (:mod:`.panels`), each packed once. None where
+        ``value`` is a B worth neither."""
+        strips, panels = self.strips_of(index, value), self.panels_of(index, value)
+        if strips is None and panels is None:
+            return None
+        return fast_run(self, checked, strips, panels)
 
     def strips_of(self, index: int, value) -> Strips | None:
         """The strips of ``value`` as input ``index`` where it is a B worth them, else
@@ -508,6 +521,25 @@ class PreparedGemm(PreparedKernel):
             return None
         return Strips(value, self._strips_entries, self.pack_strips, self.trans_b,
                       (self._alpha, self._beta, self._thresholds))
+
+    def panels_of(self, index: int, value) -> Panels | None:
+        """The panels of ``value`` as input ``index`` where it is a B worth them, else None."""
+        if index != 1 or not takes_panels(value, self.dtype, self.config):
+            return None
+        return Panels(value, self.trans_b, self.config, self._panel_grid, self.pack_panels)
+
+    def run_on_panels(self, a, panels: Panels, bias, out, threads: int) -> None:
+        """A product of the packed path into ``out`` on the panels of its constant B: on the
+        workers where its grid has tasks enough for them, else in one compiled call."""
+        tile_m, tile_n, tasks, packed = panels.grid(out.shape[0], threads)
+        if (self._workers is not None and threads > 1
+                and tasks >= WORKER_TASKS_PER_THREAD * threads):
+            self._tasks_on_workers(a, packed, packed, bias, out, True, tile_m, tile_n, tasks,
+                                   threads)
+        else:
+            self._panels_entries[threads > 1](a, packed, bias, out, self._alpha, self._beta,
+                                              self.trans_a, tile_m, tile_n,
+                                              self.config.tile_k, threads)
 
     def run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
         """One product into ``out`` (C-contiguous), on a compiled path."""
@@ -541,17 +573,23 @@ class PreparedGemm(PreparedKernel):
         if tasks < WORKER_TASKS_PER_THREAD * threads:
             return False
         packed = np.empty((rows, width), self.dtype)
-        tile_k, alpha, beta = config.tile_k, self._alpha, self._beta
-        pack_panels, blocked_tasks = self._pack_panels, self._blocked_tasks
+        tile_k, pack_panels = config.tile_k, self._pack_panels
         chunks = min(panels, WORKER_CHUNKS_PER_THREAD * threads)  # none when B is read in place
         self._workers.run(chunks, lambda i: pack_panels(
             b, packed, trans_b, kk, n, tile_n, tile_k, i * panels // chunks,
             (i + 1) * panels // chunks), threads)
+        self._tasks_on_workers(a, b, packed, bias, out, pack, tile_m, tile_n, tasks, threads)
+        return True
+
+    def _tasks_on_workers(self, a, b, packed, bias, out, pack: bool, tile_m: int, tile_n: int,
+                          tasks: int, threads: int) -> None:
+        """The blocked path's ``tasks`` in chunks on the calling thread and workers."""
+        alpha, beta, trans_a, tile_k = self._alpha, self._beta, self.trans_a, self.config.tile_k
+        blocked_tasks = self._blocked_tasks
         chunks = WORKER_CHUNKS_PER_THREAD * threads
         self._workers.run(chunks, lambda i: blocked_tasks(
             a, b, packed, bias, out, alpha, beta, trans_a, pack, tile_m, tile_n, tile_k,
             i * tasks // chunks, (i + 1) * tasks // chunks), threads)
-        return True
 
     def _no_products(self, out: np.ndarray, bias: np.ndarray) -> None:
         """M, N or K is 0: the sums are empty, so the result is beta * C alone."""
@@ -571,7 +609,8 @@ class PreparedGemm(PreparedKernel):
         return out
 
 
-def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
+def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
+             panels: Panels | None = None):
     """:meth:`PreparedGemm.run` as a closure: one compiled call for the common case.
 
     Arrays of the element type (C of at most 2 dimensions and used, or absent) go straight
@@ -587,7 +626,9 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
     compiled the panel path's loop up to twice as slow (docs/kernels.md, The panel path),
     and beside such a product the Python of the decision costs little. With ``strips``,
     a product of B ``strips.b`` and at most ``STRIP_ROWS`` rows goes to its entry first,
-    which runs it on B's strips where it takes the skinny path.
+    which runs it on B's strips where it takes the skinny path. With ``panels``, a product
+    of B ``panels.b`` and more rows than the skinny path takes is decided here, and runs
+    on B's panels where it takes the packed path.
     """
     dtype, compiled, decide, run_compiled = p.dtype, p._gemm, p._decide_compiled, p.run_compiled
     one_thread, one_thread_below = p._gemm_one_thread, p._one_thread_below
@@ -595,8 +636,9 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
     use_bias, trans_a, trans_b, relu, rectify = (p._use_bias, p.trans_a, p.trans_b, p._relu,
                                                  p._rectify)
     empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
-    tile_m, tile_n = p.config.tile_m, p.config.tile_n
-    constant = strips.b if strips is not None else None
+    tile_m, tile_n, skinny_rows = p.config.tile_m, p.config.tile_n, p.config.skinny_m_limit
+    constant = (strips or panels).b if strips or panels else None
+    run_on_panels = p.run_on_panels
     # the products whose grid may have enough tasks for the workers skip the compiled entry
     # (a product below ``one_thread_below`` runs on one thread, never on the workers)
     no_workers = p._workers is None
@@ -618,10 +660,12 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
                 depth = a_shape[0] if trans_a else a_shape[-1]
                 single = rows * columns * depth < one_thread_below
                 out = (strips.run(a, bias, single)
-                       if b is constant and rows <= STRIP_ROWS else None)
-                if out is None and rows * columns < pooled_from and (single or no_workers or (
-                        (rows + tile_m - 1) // tile_m * ((columns + tile_n - 1) // tile_n)
-                        < worker_tasks)):
+                       if b is constant and strips and rows <= STRIP_ROWS else None)
+                on_panels = b is constant and panels is not None and rows > skinny_rows
+                if out is None and not on_panels and rows * columns < pooled_from and (
+                        single or no_workers or (
+                            (rows + tile_m - 1) // tile_m * ((columns + tile_n - 1) // tile_n)
+                            < worker_tasks)):
                     out = (one_thread if single else compiled)(a, b, bias, alpha, beta,
                                                               thresholds)
                 if out is not None:
@@ -636,7 +680,10 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None):
                         blas = code == BLAS_PATH
                         if not blas:
                             out = empty((rows, columns), dtype)
-                            run_compiled(a, b, bias, out, PATH_NAMES[code], threads)
+                            if on_panels and code == PACKED_PATH:
+                                run_on_panels(a, panels, bias, out, threads)
+                            else:
+                                run_compiled(a, b, bias, out, PATH_NAMES[code], threads)
                             if relu:
                                 rectify(out)
                             return out

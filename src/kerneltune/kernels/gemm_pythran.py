@@ -134,6 +134,8 @@ import numpy as np
 # pythran export pack_panels(float32[:,:] order(C), float32[:,:] order(C), bool, int, int, int, int, int, int)
 # pythran export blocked_tasks(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, int, int)
 # pythran export blocked_tasks(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int, int, int, int)
+# pythran export blocked_panels(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, int, int, int, int)
+# pythran export blocked_panels(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, int, int, int, int)
 # pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
 # pythran export pack_strips(float64[:,:] order(C), float64[:,:] order(C), bool, int, int)
 # pythran export pack_strips(float32[:,:] order(C), float32[:,:] order(C), bool, int, int)
@@ -551,6 +553,24 @@ def blocked_tasks(a, b, bp, c, out, alpha, beta, trans_a, pack, tile_m, tile_n, 
     kk = a.shape[0] if trans_a else a.shape[1]
     for t in range(first, last):
         _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k)
+
+
+def blocked_panels(a, bp, c, out, alpha, beta, trans_a, tile_m, tile_n, tile_k, nthreads):
+    """``blocked``'s tasks on op(B) packed beforehand into ``bp`` (``pack_panels`` of the grid
+    whose tiles ``blocked_layout`` gives, ``tile_m`` and ``tile_n`` among them): a constant
+    B packed once, the same sums."""
+    m, n = out.shape
+    kk = a.shape[0] if trans_a else a.shape[1]
+    tasks = _tasks(m, n, tile_m, tile_n)
+    nthreads = max(1, min(nthreads, tasks))
+    if nthreads > 1:
+        # omp parallel for num_threads(nthreads) schedule(dynamic)
+        for t in range(tasks):
+            _task(a, bp, bp, c, out, t, alpha, beta, trans_a, True, kk, tile_m, tile_n, tile_k)
+    else:
+        for t in range(tasks):
+            _task(a, bp, bp, c, out, t, alpha, beta, trans_a, True, kk, tile_m, tile_n, tile_k)
+    return nthreads
 
 
 def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k, pack,

@@ -111,9 +111,8 @@ class PreparedMatMul(PreparedKernel):
 
     def for_constant(self, index: int, value) -> Callable | None:
         """``run`` for a matrix B that is always ``value``, as :meth:`PreparedGemm.for_constant`."""
-        strips = self.gemm.strips_of(index, value)
-        return None if strips is None else _rows_run(fast_run(self.gemm, self._checked,
-                                                               strips))
+        run = self.gemm.constant_run(index, value, self._checked)
+        return None if run is None else _rows_run(run)
 
     def run_serial(self, a, b, c=None) -> np.ndarray:
         return self._call(a, b, True, c)
