@@ -268,7 +268,8 @@ def section(run: Mapping[str, Any], script: str) -> list[str]:
         table = run["tables"].get(view.table)
         if table is None:
             continue
-        rows = [[row.get(field, "") for field in view.fields] for row in table["rows"]
+        rows = [["" if row.get(field) is None else row[field] for field in view.fields]
+                for row in table["rows"]
                 if all(row.get(name) in values for name, values in view.where)]
         lines += [f"`{view.table}`: {table['note']}.", "", *markdown_table(view.fields, rows), ""]
     return lines
