@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kerneltune.kernels import strips
+from kerneltune.kernels import panels, strips
 from kerneltune.runtime import RuntimeSession
 
 
@@ -123,3 +123,31 @@ def test_a_constant_weight_of_few_row_products_is_packed_into_strips_once(thread
         assert a.tobytes() == b.tobytes()
     assert packs == [True, False, False]  # 64 rows: not the skinny path
     assert laid_out._prepared[0].plan(x[:1], laid_out._model.constants["W"]).path == "skinny"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_constant_weight_of_packed_products_is_packed_into_panels_once(threads,
+                                                                         monkeypatch):
+    """Products of more rows than the skinny path takes on the packed path read the constant
+    weight's panels, packed at the first product of each grid (two threads give 32 rows a
+    grid of their own): the bits of a session given the weight at each run."""
+    packed = []
+
+    def grid(self, *arguments, grid=panels.Panels.grid):
+        before = len(self._packed)
+        found = grid(self, *arguments)
+        packed.append(len(self._packed) > before)
+        return found
+
+    monkeypatch.setattr(panels.Panels, "grid", grid)
+    laid_out = RuntimeSession(_linear(128, 256), threads=threads, contention=None)
+    as_stored = RuntimeSession(_linear(128, 256, constant_weight=False), threads=threads,
+                               contention=None)
+    weight = laid_out._model.constants["W"]
+    for rows in (16, 16, 32, 32):
+        x = np.random.default_rng(rows).standard_normal((rows, 128)).astype(np.float32)
+        (a,) = laid_out.run(None, {"X": x})
+        (b,) = as_stored.run(None, {"X": x, "W": np.ascontiguousarray(weight.T)})
+        assert a.tobytes() == b.tobytes()
+        assert laid_out._prepared[0].plan(x, weight).path == "blocked_packed"
+    assert packed == [True, False, threads > 1, False]
