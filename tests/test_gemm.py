@@ -16,9 +16,9 @@ from kerneltune.kernels.gemm import (
     WORKER_TASKS_PER_THREAD,
     WORKER_VARIANTS,
     Gemm,
-    fast_run,
 )
 from kerneltune.kernels.gemm_pythran import KU, MR, NR, STRIP_ROWS, SW
+from kerneltune.kernels.gemm_run import fast_run
 from kerneltune.kernels.matmul import MatMul
 from kerneltune.kernels.panels import REMEMBERED_GRIDS
 from kerneltune.kernels.strips import STRIPS_MINIMUM_ROW_BYTES

@@ -94,6 +94,7 @@ from .gemm_pythran import (
     T_TRANS_B,
     T_VECTOR_BLAS,
 )
+from .gemm_run import fast_run
 from .half_gemm import PreparedHalfGemm
 from .panels import Panels, takes_panels
 from .strips import Strips, takes_strips
@@ -361,6 +362,8 @@ class PreparedGemm(PreparedKernel):
         #: the workers that run a large blocked product's tasks on ``serial_module``
         #: (:mod:`.workers`); None runs every product in OpenMP regions
         self._workers = workers if serial_module is not None and threads > 1 else None
+        #: tasks a product's grid needs for the workers to run it
+        self.worker_tasks = WORKER_TASKS_PER_THREAD * threads
         if self._workers is not None:
             self._layout = serial_module.blocked_layout
             self._pack_panels = serial_module.pack_panels
@@ -476,8 +479,9 @@ class PreparedGemm(PreparedKernel):
     def run(self, a, b, c=None) -> np.ndarray:
         """``alpha * op(A) @ op(B) + beta * C`` in a fresh array, on the path of :meth:`plan`.
 
-        Every instance replaces this method by the equivalent closure :func:`fast_run`
-        builds: small products cost mostly the Python around the compiled call.
+        Every instance replaces this method by the equivalent closure that
+        :func:`.gemm_run.fast_run` builds: small products cost mostly the Python around the
+        compiled call.
         """
         return self._run(a, b, c)
 
@@ -505,10 +509,10 @@ class PreparedGemm(PreparedKernel):
         return self.constant_run(index, value, self.run_checked)
 
     def constant_run(self, index: int, value, checked: Callable) -> Callable | None:
-        """:func:`fast_run` for a B that is always ``value``, ``checked`` its checked run:
-        its products of one or two rows on the skinny path read its strips (:mod:`.strips`),
-        those of the packed path its panels (:mod:`.panels`), each packed once. None where
-        ``value`` is a B worth neither."""
+        """:func:`.gemm_run.fast_run` for a B that is always ``value``, ``checked`` its
+        checked run: its products of one or two rows on the skinny path read its strips
+        (:mod:`.strips`), those of the packed path its panels (:mod:`.panels`), each packed
+        once. None where ``value`` is a B worth neither."""
         strips, panels = self.strips_of(index, value), self.panels_of(index, value)
         if strips is None and panels is None:
             return None
@@ -540,6 +544,15 @@ class PreparedGemm(PreparedKernel):
             self._panels_entries[threads > 1](a, packed, bias, out, self._alpha, self._beta,
                                               self.trans_a, tile_m, tile_n,
                                               self.config.tile_k, threads)
+
+    def run_decided(self, a, b, bias, out, code: int, threads: int,
+                    panels: Panels | None = None) -> None:
+        """One product into ``out`` on the compiled path of ``code`` (``decide``'s), on
+        ``panels`` where they are B's and the path is the packed one."""
+        if panels is not None and code == PACKED_PATH:
+            self.run_on_panels(a, panels, bias, out, threads)
+        else:
+            self.run_compiled(a, b, bias, out, PATH_NAMES[code], threads)
 
     def run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
         """One product into ``out`` (C-contiguous), on a compiled path."""
@@ -607,101 +620,3 @@ class PreparedGemm(PreparedKernel):
             else:
                 self._finish(out, bias, self._alpha, self._beta, self._relu)
         return out
-
-
-def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
-             panels: Panels | None = None):
-    """:meth:`PreparedGemm.run` as a closure: one compiled call for the common case.
-
-    Arrays of the element type (C of at most 2 dimensions and used, or absent) go straight
-    to the compiled
-    ``gemm``, which refuses other layouts with a TypeError, checks the shapes and says
-    which products are the BLAS path's; those go straight to BLAS. Empty or mismatched
-    products, and everything else, take ``checked(a, b, c)``, whose errors name the
-    operand. Through ``checked``, the BLAS path cost as much Python a call as BLAS takes
-    for a small product, enough to hide a faster BLAS from calibration. A large output
-    comes from the output pool (:mod:`.outputs`): made in compiled code, its pages were
-    mapped and faulted afresh at every run. Its product runs through the path's own export,
-    the path decided here: inlined into a compiled entry that decided and computed, gcc
-    compiled the panel path's loop up to twice as slow (docs/kernels.md, The panel path),
-    and beside such a product the Python of the decision costs little. With ``strips``,
-    a product of B ``strips.b`` and at most ``STRIP_ROWS`` rows goes to its entry first,
-    which runs it on B's strips where it takes the skinny path. With ``panels``, a product
-    of B ``panels.b`` and more rows than the skinny path takes is decided here, and runs
-    on B's panels where it takes the packed path.
-    """
-    dtype, compiled, decide, run_compiled = p.dtype, p._gemm, p._decide_compiled, p.run_compiled
-    one_thread, one_thread_below = p._gemm_one_thread, p._one_thread_below
-    no_bias, alpha, beta, thresholds = p.no_bias, p._alpha, p._beta, p._thresholds
-    use_bias, trans_a, trans_b, relu, rectify = (p._use_bias, p.trans_a, p.trans_b, p._relu,
-                                                 p._rectify)
-    empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
-    tile_m, tile_n, skinny_rows = p.config.tile_m, p.config.tile_n, p.config.skinny_m_limit
-    constant = (strips or panels).b if strips or panels else None
-    run_on_panels = p.run_on_panels
-    # the products whose grid may have enough tasks for the workers skip the compiled entry
-    # (a product below ``one_thread_below`` runs on one thread, never on the workers)
-    no_workers = p._workers is None
-    worker_tasks = WORKER_TASKS_PER_THREAD * p.threads
-
-    def run(a, b, c=None):
-        try:
-            if a.dtype is dtype and b.dtype is dtype and (
-                    c is None or use_bias and c.dtype is dtype):
-                if c is None:
-                    bias = no_bias
-                elif c.ndim == 2:
-                    bias = c
-                else:  # a model's bias is mostly [N]: the compiled entry takes it as [1, N]
-                    bias = c.reshape((1,) * (2 - c.ndim) + c.shape)
-                a_shape, b_shape = a.shape, b.shape
-                rows = a_shape[-1] if trans_a else a_shape[0]
-                columns = b_shape[0] if trans_b else b_shape[-1]
-                depth = a_shape[0] if trans_a else a_shape[-1]
-                single = rows * columns * depth < one_thread_below
-                out = (strips.run(a, bias, single)
-                       if b is constant and strips and rows <= STRIP_ROWS else None)
-                on_panels = b is constant and panels is not None and rows > skinny_rows
-                if out is None and not on_panels and rows * columns < pooled_from and (
-                        single or no_workers or (
-                            (rows + tile_m - 1) // tile_m * ((columns + tile_n - 1) // tile_n)
-                            < worker_tasks)):
-                    out = (one_thread if single else compiled)(a, b, bias, alpha, beta,
-                                                              thresholds)
-                if out is not None:
-                    if out.size:
-                        return out
-                    blas = out.shape[1] != 0
-                else:
-                    blas = False
-                    if (a.ndim == 2 and b.ndim == 2 and depth and _fits(bias, rows, columns)
-                            and (b_shape[1] if trans_b else b_shape[0]) == depth):
-                        code, threads = decide(rows, depth, columns, False, thresholds)
-                        blas = code == BLAS_PATH
-                        if not blas:
-                            out = empty((rows, columns), dtype)
-                            if on_panels and code == PACKED_PATH:
-                                run_on_panels(a, panels, bias, out, threads)
-                            else:
-                                run_compiled(a, b, bias, out, PATH_NAMES[code], threads)
-                            if relu:
-                                rectify(out)
-                            return out
-                # BLAS's product; numpy.matmul keeps a subclass (np.matrix), the checked
-                # run does not
-                if blas and type(a) is np.ndarray and type(b) is np.ndarray:
-                    return p._blas(a, b, bias)
-        except (AttributeError, TypeError, IndexError):
-            pass  # not arrays, or not ones the compiled code takes: the checked run says which
-        return checked(a, b, c)
-
-    return run
-
-
-def _fits(bias: np.ndarray, rows: int, columns: int) -> bool:
-    """Whether C is absent (0 x 0) or 2-D and broadcasts to the output, as gemm's entry
-    checks; any other C takes the checked run, which names the problem."""
-    if bias.ndim != 2:
-        return False
-    c_rows, c_columns = bias.shape
-    return (c_rows == c_columns == 0) or (c_rows in (1, rows) and c_columns in (1, columns))

@@ -16,14 +16,8 @@ import numpy as np
 
 from . import blas, half, outputs
 from .base import Plan, PreparedKernel, operand
-from .gemm import (
-    BLAS,
-    Gemm,
-    PreparedGemm,
-    fast_run,
-    pool_attribute,
-    relu_attribute,
-)
+from .gemm import BLAS, Gemm, PreparedGemm, pool_attribute, relu_attribute
+from .gemm_run import fast_run
 from .half_gemm import PreparedHalfGemm
 
 
