@@ -536,8 +536,7 @@ class PreparedGemm(PreparedKernel):
         """A product of the packed path into ``out`` on the panels of its constant B: on the
         workers where its grid has tasks enough for them, else in one compiled call."""
         tile_m, tile_n, tasks, packed = panels.grid(out.shape[0], threads)
-        if (self._workers is not None and threads > 1
-                and tasks >= WORKER_TASKS_PER_THREAD * threads):
+        if self._on_workers(tasks, threads):
             self._tasks_on_workers(a, packed, packed, bias, out, True, tile_m, tile_n, tasks,
                                    threads)
         else:
@@ -583,7 +582,7 @@ class PreparedGemm(PreparedKernel):
         pack = pack or trans_b
         tile_m, tile_n, panels, tasks, rows, width = self._layout(
             m, n, kk, config.tile_m, config.tile_n, config.tile_k, pack, threads)
-        if tasks < WORKER_TASKS_PER_THREAD * threads:
+        if not self._on_workers(tasks, threads):
             return False
         packed = np.empty((rows, width), self.dtype)
         tile_k, pack_panels = config.tile_k, self._pack_panels
@@ -593,6 +592,11 @@ class PreparedGemm(PreparedKernel):
             (i + 1) * panels // chunks), threads)
         self._tasks_on_workers(a, b, packed, bias, out, pack, tile_m, tile_n, tasks, threads)
         return True
+
+    def _on_workers(self, tasks: int, threads: int) -> bool:
+        """Whether a blocked product of ``tasks`` tasks on ``threads`` runs on the workers."""
+        return (self._workers is not None and threads > 1
+                and tasks >= WORKER_TASKS_PER_THREAD * threads)
 
     def _tasks_on_workers(self, a, b, packed, bias, out, pack: bool, tile_m: int, tile_n: int,
                           tasks: int, threads: int) -> None:

@@ -28,11 +28,11 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
     to the compiled ``gemm``, which refuses other layouts with a TypeError, checks the
     shapes and says which products are the BLAS path's; those go straight to BLAS. Empty
     or mismatched products, and everything else, take ``checked(a, b, c)``, whose errors
-    name the operand. Through ``checked``, the BLAS path cost as much Python a call as BLAS takes
-    for a small product, enough to hide a faster BLAS from calibration. A large output
-    comes from the output pool (:mod:`.outputs`): made in compiled code, its pages were
-    mapped and faulted afresh at every run. Its product runs through the path's own export,
-    the path decided here: inlined into a compiled entry that decided and computed, gcc
+    name the operand. Through ``checked``, the BLAS path cost as much Python a call as BLAS
+    takes for a small product, enough to hide a faster BLAS from calibration. A large
+    output comes from the output pool (:mod:`.outputs`): made in compiled code, its pages
+    were mapped and faulted afresh at every run. Its product runs through the path's own
+    export, the path decided here: inlined into a compiled entry that decided and computed, gcc
     compiled the panel path's loop up to twice as slow (docs/kernels.md, The panel path),
     and beside such a product the Python of the decision costs little. With ``strips``,
     a product of B ``strips.b`` and at most ``STRIP_ROWS`` rows goes to its entry first,

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .strips import plain_matrix
+
 #: grids remembered per B (products of as many row counts and thread counts): a session's
 #: products repeat a few, and a caller that varies its batch at every call only computes
 #: grids again
@@ -27,8 +29,7 @@ def takes_panels(b, dtype: np.dtype, config) -> bool:
     a 2-D C-contiguous array of the type with a panel's worth of elements or more
     (``algorithm.pack_b_minimum_elements``). A smaller B is packed at most with transB, at
     a cost that the decision its binding adds to every call would outweigh."""
-    return (type(b) is np.ndarray and b.dtype is dtype and b.ndim == 2
-            and b.flags.c_contiguous and b.size >= max(1, config.pack_b_minimum_elements))
+    return plain_matrix(b, dtype) and b.size >= max(1, config.pack_b_minimum_elements)
 
 
 class Panels:

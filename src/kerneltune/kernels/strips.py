@@ -23,13 +23,19 @@ from .gemm_pythran import SW
 STRIPS_MINIMUM_ROW_BYTES = 4096
 
 
+def plain_matrix(b, dtype: np.dtype) -> bool:
+    """Whether ``b`` is a 2-D C-contiguous array of ``dtype``: a B that the packing of its
+    strips or its panels reads as such."""
+    return (type(b) is np.ndarray and b.dtype is dtype and b.ndim == 2
+            and b.flags.c_contiguous)
+
+
 def takes_strips(b, dtype: np.dtype, trans_b: bool, config) -> bool:
     """Whether ``b`` is a B worth strips for a prepared product of ``dtype``, ``trans_b``
     and ``config``: a 2-D C-contiguous array of the type, of
     ``algorithm.skinny_minimum_b_elements`` or more, read transposed (then every run in
     place transposes it) or in rows of ``STRIPS_MINIMUM_ROW_BYTES`` or more."""
-    return (type(b) is np.ndarray and b.dtype is dtype and b.ndim == 2
-            and b.flags.c_contiguous and config.skinny_m_limit > 0
+    return (plain_matrix(b, dtype) and config.skinny_m_limit > 0
             and b.size >= config.skinny_minimum_b_elements
             and (trans_b or b.strides[0] >= STRIPS_MINIMUM_ROW_BYTES))
 
