@@ -28,33 +28,18 @@ from .errors import (
     UnknownKernelError,
     UnsupportedModelError,
 )
-from .machine import (
-    CpuDescriptor,
-    CpuExecutionDescriptor,
-    CpuSelector,
-    NamedSelector,
-    Tier,
-    WaitPolicy,
-    current_execution,
-    detect_cpu_descriptor,
-    get_cpu_descriptor,
-    read_cpu_descriptor,
-    read_selector,
-    shipped_selectors,
-    wait_policy,
-    write_cpu_descriptor,
-)
+from .machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
+from .machine.detect import current_execution, detect_cpu_descriptor, get_cpu_descriptor
+from .machine.openmp import WaitPolicy, wait_policy
 from .startup import StartupReport, announce, initialise
 from .tuning import (
     ELEMENT_TYPES,
     AccessCounts,
-    Explanation,
     KernelLibraryInfo,
     KernelTuningKey,
     KernelTuningProfile,
     KernelTuningRegistry,
     KernelTuningSchema,
-    KeyExplanation,
     LibraryLoad,
     RejectedCandidate,
     Resolution,
@@ -66,7 +51,6 @@ from .tuning import (
     default_registry,
     element_type_name,
     element_type_number,
-    explain,
     register_kernel_tuning_profile,
     register_kernel_tuning_profiles,
     register_kernel_tuning_schema,
@@ -85,9 +69,10 @@ def startup_report() -> StartupReport:
 
 
 #: public names that load with their subpackage on first use: the calibration machinery,
-#: profiles, the profile store, the cache's operations, sessions and the corpus search (a
-#: first session loads none of calibration, the merge, the verification nor the store, and
-#: the cache's machinery only when there is a cache file)
+#: profiles, the profile store, the cache's operations, sessions, the corpus search,
+#: selectors, descriptor files and explanations (a first session loads none of calibration,
+#: the merge, the verification, the store, selectors nor explanations, and the cache's
+#: machinery only when there is a cache file)
 _EXPORTS = {
     "calibration": ("CalibrationOptions", "KernelTuningApplication",
                     "KernelTuningParameterReport", "KernelTuningParameters",
@@ -108,6 +93,9 @@ _EXPORTS = {
               "inspect_kernel_tuning_cache", "load_kernel_tuning_cache",
               "remove_kernel_tuning_cache", "update_kernel_tuning_cache"),
     "runtime": ("RuntimeSession", "Contention"),
+    "machine": ("CpuSelector", "NamedSelector", "Tier", "read_cpu_descriptor", "read_selector",
+                "shipped_selectors", "write_cpu_descriptor"),
+    "tuning": ("Explanation", "KeyExplanation", "explain"),
     "corpus": ("search_corpus_parameters", "analyze_kernel_tuning_latencies"),
 }
 __getattr__, _lazy_names, _ = lazy_loader.attach(__name__, submod_attrs=_EXPORTS)

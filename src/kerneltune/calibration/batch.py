@@ -42,11 +42,12 @@ from .interference import (
     KeyInterference,
     ProcessInterference,
 )
+from .machine_probes import PARALLEL
 from .measure import BudgetExhausted, Deadline
 from .options import CalibrationOptions
 from .report import CalibrationBatchReport, CalibrationReport, KeyOutcome
 from .search import Comparison, Setting, compare_settings
-from .steadiness import PARALLEL, PARALLEL_FLOOR, SteadinessMonitor
+from .steadiness import PARALLEL_FLOOR, SteadinessMonitor
 
 CalibrationFunction = Callable[[CalibrationContext], Mapping[str, Any] | None]
 

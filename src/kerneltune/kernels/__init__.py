@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from .._support.version import __version__
-from ..calibration.steadiness import register_machine_probe
+from ..calibration.machine_probes import register_machine_probe
 from ..tuning.libraries import KernelLibraryInfo
 from ..tuning.registry import KernelTuningRegistry
 from ..tuning.schema import element_type_number

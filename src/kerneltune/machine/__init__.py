@@ -11,47 +11,9 @@ of kerneltune.
 
 from __future__ import annotations
 
-from .blas import current_blas
-from .descriptor import CpuDescriptor, CpuExecutionDescriptor
-from .descriptor_files import read_cpu_descriptor, write_cpu_descriptor
-from .detect import (
-    DESCRIPTOR_ENVIRONMENT_VARIABLE,
-    current_execution,
-    detect_cpu_descriptor,
-    get_cpu_descriptor,
-)
-from .openmp import WaitPolicy, wait_policy
-from .selector_files import (
-    NamedSelector,
-    processor_selector,
-    read_selector,
-    selector_text,
-    shipped_selectors,
-    write_selector,
-)
-from .selectors import CpuSelector, Tier
-from .threads import available_threads, thread_count
+import lazy_loader
 
-__all__ = [
-    "DESCRIPTOR_ENVIRONMENT_VARIABLE",
-    "CpuDescriptor",
-    "CpuExecutionDescriptor",
-    "CpuSelector",
-    "NamedSelector",
-    "Tier",
-    "WaitPolicy",
-    "available_threads",
-    "current_blas",
-    "current_execution",
-    "detect_cpu_descriptor",
-    "get_cpu_descriptor",
-    "processor_selector",
-    "read_cpu_descriptor",
-    "read_selector",
-    "selector_text",
-    "shipped_selectors",
-    "thread_count",
-    "wait_policy",
-    "write_cpu_descriptor",
-    "write_selector",
-]
+# the public names are those __init__.pyi imports, each loaded with its module on first use:
+# a session needs the descriptors and their detection, not the selectors' nor the
+# descriptor files' machinery
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -26,7 +26,6 @@ from archspec.cpu.schema import TARGETS_JSON
 
 from ..errors import CpuDescriptorError
 from .descriptor import CpuDescriptor, CpuExecutionDescriptor
-from .descriptor_files import read_cpu_descriptor
 from .names import canonical_architecture, canonical_vendor
 from .threads import affinity, thread_count
 
@@ -340,6 +339,10 @@ def get_cpu_descriptor() -> CpuDescriptor:
         if _descriptor is None:
             override = os.environ.get(DESCRIPTOR_ENVIRONMENT_VARIABLE)
             if override:
+                # imported here: without the override a process never reads a descriptor
+                # file, nor loads the document machinery that reads one
+                from .descriptor_files import read_cpu_descriptor
+
                 try:
                     _descriptor = read_cpu_descriptor(override)
                 except CpuDescriptorError as exc:

@@ -12,66 +12,8 @@ resolves as it does (:mod:`.explanation`). May import :mod:`kerneltune.machine`,
 
 from __future__ import annotations
 
-from .explanation import Explanation, KeyExplanation, explain
-from .keyfilter import KeyFilter
-from .libraries import KernelLibraryInfo, LibraryLoad, load_kernel_libraries
-from .registry import (
-    KernelTuningRegistry,
-    TuningSnapshot,
-    access_counts,
-    default_registry,
-    register_kernel_tuning_profile,
-    register_kernel_tuning_profiles,
-    register_kernel_tuning_schema,
-    resolve_kernel_tuning,
-    snapshot,
-)
-from .resolution import (
-    AccessCounts,
-    KernelTuningProfile,
-    RejectedCandidate,
-    Resolution,
-    TuningSource,
-)
-from .schema import (
-    ELEMENT_TYPES,
-    KernelTuningKey,
-    KernelTuningSchema,
-    TuningParameter,
-    TuningValue,
-    element_type_name,
-    element_type_number,
-    tunable,
-)
+import lazy_loader
 
-__all__ = [
-    "ELEMENT_TYPES",
-    "AccessCounts",
-    "Explanation",
-    "KernelTuningKey",
-    "KernelTuningProfile",
-    "KernelTuningRegistry",
-    "KernelTuningSchema",
-    "KernelLibraryInfo",
-    "KeyExplanation",
-    "KeyFilter",
-    "LibraryLoad",
-    "RejectedCandidate",
-    "Resolution",
-    "TuningParameter",
-    "TuningSnapshot",
-    "TuningSource",
-    "TuningValue",
-    "access_counts",
-    "load_kernel_libraries",
-    "default_registry",
-    "element_type_name",
-    "element_type_number",
-    "explain",
-    "register_kernel_tuning_profile",
-    "register_kernel_tuning_profiles",
-    "register_kernel_tuning_schema",
-    "resolve_kernel_tuning",
-    "snapshot",
-    "tunable",
-]
+# the public names are those __init__.pyi imports, each loaded with its module on first use:
+# a session never loads the explanations' machinery
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
