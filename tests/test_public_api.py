@@ -31,16 +31,15 @@ def test_heavy_names_load_on_first_use_only(name, home, heavy):
     assert json.loads(output) == [False, True, home, True]
 
 
-#: what running a model never needs: the calibration machinery (the steadiness of the
-#: machine among it), the profile merge and verification, the profile store, the kernels'
-#: calibration functions and probes, (without a cache file) the cache's machinery, (without
-#: an ai.onnx.ml node) the ML operators' lowering, explanations, selector files, (without a
-#: descriptor file) the documents' machinery and (without a YAML file to read or a file to
-#: write) yaml and filelock
-NOT_FOR_A_SESSION = ("kerneltune.calibration.batch", "kerneltune.calibration.search",
-                     "kerneltune.calibration.context", "kerneltune.calibration.steadiness",
-                     "kerneltune.tuning.explanation", "kerneltune.tuning.keyfilter",
-                     "kerneltune.machine.selector_files", "kerneltune.machine.descriptor_files",
+#: what running a model never needs: the calibration package (the kernel library registers
+#: its machine probes all the same), the profile merge and verification, the profile store,
+#: the kernels' calibration functions and probes, (without a cache file) the cache's
+#: machinery, (without an ai.onnx.ml node) the ML operators' lowering, explanations,
+#: selector files, (without a descriptor file) the documents' machinery and (without a YAML
+#: file to read or a file to write) yaml and filelock
+NOT_FOR_A_SESSION = ("kerneltune.calibration", "kerneltune.tuning.explanation",
+                     "kerneltune.tuning.keyfilter", "kerneltune.machine.selector_files",
+                     "kerneltune.machine.descriptor_files",
                      "kerneltune._support.documents", "kerneltune.profiles.merge",
                      "kerneltune.profiles.verification", "kerneltune.profiles.export",
                      "kerneltune.store", "kerneltune.kernels.calibrate",

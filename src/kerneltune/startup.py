@@ -48,7 +48,7 @@ _QUIET_CACHE = ("loaded", "not_found", "disabled")
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class StartupReport:
     """The outcome of ``import kerneltune``: what was registered and loaded, what went wrong.
 

@@ -19,7 +19,8 @@ T = TypeVar("T", bound=type)
 
 
 def brief_repr(cls: T) -> T:
-    """A class decorator (outside ``@dataclass``): its repr becomes one line."""
+    """A class decorator (outside ``@dataclass(repr=False)``: a repr the dataclass made would
+    be replaced, and making it costs as the module loads): its repr becomes one line."""
     cls.__repr__ = _brief
     return cls
 

@@ -26,7 +26,7 @@ def _text(problems: Iterable[Problem]) -> list[str]:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CacheInspection:
     """What the file holds, read without publishing anything.
 
@@ -50,7 +50,7 @@ class CacheInspection:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CacheLoadReport:
     """What a load published, and every entry it left out, by reason.
 
@@ -82,7 +82,7 @@ class CacheLoadReport:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CacheUpdateReport:
     """What an update wrote (or, ``read_only``, would have written).
 
@@ -113,7 +113,7 @@ class CacheUpdateReport:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CacheRemoveReport:
     status: str
     path: str | None

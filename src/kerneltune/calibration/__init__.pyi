@@ -20,7 +20,6 @@ from .interference import (
     KeyInterference,
     ProcessInterference,
 )
-from .machine_probes import PARALLEL, register_machine_probe
 from .measure import Measurement
 from .options import EFFORTS, CalibrationOptions, Effort, thread_counts
 from .parameters import (
@@ -50,7 +49,7 @@ from .search import (
     search_crossover,
     search_threads,
 )
-from .steadiness import ProbeTrace, Steadiness
+from .steadiness import PARALLEL, ProbeTrace, Steadiness, register_machine_probe
 from .tensors import randn_tensor
 
 __all__ = [

@@ -27,6 +27,7 @@ from ..machine.descriptor import CpuExecutionDescriptor
 from ..machine.detect import current_execution
 from ..machine.openmp import wait_policy
 from ..tuning.keyfilter import KeyFilter
+from ..tuning.machine_probes import PARALLEL
 from ..tuning.registry import (
     KernelTuningProfile,
     KernelTuningRegistry,
@@ -42,7 +43,6 @@ from .interference import (
     KeyInterference,
     ProcessInterference,
 )
-from .machine_probes import PARALLEL
 from .measure import BudgetExhausted, Deadline
 from .options import CalibrationOptions
 from .report import CalibrationBatchReport, CalibrationReport, KeyOutcome

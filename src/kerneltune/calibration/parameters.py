@@ -79,7 +79,7 @@ class KernelTuningParameters:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class KernelTuningParameterReport:
     execution: CpuExecutionDescriptor
     cache: CacheInspection

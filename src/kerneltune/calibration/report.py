@@ -118,7 +118,7 @@ class Decision:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CalibrationReport:
     """Everything one key's calibration did."""
 
@@ -182,7 +182,7 @@ class KeyOutcome:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CalibrationBatchReport:
     """The outcome of one batch: reports of calibrated keys, and the keys left out with reasons.
 

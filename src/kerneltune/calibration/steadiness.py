@@ -36,9 +36,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+# the probes' registration is the registry's (every ``import kerneltune`` registers the
+# library's); the package gives it from here, beside what judges the probes
+from ..tuning.machine_probes import PARALLEL, register_machine_probe  # noqa: F401
 from ..tuning.registry import KernelTuningRegistry, default_registry
 from ..tuning.schema import KernelTuningKey
-from .machine_probes import PARALLEL
 
 #: how many consecutive probes must reach a rate for it to be the reference state's: a state
 #: lasts, while single lucky probes would set a reference no later key meets

@@ -111,7 +111,7 @@ class CorpusProgress:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CorpusSearchReport:
     """The sets (set 0: the active values, the baseline), every result and the analysis.
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from .._support.version import __version__
-from ..calibration.machine_probes import register_machine_probe
 from ..tuning.libraries import KernelLibraryInfo
+from ..tuning.machine_probes import register_machine_probe
 from ..tuning.registry import KernelTuningRegistry
 from ..tuning.schema import element_type_number
 from . import catalog, half

@@ -44,7 +44,7 @@ from ..tuning.schema import KernelTuningKey, KernelTuningSchema, element_type_na
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class BakeReport:
     """What a bake checked and wrote: the coverage, its gaps and every problem.
 
@@ -120,7 +120,7 @@ class FileCheck:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ValidationReport:
     """Files checked as the bake checks its profiles: per file, and what is wrong between
     them (two profiles that could both apply, two of one name)."""

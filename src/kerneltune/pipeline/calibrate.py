@@ -64,7 +64,7 @@ class ThreadSummary:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MachineCalibration:
     """What a machine calibration left: the profile, its files and a summary per thread count."""
 

@@ -47,7 +47,7 @@ IMPORTED = "imported"
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ProfileFileReport:
     """What became of one file: its status, what it registered and every problem.
 
@@ -89,7 +89,7 @@ class ProfileFileReport:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ProfileImportReport:
     """The outcome of one import: a report per file, and the generation that holds them."""
 

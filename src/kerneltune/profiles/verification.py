@@ -115,7 +115,7 @@ class KeyVerification:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class VerificationReport:
     """What a verification found per key, what it wrote, and every problem met.
 

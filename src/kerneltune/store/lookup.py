@@ -57,7 +57,7 @@ def _structure_text(properties: tuple[tuple[str, str], ...]) -> str:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CalibrationProfileLookup:
     """The profile selected for a lookup (None when none fits), with the other profiles' reasons.
 

@@ -77,7 +77,7 @@ def _texts(problems: Iterable[Problem]) -> list[str]:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CalibrationProfileLoadReport:
     """What a load found: its status, the profiles now in memory and the file's problems."""
 
@@ -92,7 +92,7 @@ class CalibrationProfileLoadReport:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CalibrationProfileUpdateReport:
     """What a mutation did: ``stored`` is the profile it stored or installed, ``removed`` the
     profiles it replaced, cleared or invalidated; ``written`` says whether the file was

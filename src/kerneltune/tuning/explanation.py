@@ -30,7 +30,7 @@ _OTHER_KEYS = ("element_type", "abi")
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class KeyExplanation:
     """One key: its resolution (values, source, rejected candidates) and any warning.
 
@@ -55,7 +55,7 @@ class KeyExplanation:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Explanation:
     """What every selected key resolves to on ``execution``.
 

@@ -31,7 +31,7 @@ LOADED, FAILED, NOT_SELECTED = "loaded", "failed", "not selected"
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class KernelLibraryInfo:
     """What a library's ``register`` returns: who it is and what it loaded on this processor.
 
@@ -54,7 +54,7 @@ class KernelLibraryInfo:
 
 
 @brief_repr
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LibraryLoad:
     """What became of one installed library: its status, what it registered, the problem.
 

@@ -1,15 +1,16 @@
-"""The machine probes a kernel library registers: what a calibration batch runs between keys
-to see which state the machine is in (:mod:`.steadiness` says how it judges them).
+"""The machine probes a kernel library registers with a registry, beside its schemas and
+calibration functions: what a calibration batch runs between keys to see which state the
+machine is in (:mod:`kerneltune.calibration.steadiness` says how it judges them).
 
-Apart from the steadiness machinery, so that registering a library's probes, which every
-``import kerneltune`` does, loads none of it.
+Here rather than in :mod:`kerneltune.calibration`, so that registering a library's probes,
+which every ``import kerneltune`` does, loads none of the calibration machinery.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..tuning.registry import KernelTuningRegistry, default_registry
+from .registry import KernelTuningRegistry, default_registry
 
 #: the aspect of the machine a probe watches unless it says otherwise
 PARALLEL = "parallel"
