@@ -2,11 +2,11 @@
 
 Owns :class:`KernelTuningKey` and the schemas derived from typed configs
 (:mod:`.schema`), the element types' numpy dtypes (:mod:`.dtypes`), key filters
-(:mod:`.keyfilter`), the kernel libraries installed (:mod:`.libraries`), what
-the registry holds and answers (:mod:`.resolution`), its access counters
-(:mod:`.counters`), the registry and its immutable generations
-(:mod:`.registry`), and why each key
-resolves as it does (:mod:`.explanation`). May import :mod:`kerneltune.machine`,
+(:mod:`.keyfilter`), the kernel libraries installed (:mod:`.libraries`) and the
+machine probes they register (:mod:`.machine_probes`), what the registry holds and
+answers (:mod:`.resolution`), its access counters (:mod:`.counters`), the registry and
+its immutable generations (:mod:`.registry`), and why each key resolves as it does
+(:mod:`.explanation`). May import :mod:`kerneltune.machine`,
 :mod:`kerneltune._support` and :mod:`kerneltune.errors`.
 """
 
