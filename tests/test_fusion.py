@@ -70,8 +70,7 @@ def test_a_matmul_and_its_bias_run_as_one_call_with_the_same_bits(dtype, rows, k
     assert path == unfused._prepared[0].plan(x, w).path
     compiled = (threads > 1 and selected_variant() in COMPILED_POOL_VARIANTS
                 and k * n < BLAS_POOL_MINIMUM_WEIGHT)
-    threshold = fused._prepared[0].config.blas_minimum_fmas  # its variant's default
-    assert (path == "blas") == (rows * k * n >= threshold and not compiled)
+    assert (path == "blas") == (rows * k * n >= 2_097_152 and not compiled)
 
 
 @pytest.mark.parametrize(("dtype", "k", "pool"), [

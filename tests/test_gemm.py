@@ -538,16 +538,6 @@ def test_skinny_products_have_their_own_blas_threshold():
                "blocked_packed")  # not skinny: the blocked path, packed for this B
 
 
-def test_x86_64_v4_keeps_products_below_2_to_the_25_off_blas():
-    """x86_64_v4's compiled products of several rows beat BLAS's longer than the other
-    variants': its default threshold is its own (a transformer block's 64-row product)."""
-    assert Gemm("x86_64_v4").schema("FLOAT").defaults.blas_minimum_fmas == 2 ** 25
-    for variant in ("baseline", "x86_64_v3"):
-        assert Gemm(variant).schema("FLOAT").defaults.blas_minimum_fmas == 2 ** 21
-    expected = "blocked_packed" if selected_variant() == "x86_64_v4" else "blas"
-    check_plan({}, (64, 256, 1024), expected)
-
-
 def test_baseline_keeps_one_row_products_of_512_squared_on_blas():
     """baseline's kernels lose one-row products to BLAS (which uses every instruction set)
     earlier than the other variants': its default threshold is its own."""

@@ -27,12 +27,7 @@ from kerneltune.calibration.report import Decision
 from kerneltune.cli import PARTIAL
 from kerneltune.kernels import LIBRARY, library, register_library
 from kerneltune.kernels.calibrate import ElementwiseCalibration
-from kerneltune.kernels.calibrate_gemm import (
-    NO_BLAS,
-    GemmCalibration,
-    tile_candidates,
-    whole_block_grid,
-)
+from kerneltune.kernels.calibrate_gemm import GemmCalibration, tile_candidates, whole_block_grid
 from kerneltune.kernels.gemm import KU, MR, NR
 from kerneltune.kernels.probes import SHARED_CACHE, shared_cache_probe
 from kerneltune.machine.detect import current_execution
@@ -564,7 +559,7 @@ def test_the_skinny_row_limit_stays_on_the_grid_of_row_counts(threads, blocked_f
     kernel, element_type, context = _calibration_context("MatMul", threads, **QUICK)
     _timed_by_point(context, lambda name, rows: 1.0 if (name == "blocked") == (
         rows >= blocked_from) else 2.0)
-    GemmCalibration(kernel, element_type)._skinny(context, NO_BLAS)
+    GemmCalibration(kernel, element_type)._skinny(context, {})
     decision = next(d for d in context.decisions if d.parameter == "algorithm.skinny_m_limit")
     assert (decision.value, decision.measured) == (limit, measured)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import math
-import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,9 +62,6 @@ BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
 VECTOR_BLAS = "algorithm.vector_blas_minimum_fmas"
 COLUMN_BLAS = "algorithm.column_blas_minimum_fmas"
-#: the values that keep every product off BLAS: the races among the compiled paths
-NO_BLAS = types.MappingProxyType({BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER,
-                                  COLUMN_BLAS: NEVER})
 FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
 SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
@@ -242,7 +238,7 @@ class GemmCalibration(KernelCalibration):
         return self._runner_for(context.configure(values), threads or context.threads)
 
     def __call__(self, context: CalibrationContext) -> None:
-        compiled = NO_BLAS
+        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER, COLUMN_BLAS: NEVER}
         self._tiles(context, compiled)
         square = self._square(context)
         steps = context.options.level.steps_per_octave

@@ -223,12 +223,9 @@ class HalfGemmConfig(GemmConfig):
 
 #: defaults of the variants whose compiled paths meet BLAS (built for every instruction set,
 #: whatever the variant) at other sizes: baseline's, without FMA or wide vectors, lose
-#: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread;
-#: x86_64_v4's products of several rows beat BLAS's up to 2**25, on one thread and on two
-#: with BLAS's threads asleep between calls (docs/kernels.md, "A product in a model")
+#: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread
 VARIANT_DEFAULTS: Mapping[str, Mapping[str, int]] = {
     "baseline": {"vector_blas_minimum_fmas": 262_144},
-    "x86_64_v4": {"blas_minimum_fmas": 33_554_432},
 }
 
 
