@@ -10,7 +10,7 @@ import pytest
 
 from kerneltune._support.aligned import ALIGNMENT
 from kerneltune.errors import TuningValidationError
-from kerneltune.kernels import outputs
+from kerneltune.kernels import library, outputs
 from kerneltune.kernels.gemm import (
     COMPILED_POOL_VARIANTS,
     WORKER_TASKS_PER_THREAD,
@@ -467,6 +467,37 @@ def test_blas_products_take_c_and_relu_as_an_add_and_a_relu_after_them(columns, 
     assert prepared.run(*inputs).tobytes() == expected.tobytes()
 
 
+@FLOAT_TYPES
+@pytest.mark.parametrize("export,m,n", [("blocked", 37, 70), ("panel", 37, 20),
+                                        ("skinny", 3, 70), ("column", 37, 3), ("row", 2, 20)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_each_path_s_export_applies_relu_as_it_stores_the_sums(element_type, dtype, export, m,
+                                                               n, threads):
+    """``relu``: each compiled path's export stores the Relu of each sum, in the same pass as
+    alpha and C: the bits of the export without it followed by the Relu kernel, NaN kept,
+    -0.0 (a zero sum times a negative alpha) and -inf made 0."""
+    k = 9
+    a, b, _ = operands(m, k, n, 0, 0, None, dtype)
+    a[0] = 0  # zero sums: -0.0 once scaled by alpha
+    a[1, 0] = np.inf  # +-inf, and NaN where B's element is 0
+    b[0, 1] = 0
+    c, alpha = np.zeros((0, 0), dtype), dtype(-1)
+    module = load_module("gemm" if threads > 1 else "gemm_serial", selected_variant())
+    layout = {"blocked": (8, 64, 16, False, threads), "panel": (False, threads),
+              "skinny": (64, threads), "column": (threads,), "row": ()}[export]
+    outs = []
+    for relu in (False, True):
+        out = np.full((m, n), 7, dtype)
+        getattr(module, export)(a, b, c, out, alpha, dtype(1), relu, False, False, *layout)
+        outs.append(out)
+    plain, fused = outs
+    assert np.isnan(plain).any() and np.isinf(plain).any() and (plain < 0).any()
+    assert (np.signbit(plain) & (plain == 0)).any()
+    relu = library()["Relu"]
+    expected = relu.prepare(element_type, relu.configure(element_type, {}), threads=1).run(plain)
+    assert fused.tobytes() == expected.tobytes()
+
+
 def test_products_on_the_openmp_pool_keep_off_blas_s_threads():
     """``pool="openmp"``: BLAS computes on the calling thread alone, and on the variants
     whose compiled products beat that, a product of several rows far above every BLAS
@@ -920,11 +951,11 @@ def test_panel_groups_of_four_and_eight_rows_give_the_bits_of_the_blocked_path(
     c = c.reshape(1, n)
     one = dtype(1)
     expected = np.empty((m, n), dtype)
-    module.blocked(a, b, c, expected, one, one, bool(trans_a), bool(trans_b), 8, 64, 16,
+    module.blocked(a, b, c, expected, one, one, False, bool(trans_a), bool(trans_b), 8, 64, 16,
                    False, 1)
     for tall, threads in itertools.product((False, True), (1, 2, 3)):
         out = np.full((m, n), np.nan, dtype)
-        module.panel(a, b, c, out, one, one, bool(trans_a), bool(trans_b), tall, threads)
+        module.panel(a, b, c, out, one, one, False, bool(trans_a), bool(trans_b), tall, threads)
         assert out.tobytes() == expected.tobytes(), (tall, threads)
 
 
@@ -994,7 +1025,7 @@ def test_the_row_export_refuses_more_rows_than_it_computes():
     a, b, c = operands(STRIP_ROWS + 1, 4, 5, bias="row2d")
     out = np.empty((STRIP_ROWS + 1, 5), np.float32)
     with pytest.raises(ValueError, match="one or two rows"):
-        module.row(a, b, c, out, np.float32(1), np.float32(1), False, False)
+        module.row(a, b, c, out, np.float32(1), np.float32(1), False, False, False)
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])

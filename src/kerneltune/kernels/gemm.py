@@ -369,8 +369,8 @@ class PreparedGemm(PreparedKernel):
             self._pack_panels = serial_module.pack_panels
             self._blocked_tasks = serial_module.blocked_tasks
         self._decide_compiled = module.decide
-        #: Relu on the output, fused (the Relu kernel's code: the same bits)
-        self._relu, self._rectify, self._finish = relu, module.rectify, module.finish
+        #: Relu on the output, fused: each path applies it as it stores a sum (the same bits)
+        self._relu, self._finish = relu, module.finish
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
         self._use_bias = beta != 0.0  # as ONNX's reference: beta == 0 ignores C entirely
@@ -500,8 +500,6 @@ class PreparedGemm(PreparedKernel):
             self.run_compiled(a, b, bias, out, path, threads)
         else:
             self._no_products(out, bias)
-        if self._relu:
-            self._rectify(out)
         return out
 
     def for_constant(self, index: int, value) -> Callable | None:
@@ -541,7 +539,7 @@ class PreparedGemm(PreparedKernel):
                                    threads)
         else:
             self._panels_entries[threads > 1](a, packed, bias, out, self._alpha, self._beta,
-                                              self.trans_a, tile_m, tile_n,
+                                              self._relu, self.trans_a, tile_m, tile_n,
                                               self.config.tile_k, threads)
 
     def run_decided(self, a, b, bias, out, code: int, threads: int,
@@ -555,22 +553,21 @@ class PreparedGemm(PreparedKernel):
 
     def run_compiled(self, a, b, bias, out, path: str, threads: int) -> None:
         """One product into ``out`` (C-contiguous), on a compiled path."""
+        scalars = (self._alpha, self._beta, self._relu, self.trans_a)
         if path == SKINNY:
-            self._skinny(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
-                         self.config.tile_n, threads)
+            self._skinny(a, b, bias, out, *scalars, self.trans_b, self.config.tile_n, threads)
         elif path == COLUMN:
-            self._column(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
-                         threads)
+            self._column(a, b, bias, out, *scalars, self.trans_b, threads)
         elif path == ROW:
-            self._row(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b)
+            self._row(a, b, bias, out, *scalars, self.trans_b)
         elif path == PANEL:
-            self._panel(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
+            self._panel(a, b, bias, out, *scalars, self.trans_b,
                         bool(self._thresholds[T_PANEL_TALL]), threads)
         elif not (self._workers is not None and threads > 1
                   and self._run_on_workers(a, b, bias, out, path == BLOCKED_PACKED, threads)):
-            self._blocked(a, b, bias, out, self._alpha, self._beta, self.trans_a, self.trans_b,
-                          self.config.tile_m, self.config.tile_n, self.config.tile_k,
-                          path == BLOCKED_PACKED, threads)
+            self._blocked(a, b, bias, out, *scalars, self.trans_b, self.config.tile_m,
+                          self.config.tile_n, self.config.tile_k, path == BLOCKED_PACKED,
+                          threads)
 
     def _run_on_workers(self, a, b, bias, out, pack: bool, threads: int) -> bool:
         """The blocked path's product on the calling thread and workers, each running chunks
@@ -601,18 +598,20 @@ class PreparedGemm(PreparedKernel):
     def _tasks_on_workers(self, a, b, packed, bias, out, pack: bool, tile_m: int, tile_n: int,
                           tasks: int, threads: int) -> None:
         """The blocked path's ``tasks`` in chunks on the calling thread and workers."""
-        alpha, beta, trans_a, tile_k = self._alpha, self._beta, self.trans_a, self.config.tile_k
-        blocked_tasks = self._blocked_tasks
+        alpha, beta, relu, trans_a = self._alpha, self._beta, self._relu, self.trans_a
+        blocked_tasks, tile_k = self._blocked_tasks, self.config.tile_k
         chunks = WORKER_CHUNKS_PER_THREAD * threads
         self._workers.run(chunks, lambda i: blocked_tasks(
-            a, b, packed, bias, out, alpha, beta, trans_a, pack, tile_m, tile_n, tile_k,
+            a, b, packed, bias, out, alpha, beta, relu, trans_a, pack, tile_m, tile_n, tile_k,
             i * tasks // chunks, (i + 1) * tasks // chunks), threads)
 
     def _no_products(self, out: np.ndarray, bias: np.ndarray) -> None:
-        """M, N or K is 0: the sums are empty, so the result is beta * C alone."""
+        """M, N or K is 0: the sums are empty, so the result is beta * C alone (and its Relu)."""
         out[...] = 0
         if bias.size and out.size:
             out += self._beta * bias
+            if self._relu:
+                self._finish(out, self.no_bias, self.dtype.type(1), self._beta, True)
 
     def _blas(self, a, b, bias) -> np.ndarray:
         a = a.T if self.trans_a else a

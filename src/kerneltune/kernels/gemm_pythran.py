@@ -4,24 +4,23 @@
 flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C-contiguous)::
 
     blocked(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-            trans_a: bool, trans_b: bool, tile_m: int, tile_n: int, tile_k: int,
-            pack: bool, nthreads: int) -> int
+            relu: bool, trans_a: bool, trans_b: bool, tile_m: int, tile_n: int,
+            tile_k: int, pack: bool, nthreads: int) -> int
     column(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-           trans_a: bool, trans_b: bool, nthreads: int) -> int
+           relu: bool, trans_a: bool, trans_b: bool, nthreads: int) -> int
     panel(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-          trans_a: bool, trans_b: bool, tall: bool, nthreads: int) -> int
+          relu: bool, trans_a: bool, trans_b: bool, tall: bool, nthreads: int) -> int
     skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-           trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
+           relu: bool, trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
     row(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-        trans_a: bool, trans_b: bool) -> int
+        relu: bool, trans_a: bool, trans_b: bool) -> int
 
     decide(m: int, k: int, n: int, serial: bool, t: int64[:]) -> (int, int)
-    rectify(out: T[:,:]) -> None
     finish(out: T[:,:], c: T[:,:], alpha: T, beta: T, relu: bool) -> None
     gemm(a: T[:,:], b: T[:,:], c: T[:,:], alpha: T, beta: T, t: int64[:]) -> T[:,:]
     pack_strips(b: T[:,:], bs: T[:,:], trans_b: bool, k: int, n: int) -> None
     skinny_strips(a: T[:,:], bs: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-                  trans_a: bool, tile_n: int, nthreads: int) -> int
+                  relu: bool, trans_a: bool, tile_n: int, nthreads: int) -> int
     gemm_strips(a: T[:,:], b: T[:,:], bs: T[:,:], c: T[:,:], alpha: T, beta: T,
                 t: int64[:]) -> T[:,:]
 
@@ -36,8 +35,9 @@ operands on the BLAS path, which Python hands to BLAS without checking them agai
 costs mostly its call, so its output is made and its path decided here, not in Python.
 A large product's caller decides with ``decide`` and calls the path's export into an output
 the output pool recycles.
-With ``t[T_RELU]`` set, ``gemm`` then applies Relu to the output (``rectify``): a product
-and the Relu after it in one call, as a session fuses them.
+With ``relu`` (``t[T_RELU]`` for ``gemm``) every path applies Relu to each sum as it
+stores it, with alpha and C: a product and the Relu after it in one call and one pass over
+the output, as a session fuses them (Relu is exact: the bits of the two apart).
 ``finish`` applies alpha, C and Relu to the sums BLAS computed, in place, with the
 compiled paths' finishing code (numpy's broadcast add and maximum took several times as
 long).
@@ -127,29 +127,27 @@ import numpy as np
 
 # A compiled function tries its signatures from the last declared on, about 70 ns for
 # each that does not match: the common element types are declared last.
-# pythran export blocked(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, bool, int)
-# pythran export blocked(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int, int, bool, int)
+# pythran export blocked(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int, int, int, bool, int)
+# pythran export blocked(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int, int, int, bool, int)
 # pythran export blocked_layout(int, int, int, int, int, int, bool, int)
 # pythran export pack_panels(float64[:,:] order(C), float64[:,:] order(C), bool, int, int, int, int, int, int)
 # pythran export pack_panels(float32[:,:] order(C), float32[:,:] order(C), bool, int, int, int, int, int, int)
-# pythran export blocked_tasks(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, int, int)
-# pythran export blocked_tasks(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int, int, int, int)
-# pythran export blocked_panels(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, int, int, int, int)
-# pythran export blocked_panels(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, int, int, int, int)
-# pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
+# pythran export blocked_tasks(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int, int, int, int, int)
+# pythran export blocked_tasks(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int, int, int, int, int)
+# pythran export blocked_panels(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, int)
+# pythran export blocked_panels(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int, int, int)
+# pythran export skinny(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int, int)
 # pythran export pack_strips(float64[:,:] order(C), float64[:,:] order(C), bool, int, int)
 # pythran export pack_strips(float32[:,:] order(C), float32[:,:] order(C), bool, int, int)
-# pythran export skinny_strips(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, int, int)
-# pythran export skinny_strips(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, int, int)
-# pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
-# pythran export column(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int)
-# pythran export column(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int)
-# pythran export row(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool)
-# pythran export row(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool)
-# pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int)
-# pythran export panel(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int)
-# pythran export rectify(float64[:,:] order(C))
-# pythran export rectify(float32[:,:] order(C))
+# pythran export skinny_strips(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int)
+# pythran export skinny_strips(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, int, int)
+# pythran export skinny(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int, int)
+# pythran export column(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int)
+# pythran export column(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int)
+# pythran export row(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool)
+# pythran export row(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool)
+# pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, bool, int)
+# pythran export panel(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, bool, int)
 # pythran export finish(float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool)
 # pythran export finish(float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool)
 # pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
@@ -214,8 +212,9 @@ PANEL_PATH = 5
 ROW_PATH = 6
 
 
-def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta):
-    """out[i0 + r, j0 + jj] = alpha * acc[r, jj] + beta * C (broadcast), r < rows, jj < nw.
+def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta, relu):
+    """out[i0 + r, j0 + jj] = alpha * acc[r, jj] + beta * C (broadcast), r < rows, jj < nw,
+    then Relu where ``relu`` (``_relu``): the sums are read once.
 
     ``out`` and C are indexed in place, not through views of them: each view took an
     atomic reference count (OpenMP builds), and gcc left loads through a view handed in
@@ -228,22 +227,28 @@ def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta):
     if cm == 0 or cn == 0:
         for r in range(rows):
             for jj in range(nw):
-                out[i0 + r, j0 + jj] = alpha * acc[r, jj]
+                out[i0 + r, j0 + jj] = _relu(alpha * acc[r, jj], relu)
     elif cn == 1:
         for r in range(rows):
             t = beta * c[i0 + r if cm > 1 else 0, 0]
             for jj in range(nw):
-                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
+                out[i0 + r, j0 + jj] = _relu(alpha * acc[r, jj] + t, relu)
     elif cm == 1:
         for r in range(rows):
             for jj in range(nw):
                 t = beta * c[0, j0 + jj]
-                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
+                out[i0 + r, j0 + jj] = _relu(alpha * acc[r, jj] + t, relu)
     else:
         for r in range(rows):
             for jj in range(nw):
                 t = beta * c[i0 + r, j0 + jj]
-                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
+                out[i0 + r, j0 + jj] = _relu(alpha * acc[r, jj] + t, relu)
+
+
+def _relu(v, relu):
+    """``v``, or where ``relu`` its Relu as the Relu kernel computes it: NaN stays NaN, -0.0
+    becomes 0. Exact, so a product and the Relu after it give the bits of the two apart."""
+    return v if (not relu or v > 0 or v != v) else 0
 
 
 def _load(acc, oc):
@@ -414,7 +419,8 @@ def _chunk8(ap, b, acc, kc, nw):
             acc[7, jj] += a7 * b0
 
 
-def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha, beta, block):
+def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha, beta, relu,
+           block):
     """out[i0:i0 + rows, n0:n0 + nc] (+)= ap[:rows, :kc] @ op(B) of k-tile and columns.
 
     In place (``block`` 0), those columns of B are b[bk0:bk0 + kc, bn0:bn0 + nc]; packed,
@@ -433,7 +439,7 @@ def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha
         else:
             _chunk(ap, b, bk, bn, acc, kc, nw)
         if last:
-            _finish(acc, out, c, i0, n0 + j0, rows, nw, alpha, beta)
+            _finish(acc, out, c, i0, n0 + j0, rows, nw, alpha, beta, relu)
         else:
             _store(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw])
 
@@ -474,7 +480,7 @@ def _pack_b(src, trans_b, bv):
                 bv[k, j] = src[k, j]
 
 
-def _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k):
+def _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k):
     """The tile ``t`` of the output (row-major over the tiles), over all of K."""
     m, n = out.shape
     nnt = (n + tile_n - 1) // tile_n
@@ -497,7 +503,7 @@ def _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, t
             rows = min(MR, mc - g)
             _pack_a(a, trans_a, ap, i0 + g, rows, k0, kc)
             _group(ap, bp if pack else b, bk0, bn0, out, acc, c, i0 + g, rows, n0, kc, nc,
-                   kt > 0, kt == nkt - 1, alpha, beta, kcap if pack else 0)
+                   kt > 0, kt == nkt - 1, alpha, beta, relu, kcap if pack else 0)
 
 
 def _blocks(n, tile_n):
@@ -546,16 +552,16 @@ def pack_panels(b, bp, trans_b, kk, n, tile_n, tile_k, first, last):
         _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
 
 
-def blocked_tasks(a, b, bp, c, out, alpha, beta, trans_a, pack, tile_m, tile_n, tile_k, first,
-                  last):
+def blocked_tasks(a, b, bp, c, out, alpha, beta, relu, trans_a, pack, tile_m, tile_n, tile_k,
+                  first, last):
     """Tasks ``first`` to ``last - 1`` of ``blocked``'s grid (``blocked_layout``'s tiles),
     B packed into ``bp`` when ``pack``."""
     kk = a.shape[0] if trans_a else a.shape[1]
     for t in range(first, last):
-        _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k)
+        _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k)
 
 
-def blocked_panels(a, bp, c, out, alpha, beta, trans_a, tile_m, tile_n, tile_k, nthreads):
+def blocked_panels(a, bp, c, out, alpha, beta, relu, trans_a, tile_m, tile_n, tile_k, nthreads):
     """``blocked``'s tasks on op(B) packed beforehand into ``bp`` (``pack_panels`` of the grid
     whose tiles ``blocked_layout`` gives, ``tile_m`` and ``tile_n`` among them): a constant
     B packed once, the same sums."""
@@ -566,14 +572,16 @@ def blocked_panels(a, bp, c, out, alpha, beta, trans_a, tile_m, tile_n, tile_k, 
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
-            _task(a, bp, bp, c, out, t, alpha, beta, trans_a, True, kk, tile_m, tile_n, tile_k)
+            _task(a, bp, bp, c, out, t, alpha, beta, relu, trans_a, True, kk, tile_m, tile_n,
+                  tile_k)
     else:
         for t in range(tasks):
-            _task(a, bp, bp, c, out, t, alpha, beta, trans_a, True, kk, tile_m, tile_n, tile_k)
+            _task(a, bp, bp, c, out, t, alpha, beta, relu, trans_a, True, kk, tile_m, tile_n,
+                  tile_k)
     return nthreads
 
 
-def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k, pack,
+def blocked(a, b, c, out, alpha, beta, relu, trans_a, trans_b, tile_m, tile_n, tile_k, pack,
             nthreads):
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
@@ -589,13 +597,13 @@ def blocked(a, b, c, out, alpha, beta, trans_a, trans_b, tile_m, tile_n, tile_k,
             _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
-            _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k)
+            _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k)
     else:
         # No OpenMP region at all: entering one costs more than a small product.
         for p in range(panels):
             _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
         for t in range(tasks):
-            _task(a, b, bp, c, out, t, alpha, beta, trans_a, pack, kk, tile_m, tile_n, tile_k)
+            _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k)
     return nthreads
 
 
@@ -623,7 +631,7 @@ def _skinny_strip(at, b, bk0, bn0, acc, m, kk, nw):
                 acc[r, jj] += x0 * brow[jj]
 
 
-def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n):
+def _skinny_task(a, at, b, c, out, t, alpha, beta, relu, trans_a, trans_b, kk, tile_n):
     """Columns ``t * tile_n`` onwards of every row, over all of K, a strip at a time.
 
     One or two rows go through ``_skinny_strip`` (each row's sums in turn, B read once), SW
@@ -648,7 +656,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
                 _skinny_strip(at, bt, 0, 0, acc, m, kk, nw)
             else:
                 _skinny_strip(at, b, 0, n0 + j0, acc, m, kk, nw)
-            _finish(acc, out, c, 0, n0 + j0, m, nw, alpha, beta)
+            _finish(acc, out, c, 0, n0 + j0, m, nw, alpha, beta, relu)
     else:
         columns = GROUP_SUM_BYTES // (MR * out.itemsize)
         width = NR if trans_b else columns
@@ -668,7 +676,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
                     _chunk(ap, bt, 0, 0, acc, kk, nw)
                 else:
                     _chunk(ap, b, 0, n0 + j0, acc, kk, nw)
-                _finish(acc, out, c, g, n0 + j0, rows, nw, alpha, beta)
+                _finish(acc, out, c, g, n0 + j0, rows, nw, alpha, beta, relu)
 
 
 def _rows_down(a, trans_a, m, kk):
@@ -691,7 +699,7 @@ def _strip_tasks(n, tile_n, nthreads):
     return tile_n, tasks, max(1, min(nthreads, tasks))
 
 
-def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
+def skinny(a, b, c, out, alpha, beta, relu, trans_a, trans_b, tile_n, nthreads):
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
     tile_n, tasks, nthreads = _strip_tasks(n, tile_n, nthreads)
@@ -699,10 +707,10 @@ def skinny(a, b, c, out, alpha, beta, trans_a, trans_b, tile_n, nthreads):
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
-            _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
+            _skinny_task(a, at, b, c, out, t, alpha, beta, relu, trans_a, trans_b, kk, tile_n)
     else:
         for t in range(tasks):
-            _skinny_task(a, at, b, c, out, t, alpha, beta, trans_a, trans_b, kk, tile_n)
+            _skinny_task(a, at, b, c, out, t, alpha, beta, relu, trans_a, trans_b, kk, tile_n)
     return nthreads
 
 
@@ -719,7 +727,7 @@ def pack_strips(b, bs, trans_b, kk, n):
             _pack_b(b[0:kk, s * SW:s * SW + nw], False, bs[s * kk:s * kk + kk, 0:nw])
 
 
-def _strips_task(at, bs, c, out, t, alpha, beta, kk, tile_n):
+def _strips_task(at, bs, c, out, t, alpha, beta, relu, kk, tile_n):
     """``_skinny_task`` of one or two rows on B's strips (``pack_strips``): the same sums of
     each column, in runs that end where a strip or the task does."""
     m, n = out.shape
@@ -732,11 +740,11 @@ def _strips_task(at, bs, c, out, t, alpha, beta, kk, tile_n):
         first = n0 + j0 - s * SW
         nw = min(SW - first, nc - j0)
         _skinny_strip(at, bs, s * kk, first, acc, m, kk, nw)
-        _finish(acc, out, c, 0, n0 + j0, m, nw, alpha, beta)
+        _finish(acc, out, c, 0, n0 + j0, m, nw, alpha, beta, relu)
         j0 += nw
 
 
-def skinny_strips(a, bs, c, out, alpha, beta, trans_a, tile_n, nthreads):
+def skinny_strips(a, bs, c, out, alpha, beta, relu, trans_a, tile_n, nthreads):
     """``skinny`` of at most ``STRIP_ROWS`` rows on op(B)'s strips packed by
     ``pack_strips``: the same tasks and bits."""
     m, n = out.shape
@@ -748,14 +756,14 @@ def skinny_strips(a, bs, c, out, alpha, beta, trans_a, tile_n, nthreads):
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
-            _strips_task(at, bs, c, out, t, alpha, beta, kk, tile_n)
+            _strips_task(at, bs, c, out, t, alpha, beta, relu, kk, tile_n)
     else:
         for t in range(tasks):
-            _strips_task(at, bs, c, out, t, alpha, beta, kk, tile_n)
+            _strips_task(at, bs, c, out, t, alpha, beta, relu, kk, tile_n)
     return nthreads
 
 
-def _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, first, last, kk):
+def _column_run(a, b, c, out, alpha, beta, relu, trans_a, trans_b, first, last, kk):
     """Blocks ``first`` to ``last`` (excluded) of the column path, with buffers of their own
     (zeros: a last block of fewer rows reads the buffer's other columns).
 
@@ -792,7 +800,7 @@ def _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, first, last, kk):
                 for r in range(CB):
                     sums[r, j] = acc[r]
             # alpha and C as every path applies them: the same code, so the same contraction
-            _finish(sums, out, c, i0, 0, rows, n, alpha, beta)
+            _finish(sums, out, c, i0, 0, rows, n, alpha, beta, relu)
 
 
 def _shares(units, nthreads):
@@ -803,7 +811,7 @@ def _shares(units, nthreads):
     return share, (units + share - 1) // share
 
 
-def column(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
+def column(a, b, c, out, alpha, beta, relu, trans_a, trans_b, nthreads):
     m = out.shape[0]
     kk = a.shape[0] if trans_a else a.shape[1]
     blocks = (m + CB - 1) // CB
@@ -811,14 +819,14 @@ def column(a, b, c, out, alpha, beta, trans_a, trans_b, nthreads):
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(static)
         for p in range(nthreads):
-            _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, p * share,
+            _column_run(a, b, c, out, alpha, beta, relu, trans_a, trans_b, p * share,
                         min(blocks, p * share + share), kk)
     else:
-        _column_run(a, b, c, out, alpha, beta, trans_a, trans_b, 0, blocks, kk)
+        _column_run(a, b, c, out, alpha, beta, relu, trans_a, trans_b, 0, blocks, kk)
     return nthreads
 
 
-def _panel_run(a, bp, c, out, alpha, beta, trans_a, first, last, kk, tall):
+def _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, first, last, kk, tall):
     """Groups ``first`` to ``last`` (excluded) of the panel path, of ``PR`` rows when
     ``tall`` or op(B) is 16 columns wide, else of ``MR``, with buffers of their own (``bp``:
     op(B) zero-padded to 16, 32 or ``NR`` columns)."""
@@ -847,7 +855,7 @@ def _panel_run(a, bp, c, out, alpha, beta, trans_a, first, last, kk, tall):
                 _tall_sums(ap, bp, acc, kk, 32)
             else:
                 _tall_sums(ap, bp, acc, kk, NR)
-            _finish(acc, out, c, i0, 0, rows, n, alpha, beta)
+            _finish(acc, out, c, i0, 0, rows, n, alpha, beta, relu)
 
 
 def _group_rows(width, tall):
@@ -867,7 +875,7 @@ def _tall_sums(ap, bp, acc, kk, width):
     _chunk8(ap, bp, acc, kk, width)
 
 
-def panel(a, b, c, out, alpha, beta, trans_a, trans_b, tall, nthreads):
+def panel(a, b, c, out, alpha, beta, relu, trans_a, trans_b, tall, nthreads):
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
     width = 16 if n <= 16 else 32 if n <= 32 else NR
@@ -879,14 +887,14 @@ def panel(a, b, c, out, alpha, beta, trans_a, trans_b, tall, nthreads):
     if nthreads > 1 or m >= PANEL_REGION_ROWS:
         # omp parallel for num_threads(nthreads) schedule(static)
         for p in range(nthreads):
-            _panel_run(a, bp, c, out, alpha, beta, trans_a, p * share,
+            _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, p * share,
                        min(groups, p * share + share), kk, tall)
     else:
-        _panel_run(a, bp, c, out, alpha, beta, trans_a, 0, groups, kk, tall)
+        _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, 0, groups, kk, tall)
     return nthreads
 
 
-def row(a, b, c, out, alpha, beta, trans_a, trans_b):
+def row(a, b, c, out, alpha, beta, relu, trans_a, trans_b):
     m, n = out.shape
     if m > STRIP_ROWS:
         raise ValueError("row computes one or two rows")
@@ -899,7 +907,7 @@ def row(a, b, c, out, alpha, beta, trans_a, trans_b):
     else:
         _skinny_strip(at, b, 0, 0, out, m, kk, n)
     # alpha and C as every path applies them: the same code, so the same contraction
-    _finish(out, out, c, 0, 0, m, n, alpha, beta)
+    _finish(out, out, c, 0, 0, m, n, alpha, beta, relu)
     return 1
 
 
@@ -968,21 +976,10 @@ def decide(m, k, n, serial, t):
     return blocked_path, threads
 
 
-def rectify(out):
-    """Relu in place, as the Relu kernel computes it: NaN stays NaN, -0.0 becomes 0."""
-    m, n = out.shape
-    for i in range(m):
-        for j in range(n):
-            v = out[i, j]
-            out[i, j] = v if (v > 0 or v != v) else 0
-
-
 def finish(out, c, alpha, beta, relu):
     m, n = out.shape
-    if alpha != 1 or c.shape[0] * c.shape[1]:
-        _finish(out, out, c, 0, 0, m, n, alpha, beta)
-    if relu:
-        rectify(out)
+    if relu or alpha != 1 or c.shape[0] * c.shape[1]:
+        _finish(out, out, c, 0, 0, m, n, alpha, beta, relu)
 
 
 def _checked(a, b, c, t):
@@ -1005,19 +1002,18 @@ def _checked(a, b, c, t):
 def _compute(a, b, c, out, alpha, beta, t, path, threads):
     trans_a = t[T_TRANS_A] != 0
     trans_b = t[T_TRANS_B] != 0
+    relu = t[T_RELU] != 0
     if path == SKINNY_PATH:
-        skinny(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_N], threads)
+        skinny(a, b, c, out, alpha, beta, relu, trans_a, trans_b, t[T_TILE_N], threads)
     elif path == ROW_PATH:
-        row(a, b, c, out, alpha, beta, trans_a, trans_b)
+        row(a, b, c, out, alpha, beta, relu, trans_a, trans_b)
     elif path == COLUMN_PATH:
-        column(a, b, c, out, alpha, beta, trans_a, trans_b, threads)
+        column(a, b, c, out, alpha, beta, relu, trans_a, trans_b, threads)
     elif path == PANEL_PATH:
-        panel(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_PANEL_TALL] != 0, threads)
+        panel(a, b, c, out, alpha, beta, relu, trans_a, trans_b, t[T_PANEL_TALL] != 0, threads)
     else:
-        blocked(a, b, c, out, alpha, beta, trans_a, trans_b, t[T_TILE_M], t[T_TILE_N],
+        blocked(a, b, c, out, alpha, beta, relu, trans_a, trans_b, t[T_TILE_M], t[T_TILE_N],
                 t[T_TILE_K], path == PACKED_PATH, threads)
-    if t[T_RELU]:
-        rectify(out)
 
 
 def gemm(a, b, c, alpha, beta, t):
@@ -1047,7 +1043,6 @@ def gemm_strips(a, b, bs, c, alpha, beta, t):
     if bs.shape[0] == 0:
         return np.empty((0, 3), a.dtype)
     out = np.empty((m, n), a.dtype)
-    skinny_strips(a, bs, c, out, alpha, beta, t[T_TRANS_A] != 0, t[T_TILE_N], threads)
-    if t[T_RELU]:
-        rectify(out)
+    skinny_strips(a, bs, c, out, alpha, beta, t[T_RELU] != 0, t[T_TRANS_A] != 0, t[T_TILE_N],
+                  threads)
     return out

@@ -43,8 +43,7 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
     dtype, compiled, decide = p.dtype, p._gemm, p._decide_compiled
     one_thread, one_thread_below = p._gemm_one_thread, p._one_thread_below
     no_bias, alpha, beta, thresholds = p.no_bias, p._alpha, p._beta, p._thresholds
-    use_bias, trans_a, trans_b, relu, rectify = (p._use_bias, p.trans_a, p.trans_b, p._relu,
-                                                 p._rectify)
+    use_bias, trans_a, trans_b = p._use_bias, p.trans_a, p.trans_b
     empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
     tile_m, tile_n, skinny_rows = p.config.tile_m, p.config.tile_n, p.config.skinny_m_limit
     constant = (strips or panels).b if strips or panels else None
@@ -91,8 +90,6 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
                             out = empty((rows, columns), dtype)
                             run_decided(a, b, bias, out, code, threads,
                                         panels if on_panels else None)
-                            if relu:
-                                rectify(out)
                             return out
                 # BLAS's product; numpy.matmul keeps a subclass (np.matrix), the checked
                 # run does not
