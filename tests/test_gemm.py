@@ -147,13 +147,16 @@ def test_beta_zero_ignores_c_as_onnx_does():
 @pytest.mark.parametrize("m,k,n", [(0, 4, 5), (4, 0, 5), (4, 5, 0), (0, 0, 0), (1, 0, 1)])
 @pytest.mark.parametrize("values", [{}, BLOCKED, {"algorithm.blas_minimum_fmas": 0}],
                          ids=["default", "compiled", "blas"])
-def test_empty_dimensions(m, k, n, values):
+@pytest.mark.parametrize("relu", [False, True])
+def test_empty_dimensions(m, k, n, values, relu):
+    """Empty sums: beta * C alone, and its Relu when one is fused."""
     a, b, _ = operands(m, k, n)
     c = matrix((n,), seed=5)
-    prepared = prepare(values, alpha=2.0, beta=3.0)
+    prepared = prepare(values, alpha=2.0, beta=3.0, activation="Relu" if relu else None)
+    expected = np.broadcast_to(np.maximum(3 * c, 0) if relu else 3 * c, (m, n))
     for out in (prepared.run(a, b, c), prepared.run_serial(a, b, c)):
         assert out.shape == (m, n) and out.dtype == np.float32
-        np.testing.assert_allclose(out, np.broadcast_to(3 * c, (m, n)))
+        np.testing.assert_allclose(out, expected)
     assert prepared.run(a, b).tolist() == np.zeros((m, n)).tolist()
 
 

@@ -214,12 +214,14 @@ ROW_PATH = 6
 
 def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta, relu):
     """out[i0 + r, j0 + jj] = alpha * acc[r, jj] + beta * C (broadcast), r < rows, jj < nw,
-    then Relu where ``relu`` (``_relu``): the sums are read once.
+    then Relu where ``relu``, on the block just stored (still in L1).
 
     ``out`` and C are indexed in place, not through views of them: each view took an
     atomic reference count (OpenMP builds), and gcc left loads through a view handed in
     here scalar. The ``max`` tells pythran the offsets are non-negative, so that it
-    compiles the indices without the negative-index check.
+    compiles the indices without the negative-index check. The Relu is a loop of its own:
+    as a select in the loops above, it made them several times slower where they are short
+    (the column path's few columns).
     """
     i0 = max(i0, 0)
     j0 = max(j0, 0)
@@ -227,28 +229,28 @@ def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta, relu):
     if cm == 0 or cn == 0:
         for r in range(rows):
             for jj in range(nw):
-                out[i0 + r, j0 + jj] = _relu(alpha * acc[r, jj], relu)
+                out[i0 + r, j0 + jj] = alpha * acc[r, jj]
     elif cn == 1:
         for r in range(rows):
             t = beta * c[i0 + r if cm > 1 else 0, 0]
             for jj in range(nw):
-                out[i0 + r, j0 + jj] = _relu(alpha * acc[r, jj] + t, relu)
+                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
     elif cm == 1:
         for r in range(rows):
             for jj in range(nw):
                 t = beta * c[0, j0 + jj]
-                out[i0 + r, j0 + jj] = _relu(alpha * acc[r, jj] + t, relu)
+                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
     else:
         for r in range(rows):
             for jj in range(nw):
                 t = beta * c[i0 + r, j0 + jj]
-                out[i0 + r, j0 + jj] = _relu(alpha * acc[r, jj] + t, relu)
-
-
-def _relu(v, relu):
-    """``v``, or where ``relu`` its Relu as the Relu kernel computes it: NaN stays NaN, -0.0
-    becomes 0. Exact, so a product and the Relu after it give the bits of the two apart."""
-    return v if (not relu or v > 0 or v != v) else 0
+                out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
+    if relu:
+        for r in range(rows):
+            for jj in range(nw):
+                # as the Relu kernel computes it: NaN stays NaN, -0.0 becomes 0
+                v = out[i0 + r, j0 + jj]
+                out[i0 + r, j0 + jj] = v if (v > 0 or v != v) else 0
 
 
 def _load(acc, oc):

@@ -12,9 +12,9 @@ DOUBLE are fused (a 16-bit product is rounded before its Add, a fused one would 
 and only where the product feeds nothing else.
 
 A hidden layer ends with its activation: a Relu after the Gemm (or the fused MatMul and
-Add) runs in the product's call (``activation="Relu"``), on each sum as the product
-stores it, with the Relu kernel's expression: the same bits, one step, one call and one
-pass over the output fewer.
+Add) runs in the product's call (``activation="Relu"``), on each block of the output as
+the product stores it, with the Relu kernel's expression: the same bits, one step, one
+call and one pass over the output fewer.
 
 An activation written out (GELU as eight nodes, SiLU as ``x * Sigmoid(x)``) is a chain of
 FLOAT elementwise nodes over one tensor and scalar constants: a session runs it as one
