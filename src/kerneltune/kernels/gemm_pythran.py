@@ -35,9 +35,9 @@ operands on the BLAS path, which Python hands to BLAS without checking them agai
 costs mostly its call, so its output is made and its path decided here, not in Python.
 A large product's caller decides with ``decide`` and calls the path's export into an output
 the output pool recycles.
-With ``relu`` (``t[T_RELU]`` for ``gemm``) every path applies Relu to each sum as it
-stores it, with alpha and C: a product and the Relu after it in one call and one pass over
-the output, as a session fuses them (Relu is exact: the bits of the two apart).
+With ``relu`` (``t[T_RELU]`` for ``gemm``) every path applies Relu to each block of sums
+it has just stored with alpha and C: a product and the Relu after it in one call and one
+pass over the output, as a session fuses them (Relu is exact: the bits of the two apart).
 ``finish`` applies alpha, C and Relu to the sums BLAS computed, in place, with the
 compiled paths' finishing code (numpy's broadcast add and maximum took several times as
 long).
