@@ -474,11 +474,11 @@ def test_blas_products_take_c_and_relu_as_an_add_and_a_relu_after_them(columns, 
 @pytest.mark.parametrize("export,m,n", [("blocked", 37, 70), ("panel", 37, 20),
                                         ("skinny", 3, 70), ("column", 37, 3), ("row", 2, 20)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_each_path_s_export_applies_relu_as_it_stores_the_sums(element_type, dtype, export, m,
-                                                               n, threads):
-    """``relu``: each compiled path's export stores the Relu of each sum, in the same pass as
-    alpha and C: the bits of the export without it followed by the Relu kernel, NaN kept,
-    -0.0 (a zero sum times a negative alpha) and -inf made 0."""
+def test_each_path_s_export_applies_relu_to_the_sums_it_stores(element_type, dtype, export, m,
+                                                                n, threads):
+    """``relu``: each compiled path's export applies Relu to each block of sums it has just
+    stored with alpha and C: the bits of the export without it followed by the Relu kernel,
+    NaN kept, -0.0 (a zero sum times a negative alpha) and -inf made 0."""
     k = 9
     a, b, _ = operands(m, k, n, 0, 0, None, dtype)
     a[0] = 0  # zero sums: -0.0 once scaled by alpha
@@ -496,8 +496,9 @@ def test_each_path_s_export_applies_relu_as_it_stores_the_sums(element_type, dty
     plain, fused = outs
     assert np.isnan(plain).any() and np.isinf(plain).any() and (plain < 0).any()
     assert (np.signbit(plain) & (plain == 0)).any()
-    relu = library()["Relu"]
-    expected = relu.prepare(element_type, relu.configure(element_type, {}), threads=1).run(plain)
+    kernel = library()["Relu"]
+    config = kernel.configure(element_type, {})
+    expected = kernel.prepare(element_type, config, threads=1).run(plain)
     assert fused.tobytes() == expected.tobytes()
 
 

@@ -369,7 +369,8 @@ class PreparedGemm(PreparedKernel):
             self._pack_panels = serial_module.pack_panels
             self._blocked_tasks = serial_module.blocked_tasks
         self._decide_compiled = module.decide
-        #: Relu on the output, fused: each path applies it as it stores a sum (the same bits)
+        #: Relu on the output, fused: each path applies it to each block of sums it has just
+        #: stored, BLAS's product in the call that adds its bias (the same bits)
         self._relu, self._finish = relu, module.finish
         self._alpha, self._beta = dtype.type(alpha), dtype.type(beta)
         self._scale = alpha != 1.0
