@@ -61,16 +61,20 @@ def test_a_matmul_and_its_bias_run_as_one_call_with_the_same_bits(dtype, rows, k
     (a,), (b,) = fused.run(None, {"X": x}), unfused.run(None, {"X": x})
     assert a.dtype == b.dtype and a.shape == b.shape == (rows, n)
     assert a.tobytes() == b.tobytes()
-    # the same thresholds choose the same path: BLAS's for the largest product on one
-    # thread; on two, a model of two nodes runs its products on the OpenMP pool, fused or
-    # not, compiled where the variant's compiled products beat BLAS on one thread, unless
-    # its weight is large enough for BLAS's pool
+    # the same thresholds choose the same path: BLAS's for the largest products on one
+    # thread (a weight worth panels meets it at its own threshold); on two, a model of two
+    # nodes runs its products on the OpenMP pool, fused or not, compiled where the
+    # variant's compiled products beat BLAS on one thread, unless its weight is large
+    # enough for BLAS's pool
     w, bias = (fused._model.constants[name] for name in ("W", "B"))
     path = fused._prepared[0].plan(x, w, bias).path
-    assert path == unfused._prepared[0].plan(x, w).path
+    assert path == unfused._prepared[0].plan(x, unfused._model.constants["W"]).path
     compiled = (threads > 1 and selected_variant() in COMPILED_POOL_VARIANTS
                 and k * n < BLAS_POOL_MINIMUM_WEIGHT)
-    assert (path == "blas") == (rows * k * n >= 2_097_152 and not compiled)
+    config = fused._prepared[0].config
+    on_panels = k * n >= config.pack_b_minimum_elements and rows > config.skinny_m_limit
+    blas_from = config.packed_blas_minimum_fmas if on_panels else config.blas_minimum_fmas
+    assert (path == "blas") == (rows * k * n >= blas_from and not compiled)
 
 
 @pytest.mark.parametrize(("dtype", "k", "pool"), [

@@ -1192,6 +1192,49 @@ def test_a_constant_b_is_packed_into_panels_once_with_the_packed_bits(
         assert len(packs) == 1
 
 
+@pytest.mark.parametrize("kernel", [GEMM, MATMUL])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_constant_b_meets_blas_at_its_own_threshold(kernel, threads):
+    """A bound B's products of more rows than the skinny path takes go to BLAS from
+    algorithm.packed_blas_minimum_fmas, any other B's from algorithm.blas_minimum_fmas: the
+    plan of the bound B says which, and the bound run takes that path (its bits are those
+    of the unbound run prepared to take it)."""
+    m, k, n = 24, 64, 2 * NR
+    fmas = m * k * n
+    a, b, _ = operands(m, k, n)
+    batched = a.reshape(2, m // 2, k)  # MatMul's batch of A: one product of all its rows
+    for packed_blas, blas, bound_path in ((fmas, fmas + 1, "blas"),
+                                          (fmas + 1, fmas, "blocked_packed")):
+        values = {**PACKED, "algorithm.packed_blas_minimum_fmas": packed_blas,
+                  "algorithm.blas_minimum_fmas": blas}
+        prepared = prepare(values, threads=threads, kernel=kernel)
+        unbound_path = "blocked_packed" if bound_path == "blas" else "blas"
+        assert prepared.plan(a, b).path == unbound_path
+        bound = prepared.for_constant(1, b)
+        assert prepared.plan(a, b).path == bound_path
+        assert prepared.plan(a, b.copy()).path == unbound_path
+        like_bound = prepare({**values, "algorithm.blas_minimum_fmas": packed_blas},
+                             threads=threads, kernel=kernel)
+        assert like_bound.plan(a, b).path == bound_path
+        assert bound(a, b).tobytes() == like_bound.run(a, b).tobytes()
+        if kernel is MATMUL:
+            assert prepared.plan(batched, b).path == bound_path
+            assert bound(batched, b).tobytes() == like_bound.run(batched, b).tobytes()
+
+
+def test_x86_64_v4_keeps_a_constant_b_off_blas_up_to_2_to_the_26():
+    """x86_64_v4's packed path on a constant B's panels beats BLAS to larger products than
+    the other variants' (docs/kernels.md): its default threshold is its own, any other B's
+    is everyone's."""
+    for kernel in (GEMM, MATMUL):
+        v4 = type(kernel)("x86_64_v4").schema("FLOAT").defaults
+        assert v4.packed_blas_minimum_fmas == 2 ** 26
+        assert v4.blas_minimum_fmas == 2 ** 21
+        for variant in ("baseline", "x86_64_v3"):
+            assert type(kernel)(variant).schema("FLOAT").defaults.packed_blas_minimum_fmas \
+                == 2 ** 21
+
+
 def test_panels_are_packed_per_tile_of_columns_and_only_for_the_packed_path(monkeypatch):
     """A product whose grid halves the tile of columns (fewer tasks than threads) packs
     panels of its own; products of the skinny and the BLAS paths pack none."""
@@ -1211,7 +1254,7 @@ def test_panels_are_packed_per_tile_of_columns_and_only_for_the_packed_path(monk
     for rows in range(1, 2 * REMEMBERED_GRIDS + 2):  # grids forgotten, panels kept
         assert bound(tall[:rows], b).tobytes() == prepared.run(tall[:rows], b).tobytes()
     assert packs == [2 * NR, 4 * NR]
-    for values in (SKINNY, {**PACKED, "algorithm.blas_minimum_fmas": 0}):
+    for values in (SKINNY, {**PACKED, "algorithm.packed_blas_minimum_fmas": 0}):
         other = prepare(values, threads=2)
         monkeypatch.setattr(other, "pack_panels", lambda *args: packs.append(args))
         assert other.for_constant(1, b)(a, b).tobytes() == other.run(a, b).tobytes()

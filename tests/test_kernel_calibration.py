@@ -27,7 +27,12 @@ from kerneltune.calibration.report import Decision
 from kerneltune.cli import PARTIAL
 from kerneltune.kernels import LIBRARY, library, register_library
 from kerneltune.kernels.calibrate import ElementwiseCalibration
-from kerneltune.kernels.calibrate_gemm import GemmCalibration, tile_candidates, whole_block_grid
+from kerneltune.kernels.calibrate_gemm import (
+    WEIGHT_DEPTH,
+    GemmCalibration,
+    tile_candidates,
+    whole_block_grid,
+)
 from kerneltune.kernels.gemm import KU, MR, NR
 from kerneltune.kernels.probes import SHARED_CACHE, shared_cache_probe
 from kerneltune.machine.detect import current_execution
@@ -162,6 +167,9 @@ def test_gemm_calibration_decides_tiles_algorithms_and_grain(registry):
     smallest_b = calibrated.values["algorithm.skinny_minimum_b_elements"]
     skinny_blas = [c.point for c in decided["algorithm.skinny_blas_minimum_fmas"].candidates]
     assert all(n * n >= smallest_b for n in skinny_blas)
+    # BLAS against the packed path on a constant B: from twice the skinny path's rows
+    packed = decided["algorithm.packed_blas_minimum_fmas"]
+    assert packed.candidates and all(c.point >= 16 for c in packed.candidates)
     assert [row["label"] for row in calibrated.comparison][0] == "tiles 64x256x256"
     assert calibrated.comparison[0]["speedup"] == 1.0
     registry.snapshot().schema(calibrated.key).configure(calibrated.values)  # consistent
@@ -528,9 +536,9 @@ def test_tiles_are_judged_on_one_thread_whatever_the_batch_threads(kernel_name):
                     0.5 if name == "tiles {}x{}x{}".format(*winner) else 1.0)
     runners, threads = calibration._runner_for, []
 
-    def runner_for(config, count):
+    def runner_for(config, count, weight):
         threads.append(count)
-        return runners(config, count)
+        return runners(config, count, weight)
 
     calibration._runner_for = runner_for
     calibration._tiles(context, {})
@@ -649,6 +657,34 @@ def test_the_column_blas_threshold_is_where_blas_beats_the_column_path_on_tall_p
     assert decision.parameter == "algorithm.column_blas_minimum_fmas"
     assert decision.measured == 4096 * 32 and decision.value == 2048 * 32 and decision.changed
     assert set(decision.units) == {"M x 32 x 1", "M x 32 x 8"}
+
+
+@pytest.mark.parametrize("kernel_name", ["Gemm", "MatMul"])
+def test_the_packed_blas_threshold_is_where_blas_beats_the_packed_path_on_a_weight(
+        kernel_name):
+    """BLAS against the packed path on a constant B's panels: rows by the weight family's B,
+    bound as a session binds a model's weight (the runs and the plans both), from twice the
+    skinny path's limit; the threshold moves to an octave short of the crossover."""
+    kernel, element_type, context = _calibration_context(kernel_name, 1, **QUICK,
+                                                         memory_budget=50_000_000)
+    _timed_by_point(context, lambda name, rows: 1.0 if (name == "BLAS") == (rows >= 1024)
+                    else 2.0)
+    calibration = GemmCalibration(kernel, element_type)
+    compiled = {"algorithm.blas_minimum_fmas": 0, "algorithm.packed_blas_minimum_fmas": 1 << 62}
+    calibration._packed_blas(context, ("compiled", calibration._runner(context, compiled)),
+                             ("BLAS", calibration._runner(
+                                 context, {"algorithm.packed_blas_minimum_fmas": 0})))
+    (decision,) = context.decisions
+    area = WEIGHT_DEPTH * WEIGHT_DEPTH
+    assert decision.parameter == "algorithm.packed_blas_minimum_fmas"
+    assert decision.measured == 1024 * area and decision.value == 512 * area
+    assert min(c.point for c in decision.candidates) >= 16
+    weight = calibration._weight(context)
+    config = context.configure(compiled)
+    assert calibration.plan_of(config, 1, weight, 64).path == "blocked_packed"
+    plain = calibration._product("plain", context, int, lambda s: WEIGHT_DEPTH,
+                                 lambda s: WEIGHT_DEPTH, "rows")
+    assert calibration.plan_of(config, 1, plain, 64).path == "blas"
 
 
 def test_the_column_blas_threshold_is_kept_when_no_product_takes_the_column_path():

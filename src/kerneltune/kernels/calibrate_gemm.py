@@ -30,6 +30,7 @@ from ..calibration import (
 from ..calibration.search import RESOLUTION_OCTAVES
 from ..tuning.dtypes import NUMPY_DTYPES
 from . import half
+from .base import Plan
 from .calibrate import (
     CONVERSION_MINIMUM,
     GRAIN_RESOLUTION_OCTAVES,
@@ -62,11 +63,15 @@ BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
 VECTOR_BLAS = "algorithm.vector_blas_minimum_fmas"
 COLUMN_BLAS = "algorithm.column_blas_minimum_fmas"
+PACKED_BLAS = "algorithm.packed_blas_minimum_fmas"
 FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
 SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
 #: depth and width of the skinny-M family
 SKINNY_DEPTH = 512
+#: the weight family: rows by a constant B of this depth and width, bound as a session binds
+#: a model's weight (its own salt: a B no other family reads)
+WEIGHT_CASE, WEIGHT_DEPTH, WEIGHT_SALT = "rows by a weight", 512, 2
 #: N of the row path's cases (rows x N by N x N): a hidden layer's width, and one just below
 #: the default skinny_minimum_b_elements, where a second row on `x86_64_v4` ran slower
 ROW_SIZES = (32, 96)
@@ -164,7 +169,7 @@ class GemmCalibration(KernelCalibration):
 
     def _product(self, name: str, context: CalibrationContext, m: Callable[[int], int],
                  k: Callable[[int], int], n: Callable[[int], int], unit: str,
-                 trans_b: bool = False) -> Case:
+                 trans_b: bool = False, b_salt: int = 1) -> Case:
         """A product of ``m(size) x k(size)`` by ``k(size) x n(size)``; ``unit`` says what
         the size counts, shapes included."""
         item = NUMPY_DTYPES[self.element_type].itemsize
@@ -172,7 +177,7 @@ class GemmCalibration(KernelCalibration):
         def inputs(size: int) -> tuple:
             b_shape = (n(size), k(size)) if trans_b else (k(size), n(size))
             return (self._matrix(context, m(size), k(size), 0),
-                    self._matrix(context, *b_shape, 1))
+                    self._matrix(context, *b_shape, b_salt))
 
         return Case(name, inputs,
                     lambda s: item * (m(s) * k(s) + k(s) * n(s) + m(s) * n(s)), unit)
@@ -190,6 +195,18 @@ class GemmCalibration(KernelCalibration):
         return self._product("skinny M", context, int, lambda s: SKINNY_DEPTH,
                              lambda s: SKINNY_DEPTH,
                              f"rows M (M x {SKINNY_DEPTH} by {SKINNY_DEPTH} x {SKINNY_DEPTH})")
+
+    def _weight(self, context: CalibrationContext) -> Case:
+        """M x 512 by a constant 512 x 512, bound as a session binds a model's weight (its
+        products of more rows than the skinny path takes run on its panels), on the rows M."""
+        return self._product(WEIGHT_CASE, context, int, lambda s: WEIGHT_DEPTH,
+                             lambda s: WEIGHT_DEPTH,
+                             f"rows M (M x {WEIGHT_DEPTH} by a constant {WEIGHT_DEPTH} x "
+                             f"{WEIGHT_DEPTH})", b_salt=WEIGHT_SALT)
+
+    def _weight_b(self, context: CalibrationContext) -> np.ndarray:
+        """The weight family's B: the same array at every size (the context keeps it)."""
+        return self._matrix(context, WEIGHT_DEPTH, WEIGHT_DEPTH, WEIGHT_SALT)
 
     def _narrow(self, context: CalibrationContext) -> Case:
         """1024 x 64 by 64 x N, on the columns N."""
@@ -219,26 +236,42 @@ class GemmCalibration(KernelCalibration):
                              256))
         return families
 
-    def _runner_for(self, config: Any, threads: int) -> Callable[..., np.ndarray]:
-        """A run for plain and transposed-B cases, told apart by B's shape.
+    def _runner_for(self, config: Any, threads: int, weight: np.ndarray
+                    ) -> Callable[..., np.ndarray]:
+        """A run for plain and transposed-B cases, told apart by B's shape, bound to
+        ``weight`` (the weight family's B) as a session binds a model's weight.
 
         The transposed family is never square in (K, N), so a B whose first
         dimension is not A's last is the transposed one.
         """
-        plain = self.run_of(config, threads)
-        if isinstance(self.kernel, MatMul):
-            return plain
-        transposed = self.run_of(config, threads, transB=1)
+        prepared = self.kernel.prepare(self.element_type, config, threads,
+                                       **self.fixed_attributes())
+        plain, bound = prepared.run, prepared.for_constant(1, weight) or prepared.run
+        transposed = (None if isinstance(self.kernel, MatMul)
+                      else self.run_of(config, threads, transB=1))
 
         def run(a, b):
+            if b is weight:
+                return bound(a, b)
             return plain(a, b) if a.shape[1] == b.shape[0] else transposed(a, b)
         return run
 
     def _runner(self, context: CalibrationContext, values: dict, threads: int | None = None):
-        return self._runner_for(context.configure(values), threads or context.threads)
+        return self._runner_for(context.configure(values), threads or context.threads,
+                                self._weight_b(context))
+
+    def plan_of(self, config: Any, threads: int, case: Case, size: int) -> Plan:
+        """The plan of :meth:`KernelCalibration.plan_of`, the weight family's B bound."""
+        inputs = case.inputs(size)
+        prepared = self.kernel.prepare(self.element_type, config, threads,
+                                       **self.fixed_attributes(), **self.attributes_of(inputs))
+        if case.name == WEIGHT_CASE:
+            prepared.for_constant(1, inputs[1])
+        return prepared.plan(*inputs)
 
     def __call__(self, context: CalibrationContext) -> None:
-        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER, COLUMN_BLAS: NEVER}
+        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER, COLUMN_BLAS: NEVER,
+                    PACKED_BLAS: NEVER}
         self._tiles(context, compiled)
         square = self._square(context)
         steps = context.options.level.steps_per_octave
@@ -402,7 +435,7 @@ class GemmCalibration(KernelCalibration):
         """The BLAS crossovers, in multiply-adds: square, one-row, column-path and skinny
         products."""
         on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0, VECTOR_BLAS: 0,
-                                                  COLUMN_BLAS: 0}))
+                                                  COLUMN_BLAS: 0, PACKED_BLAS: 0}))
         compiled_run = ("compiled", self._runner(context, compiled))
         decide_crossover(context, Crossover(
             BLAS, square, squares, compiled_run, on_blas,
@@ -413,6 +446,7 @@ class GemmCalibration(KernelCalibration):
             lambda s: s * s, max(1, math.isqrt(int(context.values[VECTOR_BLAS]))),
             self._tolerance(), VECTOR_BLAS_RESOLUTION_OCTAVES))
         self._column_blas(context, compiled_run, on_blas)
+        self._packed_blas(context, compiled_run, on_blas)
         limit = int(context.values[SKINNY])
         if limit < 2:
             context.keep(SKINNY_BLAS, f"kept: algorithm.skinny_m_limit is {limit}, no product of "
@@ -449,6 +483,19 @@ class GemmCalibration(KernelCalibration):
                       lambda s, columns=columns: s * TALL_DEPTH * columns,
                       max(1, in_use // (TALL_DEPTH * columns)), self._tolerance())
             for columns in sorted({1, limit})])
+
+    def _packed_blas(self, context: CalibrationContext, compiled_run: tuple,
+                     on_blas: tuple) -> None:
+        """Where BLAS, which packs B at every call, beats the packed path on a constant B's
+        panels, in multiply-adds, on the weight family's rows (from twice the skinny path's
+        limit: fewer rows do not run on the panels)."""
+        low = 2 * max(8, int(context.values[SKINNY]))
+        rows = geometric_grid(low, max(low, 4096), context.options.level.steps_per_octave)
+        area = WEIGHT_DEPTH * WEIGHT_DEPTH
+        decide_crossover(context, Crossover(
+            PACKED_BLAS, self._weight(context), rows, compiled_run, on_blas,
+            lambda s: s * area, max(1, int(context.values[PACKED_BLAS]) // area),
+            self._tolerance()))
 
     def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
                   compiled: dict) -> None:
@@ -492,10 +539,12 @@ class GemmCalibration(KernelCalibration):
                  *((self._skinny_m(context), rows) for rows in (4, 12, 24)),
                  *((self._narrow(context), columns) for columns in (3, 16, 48)),
                  *((self._tall(context, 1), rows) for rows in (256, 1024, 4096)),
+                 *((self._weight(context), rows) for rows in (64, 512, 4096)),
                  *((self._square(context), size) for size in whole_block_grid(16, 724, 1)),
                  *((self._rows(context, rows), size) for rows in (1, 2)
                    for size in whole_block_grid(64, 4096, 1))]
-        return Workload(cases, lambda config: self._runner_for(config, context.threads),
+        weight = self._weight_b(context)
+        return Workload(cases, lambda config: self._runner_for(config, context.threads, weight),
                         self._tolerance(), self.differs(context.threads))
 
     def attributes_of(self, inputs: Sequence[object]) -> dict[str, Any]:

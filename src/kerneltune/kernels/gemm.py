@@ -171,6 +171,11 @@ class GemmConfig:
     blas_minimum_fmas: int = tunable(
         "algorithm.blas_minimum_fmas", 2_097_152, minimum=0,
         doc="M * N * K from which numpy.matmul (BLAS) computes the product")
+    packed_blas_minimum_fmas: int = tunable(
+        "algorithm.packed_blas_minimum_fmas", 2_097_152, minimum=0,
+        doc="M * N * K from which a product on a constant B's panels (a session's weight, "
+            "packed once: the packed path without its copy) is computed by numpy.matmul "
+            "(BLAS) instead; algorithm.blas_minimum_fmas decides the products of any other B")
     skinny_blas_minimum_fmas: int = tunable(
         "algorithm.skinny_blas_minimum_fmas", 2_097_152, minimum=0,
         doc="M * N * K from which a skinny product of 2 rows or more "
@@ -223,9 +228,13 @@ class HalfGemmConfig(GemmConfig):
 
 #: defaults of the variants whose compiled paths meet BLAS (built for every instruction set,
 #: whatever the variant) at other sizes: baseline's, without FMA or wide vectors, lose
-#: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread
+#: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread;
+#: x86_64_v4's packed path on a constant B's panels beats BLAS, which packs B at every call,
+#: up to 2**26 multiply-adds on one and two threads (docs/kernels.md, "A constant B in
+#: panels")
 VARIANT_DEFAULTS: Mapping[str, Mapping[str, int]] = {
     "baseline": {"vector_blas_minimum_fmas": 262_144},
+    "x86_64_v4": {"packed_blas_minimum_fmas": 67_108_864},
 }
 
 
@@ -295,6 +304,13 @@ class Gemm(Kernel):
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)
         return prepared
+
+
+def _thresholds(fields: Mapping[int, object]) -> np.ndarray:
+    """The compiled ``decide``'s read-only array of ``fields`` (index: value)."""
+    thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)], np.int64)
+    thresholds.flags.writeable = False
+    return thresholds
 
 
 def relu_attribute(activation, element_type: int) -> bool:
@@ -397,9 +413,14 @@ class PreparedGemm(PreparedKernel):
                   T_ROW_LIMIT: config.row_m_limit,
                   T_RELU: relu,
                   T_PANEL_TALL: tall_panel}
-        self._thresholds = np.array([min(int(fields[i]), INT64_MAX) for i in range(T_FIELDS)],
-                                    np.int64)
-        self._thresholds.flags.writeable = False
+        self._thresholds = _thresholds(fields)
+        #: the same for a product on a constant B's panels (:meth:`constant_run`), which
+        #: meets BLAS at its own size
+        self._packed_thresholds = _thresholds({
+            **fields,
+            T_BLAS: INT64_MAX if compiled_rows else config.packed_blas_minimum_fmas})
+        #: the constant B bound to this kernel's panels, if any (:meth:`constant_run`)
+        self._panels_b = None
         self._form = ("T" if trans_a else "N") + ("T" if trans_b else "N")
         self._run = self.run = fast_run(self, self.run_checked)
 
@@ -445,28 +466,41 @@ class PreparedGemm(PreparedKernel):
 
     # -- decisions ----------------------------------------------------------------------------
 
-    def decide(self, m: int, k: int, n: int, serial: bool = False) -> tuple[str, int]:
+    def decide(self, m: int, k: int, n: int, serial: bool = False,
+               on_panels: bool = False) -> tuple[str, int]:
         """The path and thread count of one (M, K) x (K, N) product (``serial``: of
-        ``run_serial``, the blocked path on one thread).
+        ``run_serial``, the blocked path on one thread; ``on_panels``: of a constant B's
+        panels, see :meth:`constant_run`).
 
         The BLAS path's threads are the BLAS library's business: 0 here.
         """
-        code, threads = self._decide_compiled(int(m), int(k), int(n), bool(serial),
-                                              self._thresholds)
+        code, threads = self._decide_compiled(
+            int(m), int(k), int(n), bool(serial),
+            self._packed_thresholds if on_panels else self._thresholds)
         return PATH_NAMES[code], threads
 
     def plan(self, a, b, c=None) -> Plan:
+        """The plan of a run of these operands: of the bound run where ``b`` is the
+        constant B bound to panels (:meth:`constant_run`)."""
         m, k, n = self._dimensions(np.shape(a), np.shape(b))
         if c is not None:
             self._check_bias(np.shape(c), m, n)
-        return self.plan_product(m, k, n)
+        return self.plan_product(m, k, n, on_panels=self.on_panels(m, b))
 
-    def plan_product(self, m: int, k: int, n: int, serial: bool = False) -> Plan:
-        """The plan of one product of these dimensions (``serial``: of ``run_serial``).
+    def on_panels(self, rows: int, b) -> bool:
+        """Whether a bound run's product of ``rows`` rows of ``b`` runs on B's panels: ``b``
+        is the constant B bound to them, and the rows are more than the skinny path takes
+        (as :func:`.gemm_run.fast_run` decides)."""
+        return b is self._panels_b and rows > self.config.skinny_m_limit
+
+    def plan_product(self, m: int, k: int, n: int, serial: bool = False,
+                     on_panels: bool = False) -> Plan:
+        """The plan of one product of these dimensions (``serial``: of ``run_serial``;
+        ``on_panels``: of a constant B's panels).
 
         On the BLAS path, ``threads`` is the BLAS library's own thread count.
         """
-        path, threads = self.decide(m, k, n, serial)
+        path, threads = self.decide(m, k, n, serial, on_panels)
         if path == BLAS:
             threads = min(blas.library_threads(), self.blas_threads(m))
         return Plan(path, threads, m * n, self._form)
@@ -515,6 +549,8 @@ class PreparedGemm(PreparedKernel):
         strips, panels = self.strips_of(index, value), self.panels_of(index, value)
         if strips is None and panels is None:
             return None
+        if panels is not None:
+            self._panels_b = value
         return fast_run(self, checked, strips, panels)
 
     def strips_of(self, index: int, value) -> Strips | None:

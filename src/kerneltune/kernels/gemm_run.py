@@ -37,12 +37,14 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
     and beside such a product the Python of the decision costs little. With ``strips``,
     a product of B ``strips.b`` and at most ``STRIP_ROWS`` rows goes to its entry first,
     which runs it on B's strips where it takes the skinny path. With ``panels``, a product
-    of B ``panels.b`` and more rows than the skinny path takes is decided here, and runs
-    on B's panels where it takes the packed path.
+    of B ``panels.b`` and more rows than the skinny path takes is decided here, against
+    BLAS at ``algorithm.packed_blas_minimum_fmas``, and runs on B's panels where it takes
+    the packed path.
     """
     dtype, compiled, decide = p.dtype, p._gemm, p._decide_compiled
     one_thread, one_thread_below = p._gemm_one_thread, p._one_thread_below
-    no_bias, alpha, beta, thresholds = p.no_bias, p._alpha, p._beta, p._thresholds
+    no_bias, alpha, beta = p.no_bias, p._alpha, p._beta
+    thresholds, packed_thresholds = p._thresholds, p._packed_thresholds
     use_bias, trans_a, trans_b = p._use_bias, p.trans_a, p.trans_b
     empty, pooled_from = outputs.empty, outputs.recycled_from(dtype)
     tile_m, tile_n, skinny_rows = p.config.tile_m, p.config.tile_n, p.config.skinny_m_limit
@@ -84,7 +86,8 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
                     blas = False
                     if (a.ndim == 2 and b.ndim == 2 and depth and _fits(bias, rows, columns)
                             and (b_shape[1] if trans_b else b_shape[0]) == depth):
-                        code, threads = decide(rows, depth, columns, False, thresholds)
+                        code, threads = decide(rows, depth, columns, False,
+                                               packed_thresholds if on_panels else thresholds)
                         blas = code == BLAS_PATH
                         if not blas:
                             out = empty((rows, columns), dtype)

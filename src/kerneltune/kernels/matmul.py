@@ -91,13 +91,17 @@ class PreparedMatMul(PreparedKernel):
         return batch, m, k, n
 
     def plan(self, a, b, c=None) -> Plan:
+        """The plan of a run of these operands (of the bound run where ``b`` is the constant
+        B bound to panels, as :meth:`PreparedGemm.plan`)."""
         a_shape, b_shape = np.shape(a), np.shape(b)
         batch, m, k, n = self._layout(a_shape, b_shape)
         count = int(np.prod(batch, dtype=np.int64))
+        gemm = self.gemm
         if batch and len(b_shape) <= 2:  # one product of count * M rows
-            step = self.gemm.plan_product(count * m, k, n)
+            rows = count * m
+            step = gemm.plan_product(rows, k, n, on_panels=gemm.on_panels(rows, b))
             return Plan(step.path, step.threads, count * m * n, f"batch {count} as rows")
-        step = self.gemm.plan_product(m, k, n)
+        step = gemm.plan_product(m, k, n, on_panels=not batch and gemm.on_panels(m, b))
         return Plan(step.path, step.threads, count * m * n, f"batch {count}" if batch else "NN")
 
     def run(self, a, b, c=None) -> np.ndarray:
