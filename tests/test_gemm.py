@@ -30,6 +30,7 @@ MATMUL = MatMul(selected_variant())
 #: small tiles and no BLAS: many tasks, several k-tiles and partial tiles on small products
 SMALL_TILES = {"algorithm.tile_m": 8, "algorithm.tile_n": 64, "algorithm.tile_k": 16,
                "algorithm.skinny_m_limit": 8, "algorithm.blas_minimum_fmas": 10**15,
+               "algorithm.packed_blas_minimum_fmas": 10**15,
                "algorithm.column_blas_minimum_fmas": 10**15}
 #: ... and a thread for every task (the row path off: it runs one thread, one or two rows)
 PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_tasks": 2,
@@ -1254,7 +1255,8 @@ def test_panels_are_packed_per_tile_of_columns_and_only_for_the_packed_path(monk
     for rows in range(1, 2 * REMEMBERED_GRIDS + 2):  # grids forgotten, panels kept
         assert bound(tall[:rows], b).tobytes() == prepared.run(tall[:rows], b).tobytes()
     assert packs == [2 * NR, 4 * NR]
-    for values in (SKINNY, {**PACKED, "algorithm.packed_blas_minimum_fmas": 0}):
+    for values in (SKINNY, {**PACKED, "algorithm.blas_minimum_fmas": 0,
+                            "algorithm.packed_blas_minimum_fmas": 0}):
         other = prepare(values, threads=2)
         monkeypatch.setattr(other, "pack_panels", lambda *args: packs.append(args))
         assert other.for_constant(1, b)(a, b).tobytes() == other.run(a, b).tobytes()
