@@ -221,3 +221,75 @@ def test_a_selection_read_twice_keeps_its_cast():
     label, selected = session.run(None, {"S": np.eye(3, dtype=np.float32)})
     assert label.dtype == np.int64 and selected.dtype == np.int32
     np.testing.assert_array_equal(label, [[4, 7, 9]])  # a 1-D input's selection is one row
+
+
+def _probabilities(dtype, total, axis: int = 1, complement_first: bool = True,
+                   subtracted_first: bool = True):
+    """skl2onnx's binary probabilities: Concat(total - Sigmoid(S), Sigmoid(S)) (orders
+    swapped as asked; ``subtracted_first=False`` writes ``Sigmoid(S) - total``)."""
+    sub = ["total", "P"] if subtracted_first else ["P", "total"]
+    pair = ["Q", "P"] if complement_first else ["P", "Q"]
+    nodes = [helper.make_node("Sigmoid", ["S"], ["P"]),
+             helper.make_node("Sub", sub, ["Q"]),
+             helper.make_node("Concat", pair, ["Y"], axis=axis)]
+    graph = helper.make_graph(
+        nodes, "probabilities", [helper.make_tensor_value_info("S", TYPES[dtype], ["N", 1])],
+        [helper.make_tensor_value_info("Y", TYPES[dtype], None)],
+        [numpy_helper.from_array(np.asarray(total, dtype), "total")])
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _hard_scores(dtype, rows: int = 64) -> np.ndarray:
+    """Scores whose Sigmoid is 0, 1, a half, NaN and everything between."""
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 30.0, -30.0, 1e-30], dtype)
+    rng = np.random.default_rng(rows)
+    random = (rng.standard_normal(rows - special.size) * 8).astype(dtype)
+    return np.concatenate([special, random]).reshape(rows, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("total", [1.0, [1.0], [[1.0]], 0.75])
+@pytest.mark.parametrize("axis", [1, -1, 0])
+@pytest.mark.parametrize("complement_first", [True, False])
+def test_a_binary_classifier_s_probabilities_are_one_step_with_the_same_bits(
+        dtype, total, axis, complement_first):
+    model = _probabilities(dtype, total, axis, complement_first)
+    fused, unfused = (RuntimeSession(model, fusion=f) for f in (True, False))
+    assert _steps(fused) == ["Sigmoid", "Concat"]
+    assert _steps(unfused) == ["Sigmoid", "Sub", "Concat"]
+    for rows in (1, 64):
+        scores = _hard_scores(dtype, 64)[:rows]
+        (a,), (b,) = fused.run(None, {"S": scores}), unfused.run(None, {"S": scores})
+        assert a.dtype == b.dtype == dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize(("total", "complement_first", "subtracted_first", "third"), [
+    ([1.0, 1.0], True, True, False),  # two elements: a broadcast, not one value
+    (1.0, True, False, False),  # P - total
+    (1.0, True, True, True),  # a third input
+])
+def test_what_is_not_a_complement_pair_runs_unfused(total, complement_first,
+                                                    subtracted_first, third):
+    model = _probabilities(np.float32, total, 1, complement_first, subtracted_first)
+    if third:
+        model.graph.node[2].input.append("P")
+    fused, unfused = (RuntimeSession(model, fusion=f) for f in (True, False))
+    assert "Sub" in _steps(fused)
+    scores = _hard_scores(np.float32)
+    (a,), (b,) = fused.run(None, {"S": scores}), unfused.run(None, {"S": scores})
+    assert a.tobytes() == b.tobytes()
+
+
+def test_a_converted_binary_classifier_fuses_its_probabilities_with_the_same_bits():
+    path = CORPUS / "mlp_classifier_tanh_no_zipmap.onnx"
+    fused, unfused = (RuntimeSession(path, fusion=f, contention=None) for f in (True, False))
+    assert "Sub" not in _steps(fused) and _steps(unfused).count("Sub") == 1
+    assert _steps(fused).count("Concat") == _steps(unfused).count("Concat") == 1
+    for rows in (1, 64, 3000):
+        x = (np.random.default_rng(rows).standard_normal((rows, 8)) * 4).astype(np.float32)
+        x[0, 0] = np.nan
+        for ours, theirs in zip(fused.run(None, {"X": x}), unfused.run(None, {"X": x}),
+                                strict=True):
+            assert ours.dtype == theirs.dtype and ours.tobytes() == theirs.tobytes()

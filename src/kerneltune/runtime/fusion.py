@@ -21,6 +21,10 @@ FLOAT elementwise nodes over one tensor and scalar constants: a session runs it 
 call of the ElementwiseChain kernel (:mod:`kerneltune.kernels.chain`), whose steps run
 each node's own code over the same blocks, so the bits are the unfused nodes'.
 
+A binary classifier's probabilities are written by skl2onnx as the Concat of ``1 - p``
+(a Sub from a constant) and ``p``: a session runs the pair as one selection, whose
+subtraction is numpy's, rounded once as the Sub kernel's is: the same bits, one step fewer.
+
 A classifier's label is written by skl2onnx as its classes (a constant) indexed by the
 ArgMax of its scores, reshaped, then Cast to the label's type. Where that Cast is exact
 (numpy's safe casting: int32 to int64, float32 to float64), a session casts the constant
@@ -58,7 +62,8 @@ def fuse(model: Model, kernels: Mapping[str, Kernel]) -> Model:
     Relu after a product run in the product's call, each chain of elementwise nodes run as
     one call of ``kernels``' chain kernel, and each Cast of a constant's selection folded
     into the constant, and each ArrayFeatureExtractor of an ArgMax's indices told so."""
-    fused = _fuse_pairs(_fuse_pairs(model, _join_bias), _join_relu)
+    fused = _fuse_pairs(_fuse_pairs(_fuse_pairs(model, _join_bias), _join_relu),
+                        _join_complement)
     return _known_indices(_fold_casts(_fuse_chains(fused, kernels[CHAIN])))
 
 
@@ -100,6 +105,25 @@ def _join_relu(product: Node, relu: Node, model: Model) -> Node | None:
         return dataclasses.replace(product, attributes={**product.attributes,
                                                         "activation": "Relu"})
     return None
+
+
+def _join_complement(sub: Node, concat: Node, model: Model) -> Node | None:
+    """The Concat of ``c - x`` and ``x`` itself (either order), ``c`` a constant of one
+    FLOAT or DOUBLE element, as one selection (:func:`.selections.complement_pair`)."""
+    if (sub.op_type != "Sub" or sub.kernel is None or sub.element_type not in FUSED_TYPES
+            or concat.op_type != "Concat" or concat.view is None or len(concat.inputs) != 2
+            or concat.element_type != sub.element_type):
+        return None
+    total, x = sub.inputs
+    value = model.constants.get(total)
+    rank = model.ranks.get(x)
+    if (value is None or value.size != 1 or value.dtype != NUMPY_DTYPES[sub.element_type]
+            or x in model.constants or rank is None or value.ndim > rank
+            or sorted(concat.inputs) != sorted((sub.output, x))):
+        return None
+    return dataclasses.replace(concat, inputs=(x, total), view=functools.partial(
+        selections.complement_pair, complement_first=concat.inputs[0] == sub.output,
+        **concat.view.keywords))
 
 
 def _bias(matmul: Node, add: Node, constants: Mapping, ranks: Mapping[str, int]) -> str | None:

@@ -25,6 +25,26 @@ def concat(*inputs: np.ndarray, axis: int) -> np.ndarray:
     return np.concatenate(inputs, axis=axis)
 
 
+def complement_pair(x: np.ndarray, total: np.ndarray, axis: int,
+                    complement_first: bool) -> np.ndarray:
+    """Concat of ``total - x`` and ``x`` along ``axis`` (``x`` first unless
+    ``complement_first``): a binary classifier's probabilities from its positive class's,
+    as skl2onnx writes them, in one step (``total``: one element, of ``x``'s type)."""
+    return _complement_pair_of(total, axis, complement_first)(x)
+
+
+def _complement_pair_of(total: np.ndarray, axis: int, complement_first: bool
+                        ) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`complement_pair` of a constant ``total``, read once. The subtraction is
+    numpy's, rounded once as the Sub kernel's is: the same bits."""
+    def run(x: np.ndarray) -> np.ndarray:
+        complement = np.subtract(total, x)
+        return concat(complement, x, axis=axis) if complement_first else concat(
+            x, complement, axis=axis)
+
+    return run
+
+
 def where(condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Each element of ``x`` where ``condition`` holds, else of ``y``, the three broadcast."""
     return np.where(condition, x, y)
@@ -116,7 +136,8 @@ TYPED_BY: Mapping[str, int] = {"Where": 1}
 #: for a selection whose inputs after the first are constants (and its attributes), the
 #: function of the first input alone that a session's run calls instead
 BINDERS: Mapping[Selection, Callable[..., Callable[[np.ndarray], Any]]] = {
-    array_feature_extractor: _extractor_of, zip_map: _zip_map_of}
+    array_feature_extractor: _extractor_of, zip_map: _zip_map_of,
+    complement_pair: _complement_pair_of}
 #: for a selection whose first input is a constant and whose second is not, the function of
 #: the second input alone that a session's run calls instead
 CONSTANT_FIRST_BINDERS: Mapping[Selection, Callable[[np.ndarray], Callable[[Any], Any]]] = {
