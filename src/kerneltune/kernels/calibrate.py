@@ -28,7 +28,7 @@ from ..calibration import (
 )
 from ..tuning.dtypes import FLOATING, NUMPY_DTYPES
 from ..tuning.schema import element_type_number
-from .base import CHUNK_ALIGNMENT, Kernel, Plan
+from .base import CHUNK_ALIGNMENT, Kernel, Plan, PreparedKernel
 from .elementwise import BinaryKernel, ElementwiseKernel
 from .rows import ARG, KINDS, NORMALIZE, REDUCE
 
@@ -73,10 +73,14 @@ class KernelCalibration:
         """The node attributes every run of the calibration takes (none: plain calls)."""
         return {}
 
+    def prepared_of(self, config: Any, threads: int, **attributes: Any) -> PreparedKernel:
+        """The real kernel, prepared with ``config`` for ``threads``."""
+        return self.kernel.prepare(self.element_type, config, threads,
+                                   **self.fixed_attributes(), **attributes)
+
     def run_of(self, config: Any, threads: int, **attributes: Any) -> Callable[..., np.ndarray]:
         """The real kernel's ``run``, prepared with ``config`` for ``threads``."""
-        return self.kernel.prepare(self.element_type, config, threads,
-                                   **self.fixed_attributes(), **attributes).run
+        return self.prepared_of(config, threads, **attributes).run
 
     def attributes_of(self, inputs: Sequence[object]) -> dict[str, Any]:
         """The node attributes a case's inputs are run with (none: plain calls)."""
@@ -85,9 +89,7 @@ class KernelCalibration:
     def plan_of(self, config: Any, threads: int, case: Case, size: int) -> Plan:
         """How the real kernel runs ``case`` at ``size`` with ``config``."""
         inputs = case.inputs(size)
-        return self.kernel.prepare(self.element_type, config, threads,
-                                   **self.fixed_attributes(),
-                                   **self.attributes_of(inputs)).plan(*inputs)
+        return self.prepared_of(config, threads, **self.attributes_of(inputs)).plan(*inputs)
 
     def differs(self, threads: int) -> Callable[[Any, Any, Case, int], bool]:
         """Whether two configs run a case differently (a workload's ``differs``): by their

@@ -244,8 +244,7 @@ class GemmCalibration(KernelCalibration):
         The transposed family is never square in (K, N), so a B whose first
         dimension is not A's last is the transposed one.
         """
-        prepared = self.kernel.prepare(self.element_type, config, threads,
-                                       **self.fixed_attributes())
+        prepared = self.prepared_of(config, threads)
         plain, bound = prepared.run, prepared.for_constant(1, weight) or prepared.run
         transposed = (None if isinstance(self.kernel, MatMul)
                       else self.run_of(config, threads, transB=1))
@@ -263,8 +262,7 @@ class GemmCalibration(KernelCalibration):
     def plan_of(self, config: Any, threads: int, case: Case, size: int) -> Plan:
         """The plan of :meth:`KernelCalibration.plan_of`, the weight family's B bound."""
         inputs = case.inputs(size)
-        prepared = self.kernel.prepare(self.element_type, config, threads,
-                                       **self.fixed_attributes(), **self.attributes_of(inputs))
+        prepared = self.prepared_of(config, threads, **self.attributes_of(inputs))
         if case.name == WEIGHT_CASE:
             prepared.for_constant(1, inputs[1])
         return prepared.plan(*inputs)

@@ -101,7 +101,7 @@ class PreparedMatMul(PreparedKernel):
             rows = count * m
             step = gemm.plan_product(rows, k, n, on_panels=gemm.on_panels(rows, b))
             return Plan(step.path, step.threads, count * m * n, f"batch {count} as rows")
-        step = gemm.plan_product(m, k, n, on_panels=not batch and gemm.on_panels(m, b))
+        step = gemm.plan_product(m, k, n, on_panels=gemm.on_panels(m, b))
         return Plan(step.path, step.threads, count * m * n, f"batch {count}" if batch else "NN")
 
     def run(self, a, b, c=None) -> np.ndarray:
