@@ -22,10 +22,16 @@ row count and thread count; the largest absolute difference is recorded), then t
 1, 64 and 4096 rows on 1 and 2 threads: a kerneltune ``RuntimeSession(model,
 threads=t)`` and an onnxruntime ``InferenceSession`` with ``intra_op_num_threads=t``
 and otherwise default options (graph optimisations on, intra-op threads spinning: as
-its users run it), each runtime in a fresh process of its own per model and thread
-count, which times every row count: the median over rounds after warm-up
-(``results.timed``), as many rounds as make about ``--seconds`` (at least 7).
-``ratio`` is onnxruntime's time over kerneltune's (above 1: kerneltune is faster).
+its users run it), each runtime in fresh processes of its own per model and thread
+count, which time every row count: the median over rounds after warm-up
+(``results.timed``), as many rounds as make about ``--seconds`` (at least 7). There are
+``--repeats`` such processes per runtime (3 by default, the runtimes alternating), and a
+figure is the median over them: one process's figure moves with where its buffers and
+threads happened to land (a 4096-row MLP on two threads took about 165 µs in some
+processes and 265 µs in others, the same code). ``ratio`` is onnxruntime's time over
+kerneltune's (above 1: kerneltune is faster); ``lowest_ratio`` and ``highest_ratio`` are
+the extremes of the same ratio process by process (the i-th kerneltune process against
+the i-th onnxruntime one), the spread the median leaves out.
 ``same_process_ratio`` is the same in a third process that holds both, onnxruntime
 with spinning off (``bench_session.onnxruntime_session``), timed in interleaved rounds
 as bench_session does. ``products`` is the path and thread count each Gemm and MatMul
@@ -55,7 +61,7 @@ thread count, and no model below 0.8; the first session at most 2x onnxruntime's
 ``--all-variants`` on each variant this machine executes, in turn; every variant but the
 processor's own writes a results file of its own (``bench_models-<variant>``).
 
-    python benchmarks/bench_models.py [--seconds S] [--model NAME] [--variant V | --all-variants]
+    python benchmarks/bench_models.py [--repeats N] [--model NAME] [--variant V | --all-variants]
 """
 
 from __future__ import annotations
@@ -332,6 +338,14 @@ def child(runtime: str, path: Path, threads: int, batches, seconds: float) -> No
         print(json.dumps(row), flush=True)
 
 
+def median_rows(processes: list[dict[int, dict]]) -> dict[int, dict]:
+    """One runtime's rows over its processes, per row count: the median of each time and
+    fault count, the rest (products, rounds) as the first process gave them."""
+    return {batch: {**row, **{field: statistics.median(p[batch][field] for p in processes)
+                              for field in row if field.endswith(("_us", "_faults"))}}
+            for batch, row in processes[0].items()}
+
+
 def run_child(runtime: str, path: Path, threads: int, args: argparse.Namespace) -> list[dict]:
     """:func:`child` in a fresh process (bench_tail's ``rows``), its error shown."""
     try:
@@ -366,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.2,
                         help="about this long timing each figure")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="fresh processes per runtime, model and thread count, alternating: "
+                             "a figure is the median over them")
     parser.add_argument("--processes", type=int, default=5,
                         help="fresh processes per runtime for the first session")
     parser.add_argument("--model", action="append", help="only this corpus model (repeatable)")
@@ -390,8 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     recorder.table("corpus", "status: runs (and matches onnxruntime at rtol and atol 1e-4), "
                    "mismatch, or refused at construction; reason: the refusal's first line, nodes: "
                    "its other lines; max_abs_diff: over every row count and thread count")
-    recorder.table("timings", "µs per run, each runtime in a process of its own (onnxruntime "
-                   "with default options); ratio: onnxruntime / kerneltune; same_process_ratio: "
+    recorder.table("timings", "µs per run, each runtime in processes of its own (onnxruntime "
+                   "with default options), the median over them; ratio: onnxruntime / "
+                   "kerneltune, lowest and highest: process by process; same_process_ratio: "
                    "both in one process, onnxruntime with spinning off; faults: minor page "
                    "faults per run in the runtime's own process; products: path/threads of each "
                    "Gemm and MatMul; parallel_nodes: other kernels on 2+ threads")
@@ -424,13 +442,19 @@ def main(argv: list[str] | None = None) -> int:
               f"{'ort/kt':>7} {'same ort/kt':>11} {'kt faults':>9}  kerneltune's products")
         for name, path in running.items():
             for threads in THREADS:
-                ours, theirs, both = (
-                    {row["batch"]: row for row in run_child(runtime, path, threads, args)}
-                    for runtime in RUNTIMES)
+                taken: dict[str, list[dict[int, dict]]] = {runtime: [] for runtime in RUNTIMES}
+                for _ in range(args.repeats):
+                    for runtime in RUNTIMES:
+                        taken[runtime].append({row["batch"]: row for row in
+                                               run_child(runtime, path, threads, args)})
+                ours, theirs, both = (median_rows(taken[runtime]) for runtime in RUNTIMES)
                 for batch, row in ours.items():
                     kt, ort = row["kerneltune_us"], theirs[batch]["onnxruntime_us"]
                     same = both[batch]["onnxruntime_us"] / both[batch]["kerneltune_us"]
                     ratio = ort / kt
+                    spread = [process[batch]["onnxruntime_us"] / mine[batch]["kerneltune_us"]
+                              for mine, process in zip(taken["kerneltune"],
+                                                       taken["onnxruntime"], strict=True)]
                     ratios.setdefault((batch, threads), {})[name] = ratio
                     print(f"{name:24} {batch:>5} {threads:>3} {kt:>10.1f} {ort:>10.1f} "
                           f"{ratio:>7.2f} {same:>11.2f} {row['kerneltune_faults']:>9.0f}  "
@@ -444,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
                                  onnxruntime_faults=theirs[batch]["onnxruntime_faults"],
                                  products=row["products"],
                                  parallel_nodes=row["parallel_nodes"],
-                                 rounds=row["rounds"])
+                                 rounds=row["rounds"], processes=args.repeats,
+                                 lowest_ratio=min(spread), highest_ratio=max(spread))
                     if not recorder.target("each model, onnxruntime / kerneltune", ratio, ">=",
                                            MODEL_RATIO_TARGET,
                                            f"{name}, {batch} rows, {threads} threads"):
