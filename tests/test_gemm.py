@@ -4,6 +4,7 @@ the thresholds choose, bit-identical serial and parallel runs, and clear errors.
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 import pytest
@@ -1262,3 +1263,63 @@ def test_panels_are_packed_per_tile_of_columns_and_only_for_the_packed_path(monk
         assert other.for_constant(1, b)(a, b).tobytes() == other.run(a, b).tobytes()
     assert len(packs) == 2
     assert prepare(kernel=MATMUL).for_constant(1, b[None]) is None
+
+
+def _region_calls(gemm, dtype):
+    """Every parallel export of the OpenMP build on operands its threads share: (name, the
+    operands, a call on ``threads``)."""
+    one = dtype.type(1)
+    none = np.empty((0, 0), dtype)
+
+    def product(m, k, n, trans_b=False, bias=True):
+        a = matrix((m, k), dtype)
+        b = matrix((n, k) if trans_b else (k, n), dtype, 1)
+        c = matrix((1, n), dtype, 2) if bias else none
+        return a, b, c, np.empty((m, n), dtype)
+
+    calls = []
+    for trans_b in (False, True):
+        for pack in (False, True):
+            a, b, c, out = product(64, 256, 256, trans_b)
+            calls.append((f"blocked, pack {pack}, transB {trans_b}", (a, b, c, out),
+                          lambda t, a=a, b=b, c=c, out=out, p=pack, tb=trans_b: gemm.blocked(
+                              a, b, c, out, one, one, False, False, tb, 8, 64, 64, p, t)))
+        for m in (2, 8):
+            a, b, c, out = product(m, 256, 1024, trans_b)
+            calls.append((f"skinny, {m} rows, transB {trans_b}", (a, b, c, out),
+                          lambda t, a=a, b=b, c=c, out=out, tb=trans_b: gemm.skinny(
+                              a, b, c, out, one, one, False, False, tb, 64, t)))
+        a, b, c, out = product(4096, 64, 4, trans_b)
+        calls.append((f"column, transB {trans_b}", (a, b, c, out),
+                      lambda t, a=a, b=b, c=c, out=out, tb=trans_b: gemm.column(
+                          a, b, c, out, one, one, False, False, tb, t)))
+        for tall in (False, True):
+            a, b, c, out = product(4096, 32, 24, trans_b)
+            calls.append((f"panel, tall {tall}, transB {trans_b}", (a, b, c, out),
+                          lambda t, a=a, b=b, c=c, out=out, tb=trans_b, tl=tall: gemm.panel(
+                              a, b, c, out, one, one, False, False, tb, tl, t)))
+    a, b, c, out = product(1, 256, 1024)
+    strips = np.empty((-(-1024 // SW) * 256, SW), dtype)
+    gemm.pack_strips(b, strips, False, 256, 1024)
+    calls.append(("skinny_strips", (a, strips, c, out),
+                  lambda t: gemm.skinny_strips(a, strips, c, out, one, one, False, False, 64, t)))
+    return calls
+
+
+@FLOAT_TYPES
+def test_parallel_regions_leave_shared_reference_counts_alone(element_type, dtype):
+    """The OpenMP build counts references without atomics (gemm_pythran.py's rules): a
+    region that made a view of an array its threads share would race on that array's
+    count, and a count that lost an update either never returns to zero (the operand's
+    reference count grows) or reaches it early. Many two-thread calls of every parallel
+    export leave each operand's count as it was and give the one-thread bits."""
+    gemm = load_module("gemm")
+    for name, operands_, call in _region_calls(gemm, np.dtype(dtype)):
+        out = operands_[-1]
+        call(1)
+        expected = out.tobytes()
+        counts = [sys.getrefcount(x) for x in operands_]
+        for _ in range(300):
+            assert call(2) == 2, name
+        assert [sys.getrefcount(x) for x in operands_] == counts, name
+        assert out.tobytes() == expected, name

@@ -114,10 +114,15 @@ Three pythran rules shape the code:
 - pythran drops a call whose only effect is a write through a view that the callee made of
   its parameter. Every function writing into an array receives the destination (the array
   or a view made in the call expression) as a parameter and writes into that parameter.
-- In an OpenMP build every view takes its array's reference count atomically. The
-  micro-kernel, which every group of rows calls, indexes the B that all threads of a region
-  read at offsets: a view of it per call made the threads pass the count's cache line back
-  and forth, and two threads took longer than one.
+- No function a parallel region runs makes a view or a copy of an array the region's
+  threads share (A, B, C, the output, a packed B): each indexes them at offsets, and only
+  its own buffers through views. So no reference count is ever touched by two threads at
+  once, and this module is built with plain reference counts (meson.build undefines
+  ``_OPENMP``, which makes pythran's atomic): with atomic ones, gcc kept the panel path's
+  sums in memory between k steps and took 1.65x as long on two threads
+  (docs/kernels.md, "Plain reference counts"). A view of a shared array in a region is a
+  data race there; ``tests/test_gemm.py`` runs every path on two threads and checks that
+  the operands' reference counts are unchanged.
 
 Run as plain Python (no compilation) the ``omp`` comments are mere comments and everything
 runs serially, with the same results.
@@ -253,18 +258,22 @@ def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta, relu):
                 out[i0 + r, j0 + jj] = v if (v > 0 or v != v) else 0
 
 
-def _load(acc, oc):
-    rows, nw = oc.shape
+def _load(acc, out, i0, j0, rows, nw):
+    """acc[r, jj] = out[i0 + r, j0 + jj], r < rows, jj < nw (``out`` indexed in place)."""
+    i0 = max(i0, 0)
+    j0 = max(j0, 0)
     for r in range(rows):
         for jj in range(nw):
-            acc[r, jj] = oc[r, jj]
+            acc[r, jj] = out[i0 + r, j0 + jj]
 
 
-def _store(acc, oc):
-    rows, nw = oc.shape
+def _store(acc, out, i0, j0, rows, nw):
+    """out[i0 + r, j0 + jj] = acc[r, jj], r < rows, jj < nw."""
+    i0 = max(i0, 0)
+    j0 = max(j0, 0)
     for r in range(rows):
         for jj in range(nw):
-            oc[r, jj] = acc[r, jj]
+            out[i0 + r, j0 + jj] = acc[r, jj]
 
 
 def _chunk(ap, b, bk0, bn0, acc, kc, nw):
@@ -433,7 +442,7 @@ def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha
         nw = min(NR, nc - j0)
         acc[:] = 0
         if load:
-            _load(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw])
+            _load(acc, out, i0, n0 + j0, rows, nw)
         bk = bk0 + j0 // NR * block
         bn = bn0 if block else bn0 + j0
         if nw == NR:
@@ -443,47 +452,64 @@ def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha
         if last:
             _finish(acc, out, c, i0, n0 + j0, rows, nw, alpha, beta, relu)
         else:
-            _store(acc, out[i0:i0 + rows, n0 + j0:n0 + j0 + nw])
+            _store(acc, out, i0, n0 + j0, rows, nw)
 
 
 def _pack_a(a, trans_a, ap, i0, rows, k0, kc):
     """ap[r, k] = op(A)[i0 + r, k0 + k] for r < rows; the rows after are zeros."""
+    i0 = abs(i0)
+    k0 = abs(k0)
     if trans_a:
-        av = a[k0:k0 + kc, i0:i0 + rows]
         for k in range(kc):
             for r in range(rows):
-                ap[r, k] = av[k, r]
+                ap[r, k] = a[k0 + k, i0 + r]
     else:
-        av = a[i0:i0 + rows, k0:k0 + kc]
         for r in range(rows):
             for k in range(kc):
-                ap[r, k] = av[r, k]
+                ap[r, k] = a[i0 + r, k0 + k]
     for r in range(rows, ap.shape[0]):
         ap[r] = 0
 
 
 def _pack_b(src, trans_b, bv):
-    """bv = src, or its transpose when ``trans_b``: a panel of op(B).
-
-    The transpose goes eight columns of ``bv`` at a time, down all its rows: each row
-    of ``bv`` gets a run of eight from eight rows of ``src`` that stay in L1. A whole
-    column at a time stores one element per row of ``bv``, which is far slower.
-    """
+    """bv = src, or its transpose when ``trans_b``: a panel of op(B). Outside parallel
+    regions only (it reads ``src`` through the view its caller made)."""
     kc, nc = bv.shape
     if trans_b:
-        for j0 in range(0, nc, 8):
-            width = min(8, nc - j0)
-            for k in range(kc):
-                for j in range(width):
-                    bv[k, j0 + j] = src[j0 + j, k]
+        _transpose_b(src, 0, 0, bv, kc, nc)
     else:
         for k in range(kc):
             for j in range(nc):
                 bv[k, j] = src[k, j]
 
 
-def _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k):
-    """The tile ``t`` of the output (row-major over the tiles), over all of K."""
+def _transpose_b(b, n0, k0, bt, kc, nc):
+    """bt[k, j] = b[n0 + j, k0 + k] for k < kc, j < nc: columns of op(B) for a transposed B,
+    B indexed at its offsets (a region's threads may share it).
+
+    The transpose goes eight columns of ``bt`` at a time, down all its rows: each row
+    of ``bt`` gets a run of eight from eight rows of ``b`` that stay in L1. A whole
+    column at a time stores one element per row of ``bt``, which is far slower.
+    """
+    n0 = abs(n0)
+    k0 = abs(k0)
+    for j0 in range(0, nc, 8):
+        width = min(8, nc - j0)
+        for k in range(kc):
+            for j in range(width):
+                bt[k, j0 + j] = b[n0 + j0 + j, k0 + k]
+
+
+def _source(bp, b, pack):
+    """B as ``_task`` reads it: packed into ``bp`` when ``pack``, else B itself; chosen on
+    the calling thread, before a region (copying the chosen array's handle in a region would
+    touch its reference count from every thread)."""
+    return bp if pack else b
+
+
+def _task(a, b, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k):
+    """The tile ``t`` of the output (row-major over the tiles), over all of K; ``b`` is
+    ``_source``'s."""
     m, n = out.shape
     nnt = (n + tile_n - 1) // tile_n
     nkt = (kk + tile_k - 1) // tile_k
@@ -504,8 +530,8 @@ def _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, til
         for g in range(0, mc, MR):
             rows = min(MR, mc - g)
             _pack_a(a, trans_a, ap, i0 + g, rows, k0, kc)
-            _group(ap, bp if pack else b, bk0, bn0, out, acc, c, i0 + g, rows, n0, kc, nc,
-                   kt > 0, kt == nkt - 1, alpha, beta, relu, kcap if pack else 0)
+            _group(ap, b, bk0, bn0, out, acc, c, i0 + g, rows, n0, kc, nc, kt > 0,
+                   kt == nkt - 1, alpha, beta, relu, kcap if pack else 0)
 
 
 def _blocks(n, tile_n):
@@ -543,7 +569,7 @@ def blocked_layout(m, n, kk, tile_m, tile_n, tile_k, pack, nthreads):
     panels = (kk + tile_k - 1) // tile_k * nnt if pack else 0
     tasks = (m + tile_m - 1) // tile_m * nnt
     # Its width is not written as the constant NR: pythran then types bp with a constant
-    # dimension, and the compiled ``bp if pack else b`` of _task crashes.
+    # dimension, and the compiled ``bp if pack else b`` of _source crashes.
     return (tile_m, tile_n, panels, tasks, panels * _blocks(n, tile_n) * min(tile_k, kk),
             min(NR, tile_n))
 
@@ -559,8 +585,10 @@ def blocked_tasks(a, b, bp, c, out, alpha, beta, relu, trans_a, pack, tile_m, ti
     """Tasks ``first`` to ``last - 1`` of ``blocked``'s grid (``blocked_layout``'s tiles),
     B packed into ``bp`` when ``pack``."""
     kk = a.shape[0] if trans_a else a.shape[1]
+    source = _source(bp, b, pack)
     for t in range(first, last):
-        _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k)
+        _task(a, source, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n,
+              tile_k)
 
 
 def blocked_panels(a, bp, c, out, alpha, beta, relu, trans_a, tile_m, tile_n, tile_k, nthreads):
@@ -574,11 +602,11 @@ def blocked_panels(a, bp, c, out, alpha, beta, relu, trans_a, tile_m, tile_n, ti
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
-            _task(a, bp, bp, c, out, t, alpha, beta, relu, trans_a, True, kk, tile_m, tile_n,
+            _task(a, bp, c, out, t, alpha, beta, relu, trans_a, True, kk, tile_m, tile_n,
                   tile_k)
     else:
         for t in range(tasks):
-            _task(a, bp, bp, c, out, t, alpha, beta, relu, trans_a, True, kk, tile_m, tile_n,
+            _task(a, bp, c, out, t, alpha, beta, relu, trans_a, True, kk, tile_m, tile_n,
                   tile_k)
     return nthreads
 
@@ -593,25 +621,29 @@ def blocked(a, b, c, out, alpha, beta, relu, trans_a, trans_b, tile_m, tile_n, t
     nthreads = max(1, min(nthreads, tasks))
     # The packed blocks, one after the other (see _pack_panel).
     bp = np.empty((rows, width), out.dtype)
+    source = _source(bp, b, pack)
+    # B is packed on the calling thread: _pack_panel copies through views of B and bp, which
+    # a region's threads would all take (the module's third rule)
+    for p in range(panels):
+        _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
-        for p in range(panels):
-            _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
-        # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
-            _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k)
+            _task(a, source, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n,
+                  tile_k)
     else:
         # No OpenMP region at all: entering one costs more than a small product.
-        for p in range(panels):
-            _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
         for t in range(tasks):
-            _task(a, b, bp, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n, tile_k)
+            _task(a, source, c, out, t, alpha, beta, relu, trans_a, pack, kk, tile_m, tile_n,
+                  tile_k)
     return nthreads
 
 
 def _skinny_strip(at, b, bk0, bn0, acc, m, kk, nw):
-    """acc[r, jj] = sum of at[k, r] * b[bk0 + k, bn0 + jj] over k in order, r < m, jj < nw."""
-    bv = b[bk0:bk0 + kk, bn0:bn0 + nw]
+    """acc[r, jj] = sum of at[k, r] * b[bk0 + k, bn0 + jj] over k in order, r < m, jj < nw
+    (B indexed at its offsets, as ``_chunk`` does)."""
+    bk0 = max(bk0, 0)
+    bn0 = max(bn0, 0)
     acc[:] = 0
     kk4 = kk - kk % KU
     for k in range(0, kk4, KU):
@@ -621,16 +653,15 @@ def _skinny_strip(at, b, bk0, bn0, acc, m, kk, nw):
             x2 = at[k + 2, r]
             x3 = at[k + 3, r]
             for jj in range(nw):
-                acc[r, jj] += x0 * bv[k, jj]
-                acc[r, jj] += x1 * bv[k + 1, jj]
-                acc[r, jj] += x2 * bv[k + 2, jj]
-                acc[r, jj] += x3 * bv[k + 3, jj]
+                acc[r, jj] += x0 * b[bk0 + k, bn0 + jj]
+                acc[r, jj] += x1 * b[bk0 + k + 1, bn0 + jj]
+                acc[r, jj] += x2 * b[bk0 + k + 2, bn0 + jj]
+                acc[r, jj] += x3 * b[bk0 + k + 3, bn0 + jj]
     for q in range(kk - kk4):
-        brow = bv[kk4 + q]
         for r in range(m):
             x0 = at[kk4 + q, r]
             for jj in range(nw):
-                acc[r, jj] += x0 * brow[jj]
+                acc[r, jj] += x0 * b[bk0 + kk4 + q, bn0 + jj]
 
 
 def _skinny_task(a, at, b, c, out, t, alpha, beta, relu, trans_a, trans_b, kk, tile_n):
@@ -654,7 +685,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, relu, trans_a, trans_b, kk, t
         for j0 in range(0, nc, width):
             nw = min(width, nc - j0)
             if trans_b:
-                _pack_b(b[n0 + j0:n0 + j0 + nw, 0:kk], True, bt[0:kk, 0:nw])
+                _transpose_b(b, n0 + j0, 0, bt, kk, nw)
                 _skinny_strip(at, bt, 0, 0, acc, m, kk, nw)
             else:
                 _skinny_strip(at, b, 0, n0 + j0, acc, m, kk, nw)
@@ -667,7 +698,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, relu, trans_a, trans_b, kk, t
         for j0 in range(0, nc, width):
             nw = min(width, nc - j0)
             if trans_b:
-                _pack_b(b[n0 + j0:n0 + j0 + nw, 0:kk], True, bt[0:kk, 0:nw])
+                _transpose_b(b, n0 + j0, 0, bt, kk, nw)
             for g in range(0, m, MR):
                 rows = min(MR, m - g)
                 _pack_a(a, trans_a, ap, g, rows, 0, kk)
