@@ -290,14 +290,15 @@ class Gemm(Kernel):
               openmp_pool=False):
         key = self.tuning_key(element_type)
         compute = half.compute_type(element_type)
-        # one thread: the build without OpenMP, whose panel path holds its sums in
-        # registers (docs/kernels.md, "The one-thread build"); the same bits
-        serial = load_module("gemm_serial", self.implementation)
-        module = serial if threads == 1 else load_module("gemm", self.implementation)
+        module = load_module("gemm", self.implementation)
+        # the panel path on one thread: the build without OpenMP's (docs/kernels.md, "The
+        # one-thread build"); the same bits
+        panel_module = (load_module("gemm_serial", self.implementation) if threads == 1
+                        else module)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
                                 beta, trans_a, trans_b, relu, openmp_pool,
                                 openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
-                                self.implementation in TALL_PANEL_VARIANTS, serial,
+                                self.implementation in TALL_PANEL_VARIANTS, panel_module,
                                 self._workers if self.implementation in WORKER_VARIANTS
                                 else None)
         if element_type in half.FORMATS:
@@ -354,36 +355,31 @@ class PreparedGemm(PreparedKernel):
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
                  relu=False, openmp_pool=False, compiled_rows=False, tall_panel=False,
-                 serial_module=None, workers=None):
+                 panel_module=None, workers=None):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
         self._blocked, self._skinny, self._column = module.blocked, module.skinny, module.column
-        self._panel, self._row = module.panel, module.row
+        #: the panel path's export: ``panel_module``'s (the build without OpenMP on one thread)
+        self._panel, self._row = (panel_module or module).panel, module.row
         self._gemm = module.gemm
-        #: the small products' entry of the build without OpenMP (``serial_module``), for
-        #: those of fewer multiply-adds than ``_one_thread_below``, which ``decide`` gives
-        #: one thread: the same decision and bits as ``_gemm``'s, faster
-        self._gemm_one_thread = (serial_module or module).gemm
-        #: the same entries for a B packed into strips (:class:`.strips.Strips`)
-        self._strips_entries = ((serial_module or module).gemm_strips, module.gemm_strips)
+        #: the entry for a B packed into strips (:class:`.strips.Strips`)
+        self._strips_entry = module.gemm_strips
         self.pack_strips = module.pack_strips
-        #: the blocked path's tasks on a constant B's panels (:mod:`.panels`), on one thread
-        #: (the build without OpenMP) and on more
-        self._panels_entries = ((serial_module or module).blocked_panels, module.blocked_panels)
+        #: the blocked path's tasks on a constant B's panels (:mod:`.panels`)
+        self._blocked_panels = module.blocked_panels
         self._panel_grid = module.blocked_layout
         self.pack_panels = module.pack_panels
+        self._blocked_tasks = module.blocked_tasks
+        #: products of fewer multiply-adds, which ``decide`` gives one thread, never take the
+        #: workers
         self._one_thread_below = 2 * min(config.fmas_per_work_unit,
                                          config.skinny_fmas_per_work_unit)
-        #: the workers that run a large blocked product's tasks on ``serial_module``
-        #: (:mod:`.workers`); None runs every product in OpenMP regions
-        self._workers = workers if serial_module is not None and threads > 1 else None
+        #: the workers that run a large blocked product's panels and tasks (:mod:`.workers`);
+        #: None runs every product in OpenMP regions
+        self._workers = workers if threads > 1 else None
         #: tasks a product's grid needs for the workers to run it
         self.worker_tasks = WORKER_TASKS_PER_THREAD * threads
-        if self._workers is not None:
-            self._layout = serial_module.blocked_layout
-            self._pack_panels = serial_module.pack_panels
-            self._blocked_tasks = serial_module.blocked_tasks
         self._decide_compiled = module.decide
         #: Relu on the output, fused: each path applies it to each block of sums it has just
         #: stored, BLAS's product in the call that adds its bias (the same bits)
@@ -558,7 +554,7 @@ class PreparedGemm(PreparedKernel):
         None (the check and the binding of :meth:`for_constant`, MatMul's too)."""
         if index != 1 or not takes_strips(value, self.dtype, self.trans_b, self.config):
             return None
-        return Strips(value, self._strips_entries, self.pack_strips, self.trans_b,
+        return Strips(value, self._strips_entry, self.pack_strips, self.trans_b,
                       (self._alpha, self._beta, self._thresholds))
 
     def panels_of(self, index: int, value) -> Panels | None:
@@ -575,9 +571,8 @@ class PreparedGemm(PreparedKernel):
             self._tasks_on_workers(a, packed, packed, bias, out, True, tile_m, tile_n, tasks,
                                    threads)
         else:
-            self._panels_entries[threads > 1](a, packed, bias, out, self._alpha, self._beta,
-                                              self._relu, self.trans_a, tile_m, tile_n,
-                                              self.config.tile_k, threads)
+            self._blocked_panels(a, packed, bias, out, self._alpha, self._beta, self._relu,
+                                 self.trans_a, tile_m, tile_n, self.config.tile_k, threads)
 
     def run_decided(self, a, b, bias, out, code: int, threads: int,
                     panels: Panels | None = None) -> None:
@@ -614,12 +609,12 @@ class PreparedGemm(PreparedKernel):
         m, n = out.shape
         kk = a.shape[0] if trans_a else a.shape[1]
         pack = pack or trans_b
-        tile_m, tile_n, panels, tasks, rows, width = self._layout(
+        tile_m, tile_n, panels, tasks, rows, width = self._panel_grid(
             m, n, kk, config.tile_m, config.tile_n, config.tile_k, pack, threads)
         if not self._on_workers(tasks, threads):
             return False
         packed = np.empty((rows, width), self.dtype)
-        tile_k, pack_panels = config.tile_k, self._pack_panels
+        tile_k, pack_panels = config.tile_k, self.pack_panels
         chunks = min(panels, WORKER_CHUNKS_PER_THREAD * threads)  # none when B is read in place
         self._workers.run(chunks, lambda i: pack_panels(
             b, packed, trans_b, kk, n, tile_n, tile_k, i * panels // chunks,

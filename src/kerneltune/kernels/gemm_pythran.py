@@ -107,8 +107,10 @@ skinny runs give identical bits.
 Three pythran rules shape the code:
 
 - ``x[i, j]`` is compiled without the negative-index check only when pythran can prove the
-  indices non-negative, i.e. when they are sums of ``range(0, ...)`` loop variables of the
-  function itself (never inside an ``omp`` loop body). The hot loops index views created in
+  indices non-negative: sums of ``range(0, ...)`` loop variables of the function itself
+  (never inside an ``omp`` loop body) and of offsets it has proved non-negative
+  (``max(i0, 0)``, or an early return when one is negative; ``abs`` proves nothing). With
+  the check, gcc does not vectorise the loop. The hot loops index views created in
   the function that loops over them from plain arrays and offsets: gcc does not vectorise
   loads through a view handed in by a caller that it has not inlined.
 - pythran drops a call whose only effect is a write through a view that the callee made of
@@ -457,47 +459,34 @@ def _group(ap, b, bk0, bn0, out, acc, c, i0, rows, n0, kc, nc, load, last, alpha
 
 def _pack_a(a, trans_a, ap, i0, rows, k0, kc):
     """ap[r, k] = op(A)[i0 + r, k0 + k] for r < rows; the rows after are zeros."""
-    i0 = abs(i0)
-    k0 = abs(k0)
-    if trans_a:
-        for k in range(kc):
-            for r in range(rows):
-                ap[r, k] = a[k0 + k, i0 + r]
-    else:
-        for r in range(rows):
-            for k in range(kc):
-                ap[r, k] = a[i0 + r, k0 + k]
+    _copy(a, trans_a, i0, k0, ap, 0, rows, kc)
     for r in range(rows, ap.shape[0]):
         ap[r] = 0
 
 
-def _pack_b(src, trans_b, bv):
-    """bv = src, or its transpose when ``trans_b``: a panel of op(B). Outside parallel
-    regions only (it reads ``src`` through the view its caller made)."""
-    kc, nc = bv.shape
-    if trans_b:
-        _transpose_b(src, 0, 0, bv, kc, nc)
-    else:
-        for k in range(kc):
-            for j in range(nc):
-                bv[k, j] = src[k, j]
+def _copy(src, trans, r0, c0, dst, d0, rows, cols):
+    """dst[d0 + r, c] = op(src)[r0 + r, c0 + c] for r < rows, c < cols, op transposing when
+    ``trans``: both arrays indexed at offsets, so a region's threads may share them.
 
-
-def _transpose_b(b, n0, k0, bt, kc, nc):
-    """bt[k, j] = b[n0 + j, k0 + k] for k < kc, j < nc: columns of op(B) for a transposed B,
-    B indexed at its offsets (a region's threads may share it).
-
-    The transpose goes eight columns of ``bt`` at a time, down all its rows: each row
-    of ``bt`` gets a run of eight from eight rows of ``b`` that stay in L1. A whole
-    column at a time stores one element per row of ``bt``, which is far slower.
+    The early return proves the offsets non-negative to pythran, which then indexes without
+    the negative-index check and gcc vectorises the copy (``max`` as ``_finish`` has it made
+    gcc exhaust 4 GB compiling this module, ``abs`` proves nothing). A transpose goes eight
+    columns of ``dst`` at a time, down all its rows: each row of ``dst`` gets a run of eight
+    from eight rows of ``src`` that stay in L1; a whole column at a time stores one element
+    per row of ``dst``, which is far slower.
     """
-    n0 = abs(n0)
-    k0 = abs(k0)
-    for j0 in range(0, nc, 8):
-        width = min(8, nc - j0)
-        for k in range(kc):
-            for j in range(width):
-                bt[k, j0 + j] = b[n0 + j0 + j, k0 + k]
+    if r0 < 0 or c0 < 0 or d0 < 0:
+        return
+    if trans:
+        for j0 in range(0, cols, 8):
+            width = min(8, cols - j0)
+            for r in range(rows):
+                for j in range(width):
+                    dst[d0 + r, j0 + j] = src[c0 + j0 + j, r0 + r]
+    else:
+        for r in range(rows):
+            for c in range(cols):
+                dst[d0 + r, c] = src[r0 + r, c0 + c]
 
 
 def _source(bp, b, pack):
@@ -555,10 +544,7 @@ def _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k):
     for j0 in range(0, nc, NR):
         nw = min(NR, nc - j0)
         p0 = (p * blocks + j0 // NR) * kcap
-        if trans_b:
-            _pack_b(b[n0 + j0:n0 + j0 + nw, k0:k0 + kc], True, bp[p0:p0 + kc, 0:nw])
-        else:  # a copy of rows: one slice assignment, which pythran vectorises
-            bp[p0:p0 + kc, 0:nw] = b[k0:k0 + kc, n0 + j0:n0 + j0 + nw]
+        _copy(b, trans_b, k0, n0 + j0, bp, p0, kc, nw)
 
 
 def blocked_layout(m, n, kk, tile_m, tile_n, tile_k, pack, nthreads):
@@ -622,10 +608,13 @@ def blocked(a, b, c, out, alpha, beta, relu, trans_a, trans_b, tile_m, tile_n, t
     # The packed blocks, one after the other (see _pack_panel).
     bp = np.empty((rows, width), out.dtype)
     source = _source(bp, b, pack)
-    # B is packed on the calling thread: _pack_panel copies through views of B and bp, which
-    # a region's threads would all take (the module's third rule)
-    for p in range(panels):
-        _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
+    if nthreads > 1 and panels > 1:
+        # omp parallel for num_threads(nthreads) schedule(dynamic)
+        for p in range(panels):
+            _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
+    else:
+        for p in range(panels):
+            _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):
@@ -685,7 +674,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, relu, trans_a, trans_b, kk, t
         for j0 in range(0, nc, width):
             nw = min(width, nc - j0)
             if trans_b:
-                _transpose_b(b, n0 + j0, 0, bt, kk, nw)
+                _copy(b, True, 0, n0 + j0, bt, 0, kk, nw)
                 _skinny_strip(at, bt, 0, 0, acc, m, kk, nw)
             else:
                 _skinny_strip(at, b, 0, n0 + j0, acc, m, kk, nw)
@@ -698,7 +687,7 @@ def _skinny_task(a, at, b, c, out, t, alpha, beta, relu, trans_a, trans_b, kk, t
         for j0 in range(0, nc, width):
             nw = min(width, nc - j0)
             if trans_b:
-                _transpose_b(b, n0 + j0, 0, bt, kk, nw)
+                _copy(b, True, 0, n0 + j0, bt, 0, kk, nw)
             for g in range(0, m, MR):
                 rows = min(MR, m - g)
                 _pack_a(a, trans_a, ap, g, rows, 0, kk)
@@ -718,10 +707,7 @@ def _rows_down(a, trans_a, m, kk):
     if trans_a or m > 2:
         return a
     at = np.empty((kk, m), a.dtype)
-    for r in range(m):
-        arow = a[r]
-        for k in range(kk):
-            at[k, r] = arow[k]
+    _copy(a, True, 0, 0, at, 0, kk, m)
     return at
 
 
@@ -754,10 +740,7 @@ def pack_strips(b, bs, trans_b, kk, n):
     every page). The last strip's columns beyond N are left as they are, never read."""
     for s in range((n + SW - 1) // SW):
         nw = min(SW, n - s * SW)
-        if trans_b:
-            _pack_b(b[s * SW:s * SW + nw, 0:kk], True, bs[s * kk:s * kk + kk, 0:nw])
-        else:
-            _pack_b(b[0:kk, s * SW:s * SW + nw], False, bs[s * kk:s * kk + kk, 0:nw])
+        _copy(b, trans_b, 0, s * SW, bs, s * kk, kk, nw)
 
 
 def _strips_task(at, bs, c, out, t, alpha, beta, relu, kk, tile_n):
@@ -917,7 +900,7 @@ def panel(a, b, c, out, alpha, beta, relu, trans_a, trans_b, tall, nthreads):
     kk = a.shape[0] if trans_a else a.shape[1]
     width = 16 if n <= 16 else 32 if n <= 32 else NR
     bp = np.zeros((kk, width), out.dtype)
-    _pack_b(b, trans_b, bp[0:kk, 0:n])
+    _copy(b, trans_b, 0, 0, bp, 0, kk, n)
     rows_per = _group_rows(width, tall)
     groups = (m + rows_per - 1) // rows_per
     share, nthreads = _shares(groups, nthreads)
@@ -939,7 +922,7 @@ def row(a, b, c, out, alpha, beta, relu, trans_a, trans_b):
     at = _rows_down(a, trans_a, m, kk)
     if trans_b:
         bt = np.empty((kk, n), out.dtype)
-        _pack_b(b, True, bt)
+        _copy(b, True, 0, 0, bt, 0, kk, n)
         _skinny_strip(at, bt, 0, 0, out, m, kk, n)
     else:
         _skinny_strip(at, b, 0, 0, out, m, kk, n)
