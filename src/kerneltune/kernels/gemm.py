@@ -113,9 +113,10 @@ COMPILED_POOL_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
 #: where the other variants ran groups of four faster (docs/kernels.md, "The panel path")
 TALL_PANEL_VARIANTS = frozenset({"x86_64_v4"})
 #: ISA variants whose blocked products of several threads run on the workers
-#: (:mod:`.workers`) from WORKER_TASKS_PER_THREAD tasks a thread: their build without OpenMP
-#: runs the blocked loop faster a thread than the OpenMP build, where the baseline's does
-#: not (docs/kernels.md, "Workers")
+#: (:mod:`.workers`) from WORKER_TASKS_PER_THREAD tasks a thread: chosen when the workers ran
+#: the build without OpenMP, faster a thread than the OpenMP build with atomic counts on these
+#: variants, not on the baseline; now the OpenMP build's loops, they tie with OpenMP regions
+#: quietly and hold up beside busy processes (docs/kernels.md, "Workers")
 WORKER_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
 #: below, waking the workers and packing B apart cost more than the faster build saves
 WORKER_TASKS_PER_THREAD = 8
@@ -603,7 +604,7 @@ class PreparedGemm(PreparedKernel):
 
     def _run_on_workers(self, a, b, bias, out, pack: bool, threads: int) -> bool:
         """The blocked path's product on the calling thread and workers, each running chunks
-        of its panels, then of its tasks, on the build without OpenMP; False, and nothing
+        of its panels, then of its tasks; False, and nothing
         done, when its grid has fewer than ``WORKER_TASKS_PER_THREAD`` tasks a thread."""
         config, trans_a, trans_b = self.config, self.trans_a, self.trans_b
         m, n = out.shape

@@ -1,10 +1,8 @@
 """Python threads that share a compiled loop's chunks with the calling thread.
 
-A kernel built without OpenMP (``gemm_serial``) runs its loop faster per thread than the
-OpenMP build, whose atomic reference counts keep gcc from holding sums in registers, and
-pythran's exports release the GIL while they compute. So a large product of several threads
-runs on the calling thread and ``threads - 1`` of these workers, each calling the serial
-build on chunks of its tasks (docs/kernels.md, "Workers").
+pythran's exports release the GIL while they compute, so a large product of several
+threads can run on the calling thread and ``threads - 1`` of these workers, each calling an
+export without a parallel region on chunks of its tasks (docs/kernels.md, "Workers").
 
 The calling thread takes chunks too and never waits for a worker that has not started: a
 worker that the scheduler keeps off a CPU (a busy host) leaves its chunks to the others,
