@@ -299,19 +299,23 @@ def test_large_outputs_take_their_path_s_export_with_the_bits_of_the_checked_run
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
 def test_the_one_thread_build_gives_the_bits_of_the_openmp_build(path, element_type, dtype,
                                                                  m, k, n, trans_a, trans_b):
-    """A kernel prepared for one thread runs the panel path's export on the build without
-    OpenMP (``gemm_serial``), whose loops gcc compiles apart from the OpenMP build's, and
-    the rest on the OpenMP build: no product may change a bit, bias and Relu included,
-    through the small products' entry and the paths' exports."""
+    """A kernel prepared for one thread runs the compiled entry and the panel path's export
+    of the build without OpenMP (``gemm_serial``), whose loops gcc compiles apart from the
+    OpenMP build's, and the other exports of the OpenMP build: no product may change a bit,
+    bias and Relu included, through the small products' entry and the paths' exports."""
     a, b, c = operands(m, k, n, trans_a, trans_b, "row", dtype)
     for relu in (False, True):
         attributes = {"transA": trans_a, "transB": trans_b,
                       "activation": "Relu" if relu else None}
         one = prepare(PATHS[path], element_type, threads=1, **attributes)
         openmp = prepare(PATHS[path], element_type, threads=2, **attributes)
+        assert one._gemm.__module__.endswith(".gemm_serial")
         assert one._panel.__module__.endswith(".gemm_serial")
+        assert openmp._gemm.__module__.endswith(".gemm")
         assert openmp._panel.__module__.endswith(".gemm")
-        assert one._gemm.__module__.endswith(".gemm") and one._blocked is openmp._blocked
+        assert one._blocked is openmp._blocked
+        # products that decide takes to one thread go to the build without OpenMP
+        assert openmp._gemm_one_thread.__module__.endswith(".gemm_serial")
         assert one.plan(a, b, c).path == openmp.plan(a, b, c).path
         expected = openmp.run_serial(a, b, c).tobytes()
         assert one.run(a, b, c).tobytes() == expected

@@ -291,15 +291,12 @@ class Gemm(Kernel):
               openmp_pool=False):
         key = self.tuning_key(element_type)
         compute = half.compute_type(element_type)
-        module = load_module("gemm", self.implementation)
-        # the panel path on one thread: the build without OpenMP's (docs/kernels.md, "The
-        # one-thread build"); the same bits
-        panel_module = (load_module("gemm_serial", self.implementation) if threads == 1
-                        else module)
-        prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute], module, alpha,
+        prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute],
+                                load_module("gemm", self.implementation), alpha,
                                 beta, trans_a, trans_b, relu, openmp_pool,
                                 openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
-                                self.implementation in TALL_PANEL_VARIANTS, panel_module,
+                                self.implementation in TALL_PANEL_VARIANTS,
+                                load_module("gemm_serial", self.implementation),
                                 self._workers if self.implementation in WORKER_VARIANTS
                                 else None)
         if element_type in half.FORMATS:
@@ -356,24 +353,31 @@ class PreparedGemm(PreparedKernel):
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
                  relu=False, openmp_pool=False, compiled_rows=False, tall_panel=False,
-                 panel_module=None, workers=None):
+                 serial_module=None, workers=None):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
+        serial = serial_module or module
+        # one thread: the compiled entries and the panel path's export of the build without
+        # OpenMP, the other exports of the OpenMP build (which enter no region for one
+        # thread), the faster of the two builds for each (docs/kernels.md, "The one-thread
+        # build"); the same bits
+        one_thread = serial if threads == 1 else module
         self._blocked, self._skinny, self._column = module.blocked, module.skinny, module.column
-        #: the panel path's export: ``panel_module``'s (the build without OpenMP on one thread)
-        self._panel, self._row = (panel_module or module).panel, module.row
-        self._gemm = module.gemm
-        #: the entry for a B packed into strips (:class:`.strips.Strips`)
-        self._strips_entry = module.gemm_strips
+        self._panel, self._row = one_thread.panel, module.row
+        self._gemm = one_thread.gemm
+        #: the small products' entry of the build without OpenMP, for those of fewer
+        #: multiply-adds than ``_one_thread_below``, which ``decide`` gives one thread: the
+        #: same decision and bits as ``_gemm``'s
+        self._gemm_one_thread = serial.gemm
+        #: the same entries for a B packed into strips (:class:`.strips.Strips`)
+        self._strips_entries = (serial.gemm_strips, module.gemm_strips)
         self.pack_strips = module.pack_strips
         #: the blocked path's tasks on a constant B's panels (:mod:`.panels`)
         self._blocked_panels = module.blocked_panels
         self._panel_grid = module.blocked_layout
         self.pack_panels = module.pack_panels
         self._blocked_tasks = module.blocked_tasks
-        #: products of fewer multiply-adds, which ``decide`` gives one thread, never take the
-        #: workers
         self._one_thread_below = 2 * min(config.fmas_per_work_unit,
                                          config.skinny_fmas_per_work_unit)
         #: the workers that run a large blocked product's panels and tasks (:mod:`.workers`);
@@ -555,7 +559,7 @@ class PreparedGemm(PreparedKernel):
         None (the check and the binding of :meth:`for_constant`, MatMul's too)."""
         if index != 1 or not takes_strips(value, self.dtype, self.trans_b, self.config):
             return None
-        return Strips(value, self._strips_entry, self.pack_strips, self.trans_b,
+        return Strips(value, self._strips_entries, self.pack_strips, self.trans_b,
                       (self._alpha, self._beta, self._thresholds))
 
     def panels_of(self, index: int, value) -> Panels | None:

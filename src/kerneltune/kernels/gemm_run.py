@@ -42,7 +42,7 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
     the packed path.
     """
     dtype, compiled, decide = p.dtype, p._gemm, p._decide_compiled
-    one_thread_below = p._one_thread_below
+    one_thread, one_thread_below = p._gemm_one_thread, p._one_thread_below
     no_bias, alpha, beta = p.no_bias, p._alpha, p._beta
     thresholds, packed_thresholds = p._thresholds, p._packed_thresholds
     use_bias, trans_a, trans_b = p._use_bias, p.trans_a, p.trans_b
@@ -69,14 +69,15 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
                 columns = b_shape[0] if trans_b else b_shape[-1]
                 depth = a_shape[0] if trans_a else a_shape[-1]
                 single = rows * columns * depth < one_thread_below
-                out = (strips.run(a, bias)
+                out = (strips.run(a, bias, single)
                        if b is constant and strips and rows <= STRIP_ROWS else None)
                 on_panels = b is constant and panels is not None and rows > skinny_rows
                 if out is None and not on_panels and rows * columns < pooled_from and (
                         single or no_workers or (
                             (rows + tile_m - 1) // tile_m * ((columns + tile_n - 1) // tile_n)
                             < worker_tasks)):
-                    out = compiled(a, b, bias, alpha, beta, thresholds)
+                    out = (one_thread if single else compiled)(a, b, bias, alpha, beta,
+                                                              thresholds)
                 if out is not None:
                     if out.size:
                         return out

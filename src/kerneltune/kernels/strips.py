@@ -43,20 +43,22 @@ def takes_strips(b, dtype: np.dtype, trans_b: bool, config) -> bool:
 class Strips:
     """A constant B and, once its first skinny product needs them, its strips.
 
-    ``entry`` is the product's ``gemm_strips``, ``pack`` its ``pack_strips``, ``scalars`` its
-    alpha, beta and thresholds (as ``gemm`` takes them).
+    ``entries`` are ``gemm_strips`` of the build without OpenMP and of the product's own
+    build, ``pack`` its ``pack_strips``, ``scalars`` its alpha, beta and thresholds (as
+    ``gemm`` takes them).
     """
 
-    def __init__(self, b: np.ndarray, entry: Callable, pack: Callable, trans_b: bool,
-                 scalars: tuple):
+    def __init__(self, b: np.ndarray, entries: tuple[Callable, Callable], pack: Callable,
+                 trans_b: bool, scalars: tuple):
         self.b = b
-        self._entry, self._pack, self._trans_b, self._scalars = entry, pack, trans_b, scalars
+        self._entries, self._pack, self._trans_b, self._scalars = (entries, pack, trans_b,
+                                                                   scalars)
         self._strips = np.empty((0, SW), b.dtype)
 
-    def run(self, a, bias) -> np.ndarray | None:
+    def run(self, a, bias, one_thread: bool) -> np.ndarray | None:
         """``gemm``'s result for A, this B and ``bias`` where the product is the skinny
-        path's; None where it is not."""
-        entry = self._entry
+        path's (on the build without OpenMP when ``one_thread``); None where it is not."""
+        entry = self._entries[not one_thread]
         out = entry(a, self.b, self._strips, bias, *self._scalars)
         if out.shape == (0, 3):  # the first skinny product: pack the strips
             depth, columns = self.b.shape[::-1] if self._trans_b else self.b.shape
