@@ -608,8 +608,8 @@ class PreparedGemm(PreparedKernel):
 
     def _run_on_workers(self, a, b, bias, out, pack: bool, threads: int) -> bool:
         """The blocked path's product on the calling thread and workers, each running chunks
-        of its panels, then of its tasks; False, and nothing
-        done, when its grid has fewer than ``WORKER_TASKS_PER_THREAD`` tasks a thread."""
+        of its panels, then of its tasks; False, and nothing done, when its grid has fewer
+        than ``WORKER_TASKS_PER_THREAD`` tasks a thread."""
         config, trans_a, trans_b = self.config, self.trans_a, self.trans_b
         m, n = out.shape
         kk = a.shape[0] if trans_a else a.shape[1]
