@@ -1302,6 +1302,14 @@ def _region_calls(gemm, dtype):
             calls.append((f"panel, tall {tall}, transB {trans_b}", (a, b, c, out),
                           lambda t, a=a, b=b, c=c, out=out, tb=trans_b, tl=tall: gemm.panel(
                               a, b, c, out, one, one, False, False, tb, tl, t)))
+    a, b, c, out = product(64, 256, 256)
+    tile_m, tile_n, panels, _, rows, width = gemm.blocked_layout(64, 256, 256, 8, 64, 64,
+                                                                  True, 2)
+    packed = np.empty((rows, width), dtype)
+    gemm.pack_panels(b, packed, False, 256, 256, tile_n, 64, 0, panels)
+    calls.append(("blocked_panels", (a, packed, c, out),
+                  lambda t: gemm.blocked_panels(a, packed, c, out, one, one, False, False,
+                                                tile_m, tile_n, 64, t)))
     a, b, c, out = product(1, 256, 1024)
     strips = np.empty((-(-1024 // SW) * 256, SW), dtype)
     gemm.pack_strips(b, strips, False, 256, 1024)
