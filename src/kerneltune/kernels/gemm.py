@@ -113,11 +113,10 @@ COMPILED_POOL_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
 #: where the other variants ran groups of four faster (docs/kernels.md, "The panel path")
 TALL_PANEL_VARIANTS = frozenset({"x86_64_v4"})
 #: ISA variants whose blocked products of several threads run on the workers
-#: (:mod:`.workers`) from WORKER_TASKS_PER_THREAD tasks a thread: chosen when the workers ran
-#: the build without OpenMP, faster a thread than the OpenMP build with atomic counts on these
-#: variants, not on the baseline; now the OpenMP build's loops, they tie with OpenMP regions
-#: quietly and hold up beside busy processes (docs/kernels.md, "Workers")
-WORKER_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
+#: (:mod:`.workers`) from WORKER_TASKS_PER_THREAD tasks a thread: on the OpenMP build's loops
+#: they tie with OpenMP regions quietly and hold up beside busy processes, where a region
+#: waits for its slowest thread, on every variant (docs/kernels.md, "Workers")
+WORKER_VARIANTS = frozenset({"baseline", "x86_64_v3", "x86_64_v4"})
 #: below, waking the workers and packing B apart cost more than the faster build saves
 WORKER_TASKS_PER_THREAD = 8
 #: chunks a thread of such a product: the threads claim them one at a time, so a thread
