@@ -15,7 +15,6 @@ from kerneltune.kernels import library, outputs
 from kerneltune.kernels.gemm import (
     COMPILED_POOL_VARIANTS,
     WORKER_TASKS_PER_THREAD,
-    WORKER_VARIANTS,
     Gemm,
 )
 from kerneltune.kernels.gemm_pythran import KU, MR, NR, STRIP_ROWS, SW
@@ -330,11 +329,10 @@ def test_the_one_thread_build_gives_the_bits_of_the_openmp_build(path, element_t
 @pytest.mark.parametrize("threads", [2, 3])
 def test_large_blocked_products_run_on_the_workers_with_the_serial_bits(
         path, element_type, dtype, trans_a, trans_b, bias, threads, monkeypatch):
-    """On WORKER_VARIANTS, a blocked product of WORKER_TASKS_PER_THREAD tasks a thread or
-    more runs its panels and tasks on the calling thread and the workers (elsewhere, in
-    OpenMP regions): the bits
-    of the serial run and of the one-thread kernel, alpha, beta, C and Relu included.
-    Fewer tasks stay in OpenMP regions."""
+    """A blocked product of WORKER_TASKS_PER_THREAD tasks a thread or more runs its panels
+    and tasks on the calling thread and the workers: the bits of the serial run and of the
+    one-thread kernel, alpha, beta, C and Relu included. Fewer tasks stay in OpenMP
+    regions."""
     m, k, n = 8 * WORKER_TASKS_PER_THREAD * threads + 5, 40, 2 * NR + 3  # partial tiles
     a, b, c = operands(m, k, n, trans_a, trans_b, bias, dtype)
     inputs = (a, b) if c is None else (a, b, c)
@@ -350,7 +348,7 @@ def test_large_blocked_products_run_on_the_workers_with_the_serial_bits(
         prepared = prepare(values, element_type, threads=threads, **attributes)
         assert prepared.plan(*inputs).path == ("blocked_packed" if trans_b else path)
         result = prepared.run(*inputs)
-        assert set(calls) == ({threads} if selected_variant() in WORKER_VARIANTS else set())
+        assert set(calls) == {threads}
         expected = prepared.run_serial(*inputs).tobytes()
         assert result.tobytes() == expected
         one = prepare(values, element_type, threads=1, **attributes)

@@ -112,12 +112,10 @@ COMPILED_POOL_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
 #: every variant does): their 32 vector registers of 16 floats hold eight rows' operands,
 #: where the other variants ran groups of four faster (docs/kernels.md, "The panel path")
 TALL_PANEL_VARIANTS = frozenset({"x86_64_v4"})
-#: ISA variants whose blocked products of several threads run on the workers
-#: (:mod:`.workers`) from WORKER_TASKS_PER_THREAD tasks a thread: on the OpenMP build's loops
-#: they tie with OpenMP regions quietly and hold up beside busy processes, where a region
-#: waits for its slowest thread, on every variant (docs/kernels.md, "Workers")
-WORKER_VARIANTS = frozenset({"baseline", "x86_64_v3", "x86_64_v4"})
-#: below, waking the workers and packing B apart cost more than the faster build saves
+#: from this many tasks a thread, a blocked product of several threads runs on the workers
+#: (:mod:`.workers`), which tie with OpenMP regions quietly and hold up beside busy
+#: processes, where a region waits for its slowest thread (docs/kernels.md, "Workers");
+#: below, waking them and packing B apart cost more of a product
 WORKER_TASKS_PER_THREAD = 8
 #: chunks a thread of such a product: the threads claim them one at a time, so a thread
 #: kept off its CPU leaves the rest of its share to the others
@@ -295,9 +293,7 @@ class Gemm(Kernel):
                                 beta, trans_a, trans_b, relu, openmp_pool,
                                 openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
                                 self.implementation in TALL_PANEL_VARIANTS,
-                                load_module("gemm_serial", self.implementation),
-                                self._workers if self.implementation in WORKER_VARIANTS
-                                else None)
+                                load_module("gemm_serial", self.implementation), self._workers)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)
