@@ -80,7 +80,14 @@ from pathlib import Path
 
 import numpy as np
 from bench_tail import rows
-from results import add_arguments, add_variant_arguments, quiet_openblas, timed, variant_recorder
+from results import (
+    add_arguments,
+    add_variant_arguments,
+    median_rows,
+    quiet_openblas,
+    timed,
+    variant_recorder,
+)
 
 # kerneltune, onnxruntime and onnx are imported where they are used: the onnxruntime
 # process never loads kerneltune, nor the kerneltune process onnxruntime.
@@ -336,14 +343,6 @@ def child(runtime: str, path: Path, threads: int, batches, seconds: float) -> No
         if runtime == "kerneltune":
             row["products"], row["parallel_nodes"] = products(session, feed)
         print(json.dumps(row), flush=True)
-
-
-def median_rows(processes: list[dict[int, dict]]) -> dict[int, dict]:
-    """One runtime's rows over its processes, per row count: the median of each time and
-    fault count, the rest (products, rounds) as the first process gave them."""
-    return {batch: {**row, **{field: statistics.median(p[batch][field] for p in processes)
-                              for field in row if field.endswith(("_us", "_faults"))}}
-            for batch, row in processes[0].items()}
 
 
 def run_child(runtime: str, path: Path, threads: int, args: argparse.Namespace) -> list[dict]:

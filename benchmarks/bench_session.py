@@ -2,14 +2,19 @@
 
 Abs, Add, Tanh, Sigmoid, Erf and Gelu on FLOAT at 1e3 ... 1.6e7 elements, Gemm and MatMul
 at 64, 256 and 1024 squared (opset 20, Gelu's first). For each thread count (``--threads``,
-1 and 2 by default) each runtime times every model in a fresh process of its own, as its
+1 and 2 by default) each runtime times every model in fresh processes of its own, as its
 users run it: a kerneltune ``RuntimeSession(model, threads=t)`` on the ISA variant
 ``--variant`` names (``KERNELTUNE_ISA``; by default the one this processor selects), and
 an onnxruntime
 ``InferenceSession`` with ``intra_op_num_threads=t`` and otherwise its default options
-(graph optimisations on, intra-op threads spinning). ``ratio`` is onnxruntime's median
-time per run over kerneltune's (above 1: kerneltune is faster); it is the headline.
-``same_process_ratio`` is the same from a third process that holds both runtimes and
+(graph optimisations on, intra-op threads spinning). There are ``--repeats`` such
+processes per runtime (3 by default, the runtimes alternating), and a time is the median
+over them (``results.median_rows``): one process's figure moves with where its buffers
+and threads land. ``ratio`` is onnxruntime's time per run over kerneltune's (above 1:
+kerneltune is faster); it is the headline. ``lowest_ratio`` and ``highest_ratio`` are the
+extremes of the same ratio process by process (the i-th kerneltune process against the
+i-th onnxruntime one). ``same_process_ratio`` is the same from a third process that holds
+both runtimes and
 times them in interleaved rounds, onnxruntime's threads not spinning
 (``allow_spinning=0``, :func:`onnxruntime_session`): spinning, they would hold the core
 kerneltune's thread needs next. Every model's outputs are checked against
@@ -28,7 +33,7 @@ in a process of its own with ``--variant`` and the other arguments. The figures 
 variant this processor picks are the machine's (``bench_session``); every other
 variant's go to a results file of their own (``bench_session-<variant>``).
 
-    python benchmarks/bench_session.py [--threads N] [--quick] [--variant V | --all-variants]
+    python benchmarks/bench_session.py [--repeats N] [--quick] [--variant V | --all-variants]
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 
@@ -46,6 +52,7 @@ from results import (
     Recorder,
     add_arguments,
     add_variant_arguments,
+    median_rows,
     timed,
     variant_recorder,
 )
@@ -172,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, action="append",
                         help="a thread count (repeatable; default 1 and 2)")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="fresh processes per runtime and thread count, alternating: a "
+                             "time is the median over them")
     parser.add_argument("--quick", action="store_true", help="sizes up to 1e6 only")
     add_variant_arguments(parser)
     parser.add_argument("--child", choices=RUNTIMES, help=argparse.SUPPRESS)
@@ -185,20 +195,26 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(recorder, int):  # --all-variants: each variant ran in a process of its own
         return recorder
     recorder.table("models", "single-node FLOAT models; ratio: onnxruntime / kerneltune, each "
-                             "in a process of its own (onnxruntime with its default options); "
-                             "same_process_ratio: both in one process, onnxruntime not "
-                             "spinning")
+                             "in processes of its own (onnxruntime with its default options), "
+                             "the median over them, lowest_ratio and highest_ratio the "
+                             "extremes process by process; same_process_ratio: both in one "
+                             "process, onnxruntime not spinning")
     misses = []
     for threads in args.threads or [1, 2]:
-        measured: dict[tuple, dict] = {}
-        extra: dict[str, float] = {}
-        for runtime in RUNTIMES:
-            for row in run_child(runtime, threads, args, args.variant):
-                if "overhead" in row:
-                    extra = row["overhead"]
-                    continue
-                measured.setdefault((row.pop("model"), row.pop("size")), {}).update(row)
-        misses += _judged(recorder, args.variant, threads, measured)
+        taken: dict[str, list[dict[tuple, dict]]] = {runtime: [] for runtime in RUNTIMES}
+        overheads = []
+        for _ in range(args.repeats):
+            for runtime in RUNTIMES:
+                rows = {}
+                for row in run_child(runtime, threads, args, args.variant):
+                    if "overhead" in row:
+                        overheads.append(row["overhead"])
+                    else:
+                        rows[row.pop("model"), row.pop("size")] = row
+                taken[runtime].append(rows)
+        misses += _judged(recorder, args.variant, threads, taken)
+        extra = {name: statistics.median(o[name] for o in overheads)
+                 for name in (overheads[0] if overheads else ())}
         for name, value in extra.items():
             recorder.figure(name, value)
         if extra:
@@ -214,21 +230,29 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if misses else 0
 
 
-def _judged(recorder: Recorder, variant: str, threads: int, measured: dict) -> list[str]:
-    """Record one thread count's rows, figures and targets; the misses."""
-    print(f"{variant}, {threads} threads")
+def _judged(recorder: Recorder, variant: str, threads: int,
+            taken: dict[str, list[dict[tuple, dict]]]) -> list[str]:
+    """Record one thread count's rows, figures and targets from each runtime's processes;
+    the misses."""
+    print(f"{variant}, {threads} threads, {len(taken['kerneltune'])} processes per runtime")
     print(f"{'model':8} {'size':>10} {'ort us':>10} {'kt us':>10} {'ort / kt':>9} "
-          f"{'same process':>13}")
+          f"{'lowest':>7} {'highest':>7} {'same process':>13}")
+    ours, theirs, both = (median_rows(taken[runtime]) for runtime in RUNTIMES)
     ratios, misses = [], []
-    for (model, size), row in measured.items():
-        ratio = row["onnxruntime_us"] / row["kerneltune_us"]
-        same = row["same_onnxruntime_us"] / row["same_kerneltune_us"]
+    for (model, size), row in ours.items():
+        kt, ort = row["kerneltune_us"], theirs[model, size]["onnxruntime_us"]
+        ratio = ort / kt
+        same = both[model, size]["same_onnxruntime_us"] / both[model, size]["same_kerneltune_us"]
+        spread = [process[model, size]["onnxruntime_us"] / mine[model, size]["kerneltune_us"]
+                  for mine, process in zip(taken["kerneltune"], taken["onnxruntime"],
+                                           strict=True)]
         ratios.append(ratio)
-        print(f"{model:8} {size:>10} {row['onnxruntime_us']:>10.1f} {row['kerneltune_us']:>10.1f} "
-              f"{ratio:>9.2f} {same:>13.2f}")
-        recorder.row("models", model=model, size=size, threads=threads,
-                     onnxruntime_us=row["onnxruntime_us"], kerneltune_us=row["kerneltune_us"],
-                     ratio=ratio, same_process_ratio=same)
+        print(f"{model:8} {size:>10} {ort:>10.1f} {kt:>10.1f} {ratio:>9.2f} {min(spread):>7.2f} "
+              f"{max(spread):>7.2f} {same:>13.2f}")
+        recorder.row("models", model=model, size=size, threads=threads, onnxruntime_us=ort,
+                     kerneltune_us=kt, ratio=ratio, lowest_ratio=min(spread),
+                     highest_ratio=max(spread), same_process_ratio=same,
+                     processes=len(spread))
         product = model in ("Gemm", "MatMul")
         if (product or size >= ELEMENTWISE_FROM) and not recorder.target(
                 f"{'products' if product else 'elementwise from 1e5 elements'}, onnxruntime / "

@@ -167,6 +167,15 @@ def timed(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str,
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def median_rows(processes: list[dict[Any, dict]]) -> dict[Any, dict]:
+    """One runtime's rows over the fresh processes that timed them, by key (a model, a row
+    count): the median of each time and page-fault count, the other fields as the first
+    process gave them. One process's figure moves with where its buffers and threads land."""
+    return {key: {**row, **{field: statistics.median(p[key][field] for p in processes)
+                            for field in row if field.endswith(("_us", "_faults"))}}
+            for key, row in processes[0].items()}
+
+
 def machine_slug(processor: dict[str, Any]) -> str:
     """The processor's stable name in file names (see the module's docstring)."""
     def part(value: Any) -> str:
