@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 from kerneltune.errors import UnsupportedModelError
 from kerneltune.kernels import library, rows
-from kerneltune.kernels.variants import installed_variants
+from kerneltune.kernels.variants import installed_variants, selected_variant
 from kerneltune.runtime import RuntimeSession
 
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
@@ -141,6 +141,41 @@ def test_arg_max_and_min_swept_by_columns_give_the_row_by_row_indices(variant, d
                     assert kernel.plan(x).threads == threads
                     np.testing.assert_array_equal(kernel.run(x), expected,
                                                   err_msg=f"{op_type} {last=} {sweep=}")
+
+
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("shape", [(1, 2), (64, 3), (2, 3, 4), (7,)])
+def test_arg_max_and_min_below_the_compiled_size_are_numpy_s_with_the_same_indices(
+        op_type, dtype, shape):
+    """Below ``algorithm.compiled_minimum_elements`` numpy's argmax or argmin computes the
+    node (a classifier's few scores), along any axis and in any layout; the compiled kernel
+    gives the same indices (ties, NaNs) and the same errors, and a node that selects the last
+    index takes it at every size."""
+    element_type = TYPES[dtype]
+    kernel = library(selected_variant())[op_type]
+    x = _data(shape, dtype)
+    x[..., -1] = x[..., 0]  # ties
+    if np.issubdtype(dtype, np.floating) and x.size > 2:
+        x.flat[1] = np.nan
+    for operand in (x, x.T):  # the transpose: another layout
+        for axis in range(-operand.ndim - 1, operand.ndim + 1):  # one past each end: refused
+            for keepdims, last in ((1, 0), (0, 0), (1, 1)):
+                outcomes = []
+                for compiled_from in (0, operand.size + 1):
+                    config = kernel.configure(
+                        element_type, {"algorithm.compiled_minimum_elements": compiled_from})
+                    prepared = kernel.prepare(element_type, config, 1, axis=axis,
+                                              keepdims=keepdims, select_last_index=last)
+                    try:
+                        result = prepared.run(operand)
+                        outcomes.append((result.dtype, result.shape, result.tobytes()))
+                        numpy = compiled_from and not last
+                        assert (prepared.plan(operand).path == "numpy") == bool(numpy)
+                    except ValueError as error:
+                        outcomes.append(str(error))
+                assert outcomes[0] == outcomes[1], (axis, keepdims, last, outcomes)
+                assert isinstance(outcomes[0], str) == (not -operand.ndim <= axis < operand.ndim)
 
 
 @pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMean", "ReduceMax"])

@@ -130,6 +130,18 @@ def test_one_thread_keeps_the_parallel_parameters(registry):
     assert not any(d.candidates for d in calibrated.decisions)
 
 
+def test_one_thread_measures_arg_max_s_crossover_from_numpy_to_the_compiled_kernel(registry):
+    """ArgMax's numpy/compiled threshold is measured whatever the thread count: numpy's call
+    against the compiled kernel's, on a classifier's rows of scores."""
+    report = _calibrate(registry, 1, kernels=["ArgMax"], element_types=["FLOAT"])
+    (calibrated,) = report.calibrated
+    decisions = {d.parameter: d for d in calibrated.decisions}
+    crossover = decisions.pop("algorithm.compiled_minimum_elements")
+    assert crossover.candidates
+    assert all(set(c.measurements) == {"numpy", "compiled"} for c in crossover.candidates)
+    assert all(not d.changed and "one thread" in d.reason for d in decisions.values())
+
+
 def test_a_one_byte_memory_budget_keeps_every_default(registry):
     report = _calibrate(registry, min(2, AVAILABLE_CPUS), kernels=["Exp", "MatMul"],
                         element_types=["FLOAT"], options={"memory_budget": 1})

@@ -21,6 +21,7 @@ from ..calibration import (
     Crossover,
     Decision,
     Workload,
+    decide_crossover,
     decide_shared_crossover,
     geometric_grid,
     search_threads,
@@ -49,8 +50,14 @@ PARALLEL_MINIMUM = "parallel.minimum_elements"
 MAXIMUM_THREADS = "parallel.maximum_threads"
 BROADCAST_MINIMUM = "parallel.broadcast_minimum_elements"
 CONVERSION_MINIMUM = "conversion.parallel_minimum_elements"
+COMPILED_MINIMUM = "algorithm.compiled_minimum_elements"
 #: elements of a row of an operator along axes (RowsCalibration)
 ROW_ELEMENTS = 256
+#: columns of ArgMax's and ArgMin's numpy/compiled case: a classifier's scores, whose few
+#: columns a row are where numpy's call wins
+SCORES = 4
+#: the numpy/compiled search grid's ends (elements per call)
+NUMPY_SIZES = (64, 1 << 16)
 FLOAT = element_type_number("FLOAT")
 #: Cast's calibration target per source type where it is not FLOAT
 CAST_TARGETS = {FLOAT: element_type_number("INT64")}
@@ -274,6 +281,25 @@ class RowsCalibration(ElementwiseCalibration):
     def _unary(self, context: CalibrationContext, n: int) -> tuple:
         rows = max(1, n // ROW_ELEMENTS)
         return (self._operand(context, (rows, ROW_ELEMENTS), 0),)
+
+    def __call__(self, context: CalibrationContext) -> None:
+        super().__call__(context)
+        if COMPILED_MINIMUM in context.schema.parameters:
+            self._compiled_minimum(context)
+
+    def _compiled_minimum(self, context: CalibrationContext) -> None:
+        """ArgMax's and ArgMin's crossover from numpy to the compiled kernel, on rows of
+        ``SCORES`` scores, at the calibration's thread count and grain."""
+        item = self._dtype().itemsize
+        case = Case("scores", lambda n: (self._operand(context, (max(1, n // SCORES), SCORES),
+                                                       0),),
+                    lambda n: n * item + n // SCORES * 8, f"{ELEMENTS} (N/{SCORES} x {SCORES})")
+        sizes = geometric_grid(*NUMPY_SIZES, context.options.level.steps_per_octave, SCORES)
+        numpy = self.run_of(context.configure({COMPILED_MINIMUM: NEVER}), context.threads)
+        compiled = self.run_of(context.configure({COMPILED_MINIMUM: 0}), context.threads)
+        decide_crossover(context, Crossover(COMPILED_MINIMUM, case, sizes, ("numpy", numpy),
+                                            ("compiled", compiled), lambda size: size,
+                                            int(context.values[COMPILED_MINIMUM])))
 
 
 class LayerNormalizationCalibration(RowsCalibration):

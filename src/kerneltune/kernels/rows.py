@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..tuning.dtypes import NUMPY_DTYPES
-from ..tuning.schema import element_type_number
+from ..tuning.schema import element_type_number, tunable
 from . import outputs
 from .base import Kernel, Plan, PreparedKernel, chunked_threads, operand, parallel_threads
 from .catalog import DEFAULT_GRAIN
@@ -43,6 +44,8 @@ KINDS = {"Softmax": SOFTMAX, "LogSoftmax": SOFTMAX, "ArgMax": ARG, "ArgMin": ARG
 #: selections, lost to the row-by-row loop from 8 columns on (docs/kernels.md)
 SWEEP_LENGTHS: Mapping[str, int] = {"baseline": 4}
 SWEEP_LENGTH = 64
+#: the numpy methods that compute ArgMax and ArgMin on small inputs (ArgConfig)
+NUMPY_ARGS: Mapping[str, Callable] = {"ArgMax": np.ndarray.argmax, "ArgMin": np.ndarray.argmin}
 #: the attributes of each kind, with the defaults of the newest opset (a model's node gets
 #: its own opset's from the schema)
 ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
@@ -51,6 +54,19 @@ ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
     REDUCE: {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0},
     NORMALIZE: {"norm": "MAX"},
 }
+
+
+@dataclass(frozen=True)
+class ArgConfig(ElementwiseConfig):
+    """ArgMax's and ArgMin's: numpy's argmax and argmin compute small inputs in one C call,
+    where the compiled kernel's call costs more than the work (a classifier's scores, a few
+    columns a row); the compiled kernel's sweep wins on many rows."""
+
+    compiled_minimum_elements: int = tunable(
+        "algorithm.compiled_minimum_elements", 1024, minimum=0,
+        doc="elements from which the compiled kernel computes the node; below, numpy's "
+            "argmax or argmin, which give the same indices (a node that selects the last "
+            "index takes the compiled kernel at every size)")
 
 
 def normal_axes(values: Sequence[int] | np.ndarray, rank: int, operator: str) -> list[int]:
@@ -88,6 +104,11 @@ class PreparedRows(PreparedKernel):
         self._argument = ((bool(self._attributes["select_last_index"]), sweep)
                          if self.kind == ARG else NORMS[self._attributes["norm"]]
                          if self.kind == NORMALIZE else None)
+        #: ArgMax's or ArgMin's numpy method and the input size from which the compiled
+        #: kernel computes instead (0: the compiled kernel at every size)
+        self._numpy_arg = NUMPY_ARGS.get(name)
+        self._compiled_from = (config.compiled_minimum_elements if self.kind == ARG
+                               and not self._attributes["select_last_index"] else 0)
         self._grain = config.minimum_elements
         self.thread_limit = min(config.maximum_threads, threads)
         self.run = _fast_rows(self)
@@ -118,8 +139,14 @@ class PreparedRows(PreparedKernel):
             rows = math.prod(x.shape[:chosen[0]])  # the matrix's rows, as _call makes them
         else:
             rows = x.size // max(1, math.prod(x.shape[a] for a in chosen or ())) if x.size else 0
+        if self._numpy_below(x.size) and chosen and all(x.shape[a] for a in chosen):
+            return Plan("numpy", 1, int(x.size), "rows")
         threads = chunked_threads(rows, self._threads(x.size), alignment=1)
         return Plan("parallel" if threads > 1 else "serial", threads, int(x.size), "rows")
+
+    def _numpy_below(self, elements: int) -> bool:
+        """Whether numpy's argmax or argmin computes an input of ``elements`` elements."""
+        return 0 < elements < self._compiled_from
 
     def run(self, x, axes=None) -> np.ndarray:
         """A fresh output; every instance replaces this by :func:`_fast_rows`'s closure."""
@@ -170,6 +197,8 @@ class PreparedRows(PreparedKernel):
             return out
         if not n:
             return self._of_nothing(out)
+        if self._numpy_below(matrix.size):
+            return self._numpy_arg(matrix, axis=1)
         self._compute(matrix, out, self._threads(matrix.size) if threads is None else threads)
         return out
 
@@ -230,7 +259,23 @@ def _fast_rows(p: PreparedRows):
             return out
         return call(x, axes, None)
 
-    return run
+    return run if not p._compiled_from else _small_on_numpy(p, run)
+
+
+def _small_on_numpy(p: PreparedRows, run: Callable) -> Callable:
+    """ArgMax's or ArgMin's ``run`` that leaves an input below the compiled kernel's size to
+    numpy, along the node's axis and in any layout (``run`` takes the rest)."""
+    numpy_arg, compiled_from, dtype, ndarray = p._numpy_arg, p._compiled_from, p._dtype, np.ndarray
+    axis, keep = p._attributes["axis"], bool(p._attributes["keepdims"])
+
+    def run_small(x, axes=None):
+        if (axes is None and type(x) is ndarray and x.dtype is dtype
+                and 0 < x.size < compiled_from and -x.ndim <= axis < x.ndim
+                and (keep or x.ndim > 1)):  # one axis reduced away: numpy gives a scalar
+            return numpy_arg(x, axis, keepdims=keep)
+        return run(x, axes)
+
+    return run_small
 
 
 class RowsKernel(Kernel):
@@ -248,7 +293,8 @@ class RowsKernel(Kernel):
         return tuple(self._functions)
 
     def config_type(self, element_type: int) -> type:
-        return with_grain(ElementwiseConfig, self._grains.get(element_type, DEFAULT_GRAIN))
+        return with_grain(ArgConfig if self.name in NUMPY_ARGS else ElementwiseConfig,
+                          self._grains.get(element_type, DEFAULT_GRAIN))
 
     def output_dtype(self, element_type: int) -> np.dtype:
         return NUMPY_DTYPES[INT64 if KINDS[self.name] == ARG else element_type]

@@ -37,10 +37,14 @@ def _complement_pair_of(total: np.ndarray, axis: int, complement_first: bool
                         ) -> Callable[[np.ndarray], np.ndarray]:
     """:func:`complement_pair` of a constant ``total``, read once. The subtraction is
     numpy's, rounded once as the Sub kernel's is: the same bits."""
+    rank = max(-axis, axis + 1)  # the least rank that has the axis
+
     def run(x: np.ndarray) -> np.ndarray:
+        if x.ndim < rank:
+            raise ValueError(f"Concat: axis {axis} is outside [{-x.ndim}, {x.ndim - 1}]")
         complement = np.subtract(total, x)
-        return concat(complement, x, axis=axis) if complement_first else concat(
-            x, complement, axis=axis)
+        return np.concatenate((complement, x) if complement_first else (x, complement),
+                              axis=axis)
 
     return run
 
@@ -71,9 +75,13 @@ def _extract(x: np.ndarray, chosen: np.ndarray, nonnegative: bool = False) -> np
             raise IndexError
         taken = x.take(chosen, axis=-1)
     except IndexError:
-        raise ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not "
-                         f"all within the {columns} columns of the input") from None
+        raise _out_of_range(chosen, columns) from None
     return taken.reshape(1, -1) if x.ndim == 1 else taken
+
+
+def _out_of_range(chosen: np.ndarray, columns: int) -> ValueError:
+    return ValueError(f"ArrayFeatureExtractor: indices {chosen.tolist()[:8]} are not all "
+                      f"within the {columns} columns of the input")
 
 
 def _negative(chosen: np.ndarray) -> bool:
@@ -92,9 +100,25 @@ def _extractor_of(indices: np.ndarray, nonnegative: bool = False
 
 def _taker_of(x: np.ndarray, nonnegative: bool = False) -> Callable[[np.ndarray], np.ndarray]:
     """ArrayFeatureExtractor of a constant ``x`` (the labels of a classifier's classes,
-    indexed by its scores' ArgMax), the indices computed by the run."""
+    indexed by its scores' ArgMax), the indices computed by the run.
+
+    Labels in one row indexed by an ArgMax's indices take one call of ``take``, which
+    gives the output the shape of its indices (a row of them): a classifier's run pays
+    for no conversion, search or reshape.
+    """
     x = np.asarray(x)
-    return lambda indices: _extract(x, _chosen(indices), nonnegative)
+    if x.ndim != 1 or not nonnegative:
+        return lambda indices: _extract(x, _chosen(indices), nonnegative)
+
+    def take(indices: np.ndarray) -> np.ndarray:
+        try:
+            if not indices.size:
+                raise IndexError
+            return x.take(indices.reshape(1, -1))
+        except IndexError:
+            raise _out_of_range(_chosen(indices), x.size) from None
+
+    return take
 
 
 def take(values: np.ndarray, indices: np.ndarray) -> np.ndarray:
