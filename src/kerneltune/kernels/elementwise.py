@@ -79,7 +79,6 @@ class HalfBinaryConfig(BinaryConfig, HalfConversionConfig):
 _GRAIN_FIELDS = ("minimum_elements", "broadcast_minimum_elements", "conversion_minimum_elements")
 
 
-@functools.cache
 def with_grain(config_type: type, grain: int, broadcast_grain: int | None = None) -> type:
     """``config_type`` with every grain defaulting to ``grain`` instead of 32768, and the
     broadcasts' to ``broadcast_grain`` where given.
@@ -87,8 +86,17 @@ def with_grain(config_type: type, grain: int, broadcast_grain: int | None = None
     The portable grain depends on the cost of an element (the catalog's
     ``GRAINS`` per operator, ``ELEMENT_GRAINS`` per element type, ``BROADCAST_GRAINS``
     where broadcasts cross over elsewhere), so it is a default of the key's own config
-    type; names, constraints and documentation stay those of ``config_type``.
+    type; names, constraints and documentation stay those of ``config_type``. A type
+    without a broadcast grain is the same type whatever ``broadcast_grain`` says, made
+    once (each costs the import a dataclass).
     """
+    if "broadcast_minimum_elements" not in config_type.__dataclass_fields__:
+        broadcast_grain = None
+    return _with_grain(config_type, grain, broadcast_grain)
+
+
+@functools.cache
+def _with_grain(config_type: type, grain: int, broadcast_grain: int | None) -> type:
     grains = dict.fromkeys(_GRAIN_FIELDS, grain)
     if broadcast_grain is not None:
         grains["broadcast_minimum_elements"] = broadcast_grain

@@ -354,6 +354,23 @@ def _parameters_of(config_type: type) -> tuple[TuningParameter, ...]:
     return tuple(parameters)
 
 
+@functools.cache
+def _checked_defaults(config_type: type) -> tuple[Mapping[str, TuningParameter], Any]:
+    """A config type's parameters by name and its validated defaults, which every key of the
+    type shares (frozen, so one instance serves them all)."""
+    parameters = _parameters_of(config_type)
+    defaults = config_type()
+    problems = [
+        Problem(p.name, f"default: {reason}")
+        for p in parameters
+        for reason in [p.check(p.default)[1]]
+        if reason
+    ] + _consistency_problems(defaults)
+    if problems:
+        raise TuningValidationError(problems, context=f"defaults of {config_type.__name__}")
+    return types.MappingProxyType({p.name: p for p in parameters}), defaults
+
+
 def _consistency_problems(config: object) -> list[Problem]:
     """Cross-field problems a config reports through its optional ``consistency`` method.
 
@@ -385,19 +402,7 @@ class KernelTuningSchema:
 
     @classmethod
     def from_config(cls, key: KernelTuningKey, config_type: type) -> KernelTuningSchema:
-        parameters = _parameters_of(config_type)
-        defaults = config_type()
-        schema = cls(key, config_type, types.MappingProxyType({p.name: p for p in parameters}),
-                     defaults)
-        problems = [
-            Problem(p.name, f"default: {reason}")
-            for p in parameters
-            for reason in [p.check(p.default)[1]]
-            if reason
-        ] + _consistency_problems(defaults)
-        if problems:
-            raise TuningValidationError(problems, context=f"defaults of {config_type.__name__}")
-        return schema
+        return cls(key, config_type, *_checked_defaults(config_type))
 
     def default_values(self) -> dict[str, TuningValue]:
         return self.values_of(self.defaults)
