@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from kerneltune.kernels.gemm import COMPILED_POOL_VARIANTS
 from kerneltune.kernels.variants import selected_variant
-from kerneltune.runtime import RuntimeSession
+from kerneltune.runtime import RuntimeSession, selections
 from kerneltune.runtime.session import BLAS_POOL, BLAS_POOL_MINIMUM_WEIGHT, OPENMP_POOL
 
 CORPUS = Path(__file__).resolve().parent / "data" / "converted"
@@ -280,6 +280,23 @@ def test_what_is_not_a_complement_pair_runs_unfused(total, complement_first,
     scores = _hard_scores(np.float32)
     (a,), (b,) = fused.run(None, {"S": scores}), unfused.run(None, {"S": scores})
     assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("axis", [1, -2, 2])
+def test_a_complement_pair_refuses_an_axis_its_input_lacks_as_concat_does(axis):
+    pair = selections.complement_pair
+    x, total = np.ones((3, 1), np.float32), np.ones((), np.float32)
+    if axis == 2:
+        with pytest.raises(ValueError, match=r"Concat: axis 2 is outside \[-2, 1\]"):
+            selections.concat(x, x, axis=axis)
+        with pytest.raises(ValueError, match=r"Concat: axis 2 is outside \[-2, 1\]"):
+            pair(x, total, axis=axis, complement_first=False)
+        return
+    for first in (False, True):
+        expected = selections.concat(*((total - x, x) if first else (x, total - x)), axis=axis)
+        assert pair(x, total, axis, first).tobytes() == expected.tobytes()
+    with pytest.raises(ValueError, match=rf"Concat: axis {axis} is outside \[-1, 0\]"):
+        pair(x[:, 0], total, axis=axis, complement_first=False)
 
 
 def test_a_converted_binary_classifier_fuses_its_probabilities_with_the_same_bits():

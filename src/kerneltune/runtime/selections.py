@@ -21,8 +21,12 @@ Selection = Callable[..., Any]
 def concat(*inputs: np.ndarray, axis: int) -> np.ndarray:
     rank = inputs[0].ndim
     if not -rank <= axis < rank:
-        raise ValueError(f"Concat: axis {axis} is outside [{-rank}, {rank - 1}]")
+        raise _outside(axis, rank)
     return np.concatenate(inputs, axis=axis)
+
+
+def _outside(axis: int, rank: int) -> ValueError:
+    return ValueError(f"Concat: axis {axis} is outside [{-rank}, {rank - 1}]")
 
 
 def complement_pair(x: np.ndarray, total: np.ndarray, axis: int,
@@ -41,7 +45,7 @@ def _complement_pair_of(total: np.ndarray, axis: int, complement_first: bool
 
     def run(x: np.ndarray) -> np.ndarray:
         if x.ndim < rank:
-            raise ValueError(f"Concat: axis {axis} is outside [{-x.ndim}, {x.ndim - 1}]")
+            raise _outside(axis, x.ndim)
         complement = np.subtract(total, x)
         return np.concatenate((complement, x) if complement_first else (x, complement),
                               axis=axis)
