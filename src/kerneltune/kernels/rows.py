@@ -135,12 +135,12 @@ class PreparedRows(PreparedKernel):
     def plan(self, x, axes=None) -> Plan:
         x = np.asarray(x)
         chosen = self._axes(x, axes)
+        if self._numpy_below(x.size):
+            return Plan("numpy", 1, int(x.size), "rows")
         if self.kind == SOFTMAX and self._attributes["coerced"]:
             rows = math.prod(x.shape[:chosen[0]])  # the matrix's rows, as _call makes them
         else:
             rows = x.size // max(1, math.prod(x.shape[a] for a in chosen or ())) if x.size else 0
-        if self._numpy_below(x.size) and chosen and all(x.shape[a] for a in chosen):
-            return Plan("numpy", 1, int(x.size), "rows")
         threads = chunked_threads(rows, self._threads(x.size), alignment=1)
         return Plan("parallel" if threads > 1 else "serial", threads, int(x.size), "rows")
 
@@ -191,14 +191,14 @@ class PreparedRows(PreparedKernel):
 
     def _reduced(self, matrix: np.ndarray, threads: int | None) -> np.ndarray:
         """One value per row of ``matrix``: its arg, sum, mean or largest value."""
+        if self._numpy_below(matrix.size):  # not empty, so neither are its rows
+            return self._numpy_arg(matrix, axis=1)
         rows, n = matrix.shape
         out = np.empty(rows, self.out_dtype)
         if not rows:
             return out
         if not n:
             return self._of_nothing(out)
-        if self._numpy_below(matrix.size):
-            return self._numpy_arg(matrix, axis=1)
         self._compute(matrix, out, self._threads(matrix.size) if threads is None else threads)
         return out
 
