@@ -8,6 +8,7 @@ onnxruntime's results: the regressors' values, the classifiers' labels and proba
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -277,12 +278,40 @@ def test_an_array_feature_extractor_of_an_argmax_s_indices_skips_the_search_for_
     assert not getattr(unfused._model.nodes[-1].view, "keywords", None)
 
 
-@pytest.mark.parametrize("labels", [(4,), (0, 1, 2), ("no", "yes"), tuple(range(300))])
-def test_zip_map_makes_a_dict_of_python_floats_per_row(labels):
-    x = np.random.default_rng(4).standard_normal((5, len(labels))).astype(np.float32)
+@pytest.mark.parametrize("labels", [(), (4,), (0, 1, 2), ("no", "yes"), tuple(range(300))])
+@pytest.mark.parametrize("layout", ["rows", "columns", "every other column"])
+def test_zip_map_makes_a_dict_of_python_floats_per_row(labels, layout):
+    count = len(labels)
+    x = np.random.default_rng(4).standard_normal((5, 2 * count)).astype(np.float32)
+    x = {"rows": x[:, :count], "columns": np.asfortranarray(x[:, :count]),
+         "every other column": x[:, ::2]}[layout]
     rows = selections.zip_map(x, labels)
     assert rows == [dict(zip(labels, row, strict=True)) for row in x.tolist()]
     assert all(type(value) is float for row in rows for value in row.values())
     assert all(list(row) == list(labels) for row in rows)
     with pytest.raises(ValueError, match=rf"expected \[N, {len(labels)}\]"):
-        selections.zip_map(x[:, :-1], labels)
+        selections.zip_map(np.zeros((5, count + 1), np.float32), labels)
+
+
+def test_zip_map_of_many_rows_leaves_the_garbage_collector_no_object_per_row_to_walk():
+    x = np.random.default_rng(5).standard_normal((4096, 3)).astype(np.float32)
+    young = []  # the objects each collection set off in the call walks, its own aside
+
+    def walked(phase: str, info: dict) -> None:
+        if phase == "start":
+            young.append(sum(len(gc.get_objects(generation)) for generation in range(2)))
+
+    thresholds, enabled = gc.get_threshold(), gc.isenabled()
+    gc.collect()
+    gc.set_threshold(700, 10, 10)  # CPython's defaults: a collection per 700 new objects
+    gc.enable()
+    gc.callbacks.append(walked)
+    try:
+        rows = selections.zip_map(x, (0, 1, 2))
+    finally:
+        gc.callbacks.remove(walked)
+        gc.set_threshold(*thresholds)
+        if not enabled:
+            gc.disable()
+    assert len(rows) == 4096 and not any(gc.is_tracked(row) for row in rows)
+    assert young and max(young) < 100  # x.tolist() gave a tracked list per row

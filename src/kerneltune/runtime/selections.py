@@ -138,7 +138,12 @@ def zip_map(x: np.ndarray, labels: Sequence[Any]) -> list[dict[Any, float]]:
 def _zip_map_of(labels: Sequence[Any]) -> Callable[[np.ndarray], list[dict[Any, float]]]:
     """ZipMap of ``labels``, its dicts made by a comprehension written for them: a dict
     display builds a row's dict in about half the time of ``dict(zip(labels, row))``. The
-    labels are the comprehension's globals, never its text."""
+    labels are the comprehension's globals, never its text.
+
+    The values come as one flat list, a row's at a time: a list per row (``tolist``'s) is
+    an object the cyclic garbage collector tracks, and thousands of them set it off again
+    and again, while a dict of numbers is not tracked (docs/kernels.md, "ai.onnx.ml
+    operators")."""
     count = len(labels)
     names = {f"label{i}": label for i, label in enumerate(labels)}
     display = ", ".join(f"label{i}: value{i}" for i in range(count))
@@ -149,7 +154,10 @@ def _zip_map_of(labels: Sequence[Any]) -> Callable[[np.ndarray], list[dict[Any, 
         if x.ndim != 2 or x.shape[1] != count:
             raise ValueError(f"ZipMap: expected [N, {count}] for {count} labels, got "
                              f"shape {list(x.shape)}")
-        return rows_as_dicts(x.tolist())
+        if not count:
+            return rows_as_dicts(range(x.shape[0]))
+        flat = iter(x.ravel().tolist())
+        return rows_as_dicts(zip(*[flat] * count, strict=True))
 
     return run
 
