@@ -347,12 +347,10 @@ class PreparedGemm(PreparedKernel):
     uses_blas = True
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
-                 relu=False, openmp_pool=False, compiled_rows=False, tall_panel=False,
-                 serial_module=None, workers=None):
+                 relu, openmp_pool, compiled_rows, tall_panel, serial, workers):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
-        serial = serial_module or module
         # one thread: the compiled entries and the panel path's export of the build without
         # OpenMP, the other exports of the OpenMP build (which enter no region for one
         # thread), the faster of the two builds for each (docs/kernels.md, "The one-thread
@@ -376,7 +374,7 @@ class PreparedGemm(PreparedKernel):
         self._one_thread_below = 2 * min(config.fmas_per_work_unit,
                                          config.skinny_fmas_per_work_unit)
         #: the workers that run a large blocked product's panels and tasks (:mod:`.workers`);
-        #: None runs every product in OpenMP regions
+        #: None on one thread
         self._workers = workers if threads > 1 else None
         #: tasks a product's grid needs for the workers to run it
         self.worker_tasks = WORKER_TASKS_PER_THREAD * threads
