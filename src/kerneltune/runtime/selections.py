@@ -142,8 +142,8 @@ def _zip_map_of(labels: Sequence[Any]) -> Callable[[np.ndarray], list[dict[Any, 
 
     The values come as one flat list, a row's at a time: a list per row (``tolist``'s) is
     an object the cyclic garbage collector tracks, and thousands of them set it off again
-    and again, while a dict of numbers is not tracked (docs/kernels.md, "ai.onnx.ml
-    operators")."""
+    and again, while a dict of numbers and strings is not tracked (docs/kernels.md,
+    "ai.onnx.ml operators")."""
     count = len(labels)
     names = {f"label{i}": label for i, label in enumerate(labels)}
     display = ", ".join(f"label{i}: value{i}" for i in range(count))
