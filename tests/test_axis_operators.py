@@ -20,6 +20,7 @@ from kerneltune.errors import UnsupportedModelError
 from kerneltune.kernels import library, rows
 from kerneltune.kernels.variants import installed_variants, selected_variant
 from kerneltune.runtime import RuntimeSession
+from kerneltune.tuning.dtypes import NUMPY_DTYPES
 
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
          np.float16: TensorProto.FLOAT16,
@@ -235,10 +236,12 @@ def test_serial_and_parallel_runs_give_the_same_bits(op_type, columns):
     assert runs[2]._prepared[0].plan(x, *axes).threads == 2
 
 
-@pytest.mark.parametrize("source", [np.float32, np.float64, np.int8, np.uint8, np.int32,
-                                    np.int64, np.bool_])
-@pytest.mark.parametrize("target", [np.float32, np.float64, np.int8, np.uint8, np.int32,
-                                    np.int64, np.bool_])
+CAST_TYPES = [np.float32, np.float64, np.float16, np.int8, np.uint8, np.int32, np.int64,
+              np.bool_]
+
+
+@pytest.mark.parametrize("source", CAST_TYPES)
+@pytest.mark.parametrize("target", CAST_TYPES)
 def test_cast_between_types_matches_onnxruntime(source, target):
     if source is target:
         pytest.skip("a Cast to its own type is a view (test_session)")
@@ -248,6 +251,9 @@ def test_cast_between_types_matches_onnxruntime(source, target):
     elif np.issubdtype(source, np.floating):
         x = (rng.standard_normal((5, 300)) * 50).astype(source)
         x[0, :4] = (0.0, -0.0, 1.5, -1.5)
+        x[1, :5] = (np.inf, -np.inf, np.nan, 6e4, -6e4)
+        # beyond FLOAT16's range (inf there) and halfway between two of its values
+        x[2, :2] = (1e5, 1 + 2**-11) if source is not np.float16 else (1, -1)
     else:
         x = rng.integers(np.iinfo(source).min // 2, np.iinfo(source).max // 2,
                          (5, 300)).astype(source)
@@ -255,10 +261,62 @@ def test_cast_between_types_matches_onnxruntime(source, target):
         info = np.iinfo(target)
         x = np.clip(x, max(info.min, -100), min(info.max, 100)).astype(source) \
             if source is not np.bool_ else x
+    if np.issubdtype(target, np.integer) or target is np.bool_:
+        x[1:3] = 7  # C++ leaves a non-finite float's conversion to an integer open
     model = _model("Cast", x, 19, TYPES[target], to=TYPES[target])
     ours, theirs = _both(model, x)
     assert ours.dtype == theirs.dtype == target
-    np.testing.assert_array_equal(ours, theirs)
+    assert ours.tobytes() == theirs.tobytes() or (
+        np.issubdtype(target, np.floating)  # NaN's payload may differ
+        and np.array_equal(ours, theirs, equal_nan=True))
+
+
+@pytest.mark.parametrize("source", CAST_TYPES)
+def test_a_cast_to_or_from_bfloat16_goes_through_float32(source):
+    bfloat16 = NUMPY_DTYPES[TensorProto.BFLOAT16]
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(600) * 300).astype(source)
+    if np.issubdtype(source, np.floating):
+        x[:6] = (np.inf, -np.inf, np.nan, -0.0, 1 + 2**-8, 3e38 if source is not np.float16 else 1)
+    to_bfloat16 = _model("Cast", x, 19, TensorProto.BFLOAT16, to=TensorProto.BFLOAT16)
+    narrowed = RuntimeSession(to_bfloat16).run(None, {"x": x})[0]
+    expected = x.astype(np.float32).astype(bfloat16)
+    assert narrowed.dtype == bfloat16
+    assert np.array_equal(narrowed.astype(np.float32), expected.astype(np.float32),
+                          equal_nan=True)
+    back = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TYPES[source])], "back",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [600])],
+        [helper.make_tensor_value_info("y", TYPES[source], [600])])
+    model = helper.make_model(back, opset_imports=[helper.make_opsetid("", 19)])
+    # finite, and within an integer target's range (C++ leaves the rest open)
+    wide = np.clip(np.nan_to_num(expected.astype(np.float32)), -100, 100)
+    within = wide.astype(bfloat16) if not np.issubdtype(source, np.floating) else expected
+    widened = RuntimeSession(model).run(None, {"x": within})[0]
+    assert widened.dtype == source
+    assert np.array_equal(widened, within.astype(np.float32).astype(source), equal_nan=True)
+
+
+def test_a_double_reaches_float16_rounded_to_float32_first_as_onnxruntime_rounds_it():
+    # halfway between FLOAT16's 1 and its next value once rounded to float32: to even, 1
+    x = np.array([1 + 2**-11 + 2**-30, -(1 + 2**-11 + 2**-30)])
+    model = _model("Cast", x, 19, TensorProto.FLOAT16, to=TensorProto.FLOAT16)
+    ours, theirs = _both(model, x)
+    assert ours.tolist() == theirs.tolist() == [1.0, -1.0]
+    assert x.astype(np.float16).tolist() != [1.0, -1.0]  # numpy rounds once
+
+
+@pytest.mark.parametrize(("source", "target"), [(np.float16, np.float32),
+                                                (np.float32, np.float16),
+                                                (np.float16, np.int32),
+                                                (np.float64, np.float16)])
+def test_a_16_bit_cast_gives_the_same_bits_on_one_and_two_threads(source, target):
+    x = (np.random.default_rng(6).standard_normal(1 << 17) * 100).astype(source)
+    model = _model("Cast", x, 19, TYPES[target], to=TYPES[target])
+    one, two = (RuntimeSession(model, threads=threads, contention=None)
+                for threads in (1, 2))
+    assert two._prepared[0].plan(x).threads == 2
+    assert one.run(None, {"x": x})[0].tobytes() == two.run(None, {"x": x})[0].tobytes()
 
 
 def test_cast_like_to_another_type_is_the_cast_kernel():
@@ -273,8 +331,10 @@ def test_cast_like_to_another_type_is_the_cast_kernel():
 
 def test_a_cast_to_a_type_without_a_kernel_is_refused_naming_both_types():
     x = np.array([1.0], np.float32)
-    with pytest.raises(UnsupportedModelError, match="no Cast kernel from FLOAT to FLOAT16"):
-        RuntimeSession(_model("Cast", x, 19, TensorProto.FLOAT16, to=TensorProto.FLOAT16))
+    with pytest.raises(UnsupportedModelError,
+                       match="no Cast kernel from FLOAT to FLOAT8E4M3FN"):
+        RuntimeSession(_model("Cast", x, 19, TensorProto.FLOAT8E4M3FN,
+                              to=TensorProto.FLOAT8E4M3FN))
 
 
 @pytest.mark.parametrize(("axis", "dtype"), [(1, np.float32), (0, np.int64), (-1, np.bool_)])

@@ -2,6 +2,12 @@
 ``catalog.CAST``'s types, converting as C++ does (a float truncated toward zero into an
 integer, anything but zero true as a bool), which is what onnxruntime and numpy do.
 
+A Cast from or to FLOAT16 or BFLOAT16 goes through float32, as onnxruntime's does: the
+16-bit float's bits widened exactly, or the source cast to float32; then rounded to the
+nearest even 16-bit float, or cast from float32 to the target (:mod:`.half`'s compiled
+conversions and ``unary.cast``). A DOUBLE is thus rounded twice on its way to a 16-bit
+float, where numpy's ``astype`` rounds once; onnxruntime rounds twice too.
+
 The key is the input's element type; the target is the node's ``to``. A Cast to the type
 its input already has is no kernel: the model binds it to a view
 (:mod:`kerneltune.runtime.views`).
@@ -11,17 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import numpy as np
+
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_name, element_type_number
-from .base import Kernel, PreparedKernel
+from . import half, outputs
+from .base import Kernel, Plan, PreparedKernel, operand, parallel_threads
 from .catalog import CAST, DEFAULT_GRAIN
 from .elementwise import ElementwiseConfig, PreparedUnary, with_grain
 
-TYPES = tuple(element_type_number(name) for name in CAST)
+#: the compiled function's types, then the 16-bit floats that go through float32
+TYPES = tuple(element_type_number(name) for name in CAST) + tuple(half.FORMATS)
+_FLOAT32 = np.dtype(np.float32)
 
 
 class CastKernel(Kernel):
-    """Cast from each of ``catalog.CAST``'s types to each other one."""
+    """Cast from each of ``TYPES`` to each other one."""
 
     name = "Cast"
 
@@ -47,5 +58,57 @@ class CastKernel(Kernel):
             names = ", ".join(element_type_name(t) for t in TYPES if t != element_type)
             raise ValueError(f"Cast from {element_type_name(element_type)}: no kernel to "
                              f"{element_type_name(target)} (to: {names})")
+        if element_type in half.FORMATS or target in half.FORMATS:
+            return PreparedHalfCast(self.tuning_key(element_type), config, threads,
+                                    self._function, element_type, target)
         return PreparedUnary(self.tuning_key(element_type), config, threads, self._function,
                              NUMPY_DTYPES[element_type], NUMPY_DTYPES[target])
+
+
+class PreparedHalfCast(PreparedKernel):
+    """A Cast from or to a 16-bit float, through float32: at most two compiled passes,
+    each on as many threads as the key's grain gives it (the same bits on any count)."""
+
+    def __init__(self, key, config, threads, cast: Callable, source: int, target: int):
+        self.key, self.config, self.threads = key, config, threads
+        self._cast, self._grain = cast, config.minimum_elements
+        self._dtype, self.out_dtype = NUMPY_DTYPES[source], NUMPY_DTYPES[target]
+        self._widen, self._narrow = half.FORMATS.get(source), half.FORMATS.get(target)
+        self.thread_limit = min(config.maximum_threads, threads)
+
+    def _threads(self, elements: int, serial: bool) -> int:
+        if serial:
+            return 1
+        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
+
+    def _converted(self, x, dtype: np.dtype, threads: int) -> np.ndarray:
+        """``x`` cast to ``dtype`` by the compiled cast, both float32 or of ``catalog.CAST``."""
+        out = outputs.empty(x.shape, dtype, like=x)
+        self._cast(x.reshape(-1), out.reshape(-1), threads)
+        return out
+
+    def _run(self, x, serial: bool) -> np.ndarray:
+        x = operand(x, self._dtype, "input")
+        if not x.size:
+            return np.empty(x.shape, self.out_dtype)
+        threads = self._threads(x.size, serial)
+        if self._widen is not None:
+            wide = self._widen.to_float32(x, threads)
+        else:
+            wide = x if x.dtype == _FLOAT32 else self._converted(x, _FLOAT32, threads)
+        if self._narrow is not None:
+            return self._narrow.from_float32(wide, threads)
+        return wide if self.out_dtype == _FLOAT32 else self._converted(wide, self.out_dtype,
+                                                                       threads)
+
+    def plan(self, x) -> Plan:
+        size = int(np.size(x))
+        threads = self._threads(size, False)
+        return Plan("parallel" if threads > 1 else "serial", threads, size,
+                    "unary, through float32")
+
+    def run(self, x) -> np.ndarray:
+        return self._run(x, False)
+
+    def run_serial(self, x) -> np.ndarray:
+        return self._run(x, True)
