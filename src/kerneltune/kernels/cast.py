@@ -82,7 +82,7 @@ class PreparedHalfCast(PreparedKernel):
         return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
 
     def _converted(self, x, dtype: np.dtype, threads: int) -> np.ndarray:
-        """``x`` cast to ``dtype`` by the compiled cast, both float32 or of ``catalog.CAST``."""
+        """``x`` cast to ``dtype`` by the compiled cast (both of ``catalog.CAST``'s types)."""
         out = outputs.empty(x.shape, dtype, like=x)
         self._cast(x.reshape(-1), out.reshape(-1), threads)
         return out
