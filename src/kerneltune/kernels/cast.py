@@ -21,7 +21,7 @@ import numpy as np
 
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_name, element_type_number
-from . import half, outputs
+from . import half
 from .base import Kernel, Plan, PreparedKernel, operand, parallel_threads
 from .catalog import CAST, DEFAULT_GRAIN
 from .elementwise import ElementwiseConfig, PreparedUnary, with_grain
@@ -67,25 +67,26 @@ class CastKernel(Kernel):
 
 class PreparedHalfCast(PreparedKernel):
     """A Cast from or to a 16-bit float, through float32: at most two compiled passes,
-    each on as many threads as the key's grain gives it (the same bits on any count)."""
+    each on as many threads as the key's grain gives it (the same bits on any count). A
+    pass of the compiled cast (into float32 or out of it) is a :class:`PreparedUnary` of
+    the same key."""
 
     def __init__(self, key, config, threads, cast: Callable, source: int, target: int):
         self.key, self.config, self.threads = key, config, threads
-        self._cast, self._grain = cast, config.minimum_elements
+        self._grain = config.minimum_elements
         self._dtype, self.out_dtype = NUMPY_DTYPES[source], NUMPY_DTYPES[target]
         self._widen, self._narrow = half.FORMATS.get(source), half.FORMATS.get(target)
+        # None where the side is a 16-bit float or float32 itself
+        self._into = (PreparedUnary(key, config, threads, cast, self._dtype, _FLOAT32)
+                      if self._widen is None and self._dtype != _FLOAT32 else None)
+        self._out_of = (PreparedUnary(key, config, threads, cast, _FLOAT32, self.out_dtype)
+                        if self._narrow is None and self.out_dtype != _FLOAT32 else None)
         self.thread_limit = min(config.maximum_threads, threads)
 
     def _threads(self, elements: int, serial: bool) -> int:
         if serial:
             return 1
         return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
-
-    def _converted(self, x, dtype: np.dtype, threads: int) -> np.ndarray:
-        """``x`` cast to ``dtype`` by the compiled cast (both of ``catalog.CAST``'s types)."""
-        out = outputs.empty(x.shape, dtype, like=x)
-        self._cast(x.reshape(-1), out.reshape(-1), threads)
-        return out
 
     def _run(self, x, serial: bool) -> np.ndarray:
         x = operand(x, self._dtype, "input")
@@ -95,11 +96,14 @@ class PreparedHalfCast(PreparedKernel):
         if self._widen is not None:
             wide = self._widen.to_float32(x, threads)
         else:
-            wide = x if x.dtype == _FLOAT32 else self._converted(x, _FLOAT32, threads)
+            wide = x if self._into is None else self._passed(self._into, x, serial)
         if self._narrow is not None:
             return self._narrow.from_float32(wide, threads)
-        return wide if self.out_dtype == _FLOAT32 else self._converted(wide, self.out_dtype,
-                                                                       threads)
+        return wide if self._out_of is None else self._passed(self._out_of, wide, serial)
+
+    @staticmethod
+    def _passed(cast: PreparedUnary, x: np.ndarray, serial: bool) -> np.ndarray:
+        return cast.run_serial(x) if serial else cast.run(x)
 
     def plan(self, x) -> Plan:
         size = int(np.size(x))
