@@ -14,9 +14,11 @@ import yaml
 
 from kerneltune.calibration import (
     CalibrationOptions,
+    Interference,
     calibrate_registered_kernels,
     register_kernel_calibration_function,
 )
+from kerneltune.calibration.interference import Counters
 from kerneltune.calibration.measure import Measurement
 from kerneltune.errors import KernelTuningError
 from kerneltune.kernels.variants import select_variant
@@ -173,3 +175,22 @@ def calibrate_toys(registry, **selection):
 def measurement_of(seconds: float) -> Measurement:
     """A synthetic measurement whose median is ``seconds``, with narrow quartiles."""
     return Measurement(tuple(seconds * f for f in (0.99, 1.0, 1.0, 1.0, 1.01)), (), 1)
+
+
+class Scripted:
+    """Interference the test decides: the share others take of each measurement, in turn
+    (the last one repeats), and whether a key's CPUs are stolen."""
+
+    def __init__(self, *shares: float, stolen: bool = False):
+        self.shares, self.stolen, self.measurements = list(shares) or [0.0], stolen, 0
+
+    def reading(self, steal: bool = False) -> Counters:
+        return Counters(time.perf_counter(), 0.0, 0.0 if steal else None, 0.0)
+
+    def since(self, before: Counters, threads: int) -> Interference:
+        if before.stolen is not None:  # the whole key
+            return Interference(1.0, threads, 0.0, 0.9 if self.stolen else 0.0, 1, 0.5)
+        share = self.shares[min(self.measurements, len(self.shares) - 1)]
+        self.measurements += 1
+        # one thread, runnable throughout: it waited ``share`` of the time and ran the rest
+        return Interference(1.0, 1, share, None, 1, 0.5, 1.0 - share)

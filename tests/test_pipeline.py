@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, ToyConfig, detect, expected_of, toy_key
+from conftest import FIXTURES, Scripted, ToyConfig, detect, expected_of, toy_key
 from kerneltune import explain
 from kerneltune.calibration import CalibrationOptions, register_kernel_calibration_function
 from kerneltune.errors import ProfileError
@@ -586,7 +586,10 @@ class Preempted(Exception):
 
 
 class ToyMachine:
-    """Toy keys calibrated in this process: each call recorded; a run can stop after n keys."""
+    """Toy keys calibrated in this process: each call recorded; a run can stop after n keys.
+
+    Their interference is scripted quiet: a toy key lasts a millisecond, and on a busy host
+    one tick of the CPUs' steal counter in it would withhold it."""
 
     def __init__(self, count: int = 6):
         self.calls: list[tuple[int, str]] = []
@@ -601,7 +604,8 @@ class ToyMachine:
 
     def run(self, output: Path, stop_after: int | None = None, **arguments):
         self.calls, self.stop_after = [], stop_after
-        arguments = {"threads": [1], "options": QUICK, **arguments}
+        arguments = {"threads": [1], "options": QUICK, "interference": Scripted(),
+                     **arguments}
         if stop_after is None:
             return calibrate_machine(_host(), output=output, registry=self.registry,
                                      progress=io.StringIO(), **arguments)

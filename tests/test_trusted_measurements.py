@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from conftest import ToyConfig, toy_key
+from conftest import Scripted, ToyConfig, toy_key
 from kerneltune import KernelTuningRegistry
 from kerneltune.calibration import (
     MAXIMUM_SHARE,
@@ -33,32 +33,13 @@ from kerneltune.calibration import (
 )
 from kerneltune.calibration import context as context_module
 from kerneltune.calibration.confirmation import ROUNDS, confirm_decisions
-from kerneltune.calibration.interference import Counters, ProcessInterference
+from kerneltune.calibration.interference import ProcessInterference
 from kerneltune.calibration.measure import Deadline, Measurement
 from kerneltune.cli import main
 from kerneltune.machine.detect import current_execution
 from kerneltune.tuning.schema import KernelTuningSchema
 
 GRAIN = "parallel.minimum_elements"
-
-
-class Scripted:
-    """Interference the test decides: the share others take of each measurement, in turn
-    (the last one repeats), and whether a key's CPUs are stolen."""
-
-    def __init__(self, *shares: float, stolen: bool = False):
-        self.shares, self.stolen, self.measurements = list(shares) or [0.0], stolen, 0
-
-    def reading(self, steal: bool = False) -> Counters:
-        return Counters(time.perf_counter(), 0.0, 0.0 if steal else None, 0.0)
-
-    def since(self, before: Counters, threads: int) -> Interference:
-        if before.stolen is not None:  # the whole key
-            return Interference(1.0, threads, 0.0, 0.9 if self.stolen else 0.0, 1, 0.5)
-        share = self.shares[min(self.measurements, len(self.shares) - 1)]
-        self.measurements += 1
-        # one thread, runnable throughout: it waited ``share`` of the time and ran the rest
-        return Interference(1.0, 1, share, None, 1, 0.5, 1.0 - share)
 
 
 #: the cost of the toy run called last: how the synthetic timer learns what a wrapped run costs
