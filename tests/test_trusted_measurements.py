@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -126,6 +127,20 @@ def test_one_thread_beside_busy_processes_is_judged_by_its_own_time():
     """A serial measurement on a 2-thread key: the idle second thread does not halve it."""
     serial = Interference(1.0, 2, waited=0.5, cpus=2, ran=0.5)
     assert serial.share == pytest.approx(0.5) and not serial.clean()
+
+
+def test_a_tick_of_steal_per_cpu_is_the_counter_grain_not_a_stolen_key():
+    """A counter read twice can gain a tick for a sliver of steal: over a key of 5 ms on
+    two CPUs, one tick on each is no steal; a tick more than that is."""
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    grain = Interference(0.005, 2, 0.0, 2 * tick, 2, ran=0.01)
+    assert grain.steal_share == 0.0 and grain.clean()
+    stolen = Interference(0.005, 2, 0.0, 3 * tick, 2, ran=0.01)
+    assert stolen.steal_share > MAXIMUM_SHARE and not stolen.clean()
+    assert "of its CPUs' time was stolen" in stolen.describe()
+    # over a key of seconds the grain is negligible
+    assert Interference(2.0, 2, 0.0, 2.0, 2, ran=4.0).steal_share == pytest.approx(
+        (2.0 - 2 * tick) / 4.0)
 
 
 @pytest.mark.parametrize("record", [

@@ -9,7 +9,8 @@ So calibration measures what the process lost, as Linux counts it:
   no CPU, and those it ran;
 - each CPU's **steal time**: the eighth value of its ``/proc/stat`` line, the clock
   ticks a hypervisor gave its physical CPU to another guest (10 ms each, too coarse for
-  one measurement; it is judged over a whole key);
+  one measurement; it is judged over a whole key, less the tick per CPU that reading a
+  counter twice may gain for a sliver of steal);
 - the **load average**, recorded beside them.
 
 A thread also waits behind the process's own threads (a BLAS pool beside spinning
@@ -93,10 +94,12 @@ class Interference:
 
     @property
     def steal_share(self) -> float | None:
-        """The CPUs' stolen time over their time."""
+        """The CPUs' stolen time over their time, less a clock tick per CPU: a counter
+        read twice can gain a whole tick for a sliver of steal, which over a stretch of a
+        few ticks would read as most of it."""
         if self.stolen is None or self.seconds <= 0:
             return None
-        return max(self.stolen, 0.0) / (self.seconds * self.cpus)
+        return max(self.stolen - self.cpus * _TICK, 0.0) / (self.seconds * self.cpus)
 
     @property
     def share(self) -> float | None:
