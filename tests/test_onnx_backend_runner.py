@@ -56,9 +56,6 @@ EXCLUDED_PATTERNS = {
     # Identity of an optional or a sequence: the session runs tensors
     r"test_identity_opt_cpu": "an optional, not a tensor: the session runs tensors",
     r"test_identity_sequence_cpu": "a sequence, not a tensor: the session runs tensors",
-    r"test_cast(like)?_.*(FLOAT8|FLOAT4|INT4|INT2|STRING).*_cpu":
-        "a Cast from or to an 8-, 4- or 2-bit type or STRING: the Cast kernel converts "
-        "FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64 and BOOL",
     r"test_reduce_max_(empty_set_)?bool(_inputs)?_cpu": "ReduceMax of BOOL: no kernel for it",
     # the expanded cases run the operator's function body, node by node
     r"test_gelu_.*_expanded_cpu": "Gelu's function body: Sum has no kernel",

@@ -30,9 +30,9 @@ from ..kernels import Kernel, catalog, layer_normalization
 from ..kernels import rows as along_axes
 from ..kernels.cast import CastKernel
 from ..kernels.elementwise import ElementwiseKernel
-from ..tuning.dtypes import NUMPY_DTYPES
+from ..tuning.dtypes import NUMPY_DTYPES, held_dtype
 from ..tuning.schema import element_type_name
-from . import selections, views
+from . import narrow, selections, views
 from .views import View
 
 #: node attributes each operator's kernel takes, with their ONNX defaults
@@ -69,10 +69,11 @@ OWN_TYPE_KEYWORDS: Mapping[str, str] = {"Pow": "exponent_type"}
 
 @dataclass(frozen=True)
 class Node:
-    """One node bound to its kernel (or, for an operator that only moves elements, to the
-    function that does it: no kernel, no tuning key): inputs, output, element type,
-    attributes. ``fresh``: that function makes a new value (:mod:`.selections`) rather than
-    a view of its first input (:mod:`.views`)."""
+    """One node bound to its kernel (or, for an operator that only moves elements or a Cast
+    of a narrow type, to the function that does it: no kernel, no tuning key): inputs,
+    output, element type, attributes. ``fresh``: that function makes a new value
+    (:mod:`.selections`, :mod:`.narrow`) rather than a view of its first input
+    (:mod:`.views`)."""
 
     name: str
     op_type: str
@@ -170,9 +171,15 @@ def prepare_model(proto: onnx.ModelProto, kernels: Mapping[str, Kernel]) -> Mode
                                                       else None) for i in bound.inputs])
                 if rank is not None:
                     ranks[bound.output] = rank
-    if problems:
-        listed = "\n".join(f"  - {p}" for p in problems)
-        raise UnsupportedModelError(f"{len(problems)} unsupported node(s):\n{listed}")
+    held = [f"input {v.name!r}: {_type_name(v.type.tensor_type.elem_type)} tensors are none "
+            f"a session holds (numbers, booleans and the narrow types)"
+            for v in graph.input if v.name not in constants and v.type.HasField("tensor_type")
+            and held_dtype(v.type.tensor_type.elem_type) is None]
+    if problems or held:
+        listed = "\n".join(f"  - {p}" for p in (*held, *problems))
+        counts = ", ".join(f"{count} unsupported {what}" for count, what in
+                           ((len(held), "input(s)"), (len(problems), "node(s)")) if count)
+        raise UnsupportedModelError(f"{counts}:\n{listed}")
     return Model(tuple(nodes), tuple(_signature(v) for v in graph.input
                                      if v.name not in constants),
                  tuple(_signature(v) for v in graph.output),
@@ -247,6 +254,10 @@ def _bind(node, name, opsets, types, kernels) -> tuple[list[Node], str | None]:
     if node.op_type in ("Cast", "CastLike") and default_domain:
         target = (input_types[1] if node.op_type == "CastLike" else
                   _cast_target(next(a for a in node.attribute if a.name == "to")))
+        outputs = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+        if _tensor_type(target) not in outputs.get(schema.outputs[0].type_str, ()):
+            return [], (f"{described}: {schema.name}-{schema.since_version}, the "
+                        f"{schema.name} of this opset, casts to no {_type_name(target)}")
         if target != element_type:
             return _cast(node, name, described, element_type, target, kernels["Cast"])
     if shape_only:
@@ -350,13 +361,24 @@ def _attribute_defaults(op_type: str, schema: onnx.defs.OpSchema) -> dict[str, A
 
 
 def _cast(node, name, described, element_type, target, kernel) -> tuple[list[Node], str | None]:
-    """A Cast (or CastLike) to another element type, bound to the Cast kernel."""
+    """A Cast (or CastLike) to another element type, bound to the Cast kernel, or from or to
+    a narrow type to its conversion (:mod:`.narrow`). ``saturate`` and ``round_mode`` only
+    change Casts to 8-bit floats."""
+    given = _attributes(node)
+    unknown = sorted(set(given) - {"to", "saturate", "round_mode"})
+    if unknown:
+        return [], f"{described}: attribute {unknown[0]} is not supported"
+    if narrow.involves(element_type, target):
+        try:
+            convert = narrow.conversion(element_type, target, given.get("saturate", 1),
+                                        given.get("round_mode", "up"))
+        except ValueError as error:
+            return [], f"{described}: {error}"
+        return [Node(name, "Cast", None, element_type, (node.input[0],), node.output[0],
+                     {"to": target}, convert, fresh=True)], None
     if element_type not in kernel.element_types or target not in kernel.element_types:
         return [], (f"{described}: no Cast kernel from {_type_name(element_type)} to "
                     f"{_type_name(target)}")
-    unknown = sorted({a.name for a in node.attribute} - {"to", "saturate"})
-    if unknown:
-        return [], f"{described}: attribute {unknown[0]} is not supported"
     return [Node(name, "Cast", kernel, element_type, (node.input[0],), node.output[0],
                  {"to": target})], None
 
@@ -405,7 +427,7 @@ def _output_type(node: Node) -> int | None:
     """The element type of what ``node`` makes (None: not a tensor, ZipMap's maps)."""
     if node.op_type == "ZipMap":
         return None
-    if node.kernel is not None and node.op_type == "Cast":
+    if node.op_type == "Cast" and (node.kernel is not None or node.fresh):
         return node.attributes["to"]
     output_dtype = getattr(node.kernel, "output_dtype", None)
     if output_dtype is not None:

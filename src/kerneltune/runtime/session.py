@@ -23,7 +23,7 @@ from ..kernels import PreparedKernel, half, library
 from ..machine.detect import current_execution
 from ..machine.selectors import Tier
 from ..machine.threads import thread_count
-from ..tuning.dtypes import NUMPY_DTYPES
+from ..tuning.dtypes import held_dtype
 from ..tuning.registry import Resolution, TuningSnapshot, default_registry
 from ..tuning.schema import KernelTuningKey
 from . import selections, views
@@ -136,7 +136,7 @@ class RuntimeSession:
         for name in model.constants:
             slot(name)
         self._feeds = tuple(
-            (s.name, slot(s.name), NUMPY_DTYPES.get(s.element_type), len(s.shape or ()),
+            (s.name, slot(s.name), held_dtype(s.element_type), len(s.shape or ()),
              tuple((axis, n) for axis, n in enumerate(s.shape or ()) if isinstance(n, int)),
              s.shape is not None)
             for s in model.inputs

@@ -81,7 +81,8 @@ def unsqueeze(x: np.ndarray, axes: Sequence[int] | np.ndarray) -> np.ndarray:
 ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
     "Identity": {}, "Reshape": {"allowzero": 0}, "Flatten": {"axis": 1},
     "Squeeze": {"axes": None}, "Unsqueeze": {"axes": None},
-    "Cast": {"to": None, "saturate": None}, "CastLike": {"saturate": None},
+    "Cast": {"to": None, "saturate": None, "round_mode": None},
+    "CastLike": {"saturate": None, "round_mode": None},
 }
 #: the operators whose output is a view of their first input, by name
 FUNCTIONS: Mapping[str, View] = {"Identity": identity, "Reshape": reshape, "Flatten": flatten,

@@ -45,6 +45,18 @@ ELEMENT_TYPES: Mapping[str, int] = types.MappingProxyType(
         "COMPLEX64": 14,
         "COMPLEX128": 15,
         "BFLOAT16": 16,
+        "FLOAT8E4M3FN": 17,
+        "FLOAT8E4M3FNUZ": 18,
+        "FLOAT8E5M2": 19,
+        "FLOAT8E5M2FNUZ": 20,
+        "UINT4": 21,
+        "INT4": 22,
+        "FLOAT4E2M1": 23,
+        "FLOAT8E8M0": 24,
+        "UINT2": 25,
+        "INT2": 26,
+        "FLOAT6E2M3": 27,
+        "FLOAT6E3M2": 28,
     }
 )
 _ELEMENT_TYPE_NAMES = {number: name for name, number in ELEMENT_TYPES.items()}
@@ -67,6 +79,19 @@ _NUMPY_NAMES = {
     "complex64": "COMPLEX64",
     "complex128": "COMPLEX128",
     "str": "STRING",
+    # ml_dtypes' narrow types, a byte an element in numpy
+    "float8_e4m3fn": "FLOAT8E4M3FN",
+    "float8_e4m3fnuz": "FLOAT8E4M3FNUZ",
+    "float8_e5m2": "FLOAT8E5M2",
+    "float8_e5m2fnuz": "FLOAT8E5M2FNUZ",
+    "uint4": "UINT4",
+    "int4": "INT4",
+    "float4_e2m1fn": "FLOAT4E2M1",
+    "float8_e8m0fnu": "FLOAT8E8M0",
+    "uint2": "UINT2",
+    "int2": "INT2",
+    "float6_e2m3fn": "FLOAT6E2M3",
+    "float6_e3m2fn": "FLOAT6E3M2",
 }
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
