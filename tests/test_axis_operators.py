@@ -25,7 +25,8 @@ from kerneltune.tuning.dtypes import NUMPY_DTYPES
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
          np.float16: TensorProto.FLOAT16,
          np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
-         np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL}
+         np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL,
+         np.uint32: TensorProto.UINT32, np.uint64: TensorProto.UINT64}
 
 
 def _model(op_type: str, x: np.ndarray, opset: int, out_type: int | None = None,
@@ -217,6 +218,32 @@ def test_reduce_max_of_a_row_with_nan_is_nan():
     model = _model("ReduceMax", x, 13, axes=[1], keepdims=0)
     y = RuntimeSession(model).run(None, {"x": x})[0]
     assert np.isnan(y[0]) and y[1] == 3.0
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.uint32, np.uint64, np.bool_])
+@pytest.mark.parametrize(("axes", "keepdims"), [((1,), 1), ((-1,), 0), ((0, 2), 0), (None, 1)])
+def test_reduce_max_of_the_opset_20_types(dtype, axes, keepdims):
+    """Against onnxruntime where it has the type (not UINT32 and UINT64), else numpy; a
+    BOOL's largest value is True where any is; over no element, the type's least value
+    (False), as ONNX defines it."""
+    x = (np.random.default_rng(0).random((30, 7, 9)) < 0.02 if dtype is np.bool_
+         else np.random.default_rng(0).integers(np.iinfo(dtype).min, np.iinfo(dtype).max,
+                                                (30, 7, 9), dtype, endpoint=True))
+    extra = {} if axes is None else {"axes": np.array(axes, np.int64)}
+    model = _model("ReduceMax", x, 20, extra=extra, keepdims=keepdims)
+    if dtype in (np.uint32, np.uint64):
+        ours = RuntimeSession(model, threads=2).run(None, {"x": x})[0]
+        theirs = np.max(x, axis=axes, keepdims=bool(keepdims))
+    else:
+        ours, theirs = _both(model, x)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    np.testing.assert_array_equal(ours, theirs)
+    empty = np.zeros((3, 0), dtype)
+    nothing = _model("ReduceMax", empty, 20, extra={"axes": np.array([1], np.int64)},
+                     keepdims=0)
+    np.testing.assert_array_equal(RuntimeSession(nothing).run(None, {"x": empty})[0],
+                                  np.full(3, False if dtype is np.bool_ else
+                                          np.iinfo(dtype).min, dtype))
 
 
 @pytest.mark.parametrize(("op_type", "columns"), [("Softmax", 100), ("Softmax", 3),

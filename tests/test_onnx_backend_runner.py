@@ -56,7 +56,6 @@ EXCLUDED_PATTERNS = {
     # Identity of an optional or a sequence: the session runs tensors
     r"test_identity_opt_cpu": "an optional, not a tensor: the session runs tensors",
     r"test_identity_sequence_cpu": "a sequence, not a tensor: the session runs tensors",
-    r"test_reduce_max_(empty_set_)?bool(_inputs)?_cpu": "ReduceMax of BOOL: no kernel for it",
     # the expanded cases run the operator's function body, node by node
     r"test_gelu_.*_expanded_cpu": "Gelu's function body: Sum has no kernel",
     r"test_layer_normalization_.*_expanded(_ver18)?_cpu":

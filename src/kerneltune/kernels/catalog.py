@@ -57,7 +57,8 @@ ROWS = {
     "ArgMin": {"argmin": FLOATS + ("INT32", "INT64")},
     "ReduceSum": {"reduce_sum": FLOATS + ("INT32", "INT64")},
     "ReduceMean": {"reduce_mean": FLOATS},
-    "ReduceMax": {"reduce_max": FLOATS + ("INT32", "INT64")},
+    "ReduceMax": {"reduce_max": FLOATS + ("INT8", "UINT8", "INT32", "INT64", "UINT32",
+                                          "UINT64", "BOOL")},
     "Normalizer": {"normalize": FLOATS},
 }
 

@@ -212,6 +212,8 @@ class PreparedRows(PreparedKernel):
             out[:] = np.nan
         elif out.dtype.kind == "f":
             out[:] = -np.inf
+        elif out.dtype.kind == "b":
+            out[:] = False
         else:
             out[:] = np.iinfo(out.dtype).min
         return out
