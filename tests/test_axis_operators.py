@@ -26,7 +26,8 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
          np.float16: TensorProto.FLOAT16,
          np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
          np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL,
-         np.uint32: TensorProto.UINT32, np.uint64: TensorProto.UINT64}
+         np.uint32: TensorProto.UINT32, np.uint64: TensorProto.UINT64,
+         NUMPY_DTYPES[TensorProto.BFLOAT16].type: TensorProto.BFLOAT16}
 
 
 def _model(op_type: str, x: np.ndarray, opset: int, out_type: int | None = None,
@@ -244,6 +245,75 @@ def test_reduce_max_of_the_opset_20_types(dtype, axes, keepdims):
     np.testing.assert_array_equal(RuntimeSession(nothing).run(None, {"x": empty})[0],
                                   np.full(3, False if dtype is np.bool_ else
                                           np.iinfo(dtype).min, dtype))
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax", "ArgMax", "ArgMin", "ReduceSum",
+                                     "ReduceMean", "ReduceMax"])
+@pytest.mark.parametrize("element_type", [TensorProto.FLOAT16, TensorProto.BFLOAT16])
+@pytest.mark.parametrize("shape", [(64, 9, 128), (3, 2, 5)])
+def test_an_operator_along_axes_on_a_16_bit_float_is_the_float_one_rounded_once(
+        op_type, element_type, shape):
+    """The input widened exactly, the FLOAT kernel, a float result rounded once to nearest
+    even (ArgMax and ArgMin: the same indices); FLOAT16 within a unit in the last place of
+    onnxruntime's."""
+    dtype = NUMPY_DTYPES[element_type]
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32).astype(dtype)
+    x32 = x.astype(np.float32)
+    reduction = op_type.startswith("Reduce")
+    attributes = {"keepdims": 0} if reduction else {"axis": 1}
+    extra = {"axes": np.array([1, 2], np.int64)} if reduction else None
+    out_type = TensorProto.INT64 if op_type.startswith("Arg") else None
+    model = _model(op_type, x, 18, out_type, extra, **attributes)
+    ours = RuntimeSession(model, threads=2).run(None, {"x": x})[0]
+    wide = RuntimeSession(_model(op_type, x32, 18, out_type, extra, **attributes),
+                          threads=2).run(None, {"x": x32})[0]
+    expected = wide if out_type else wide.astype(dtype)
+    assert ours.dtype == expected.dtype and ours.tobytes() == expected.tobytes()
+    if element_type == TensorProto.FLOAT16:
+        theirs = onnxruntime.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+                None, {"x": x})[0]
+        tolerance = np.abs(theirs.astype(np.float32)) * 2.0**-10 + 1e-6
+        assert (np.abs(ours.astype(np.float32) - theirs.astype(np.float32))
+                <= (0 if out_type else tolerance)).all()
+
+
+@pytest.mark.parametrize("element_type", [TensorProto.FLOAT16, TensorProto.BFLOAT16])
+@pytest.mark.parametrize("statistics", [False, True])
+def test_layer_normalization_on_a_16_bit_float_is_the_float_one_rounded_once(
+        element_type, statistics):
+    """X, Scale and B widened exactly, Y rounded once, Mean and InvStdDev the FLOAT node's
+    (float32, as ONNX's stash type says); FLOAT16 within a unit in the last place of
+    onnxruntime's."""
+    dtype = NUMPY_DTYPES[element_type]
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((64, 300)).astype(np.float32).astype(dtype),
+             "scale": rng.standard_normal(300).astype(np.float32).astype(dtype),
+             "bias": rng.standard_normal(300).astype(np.float32).astype(dtype)}
+    outputs = ["y", "mean", "inv_std"] if statistics else ["y"]
+
+    def model(of_type):
+        graph = helper.make_graph(
+            [helper.make_node("LayerNormalization", list(feeds), outputs)], "layer_norm",
+            [helper.make_tensor_value_info(name, of_type, value.shape)
+             for name, value in feeds.items()],
+            [helper.make_tensor_value_info("y", of_type, [64, 300])]
+            + [helper.make_tensor_value_info(name, TensorProto.FLOAT, [64, 1])
+               for name in outputs[1:]])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    ours = RuntimeSession(model(element_type), threads=2).run(None, feeds)
+    wide = RuntimeSession(model(TensorProto.FLOAT), threads=2).run(
+        None, {name: value.astype(np.float32) for name, value in feeds.items()})
+    assert ours[0].dtype == dtype and ours[0].tobytes() == wide[0].astype(dtype).tobytes()
+    for got, expected in zip(ours[1:], wide[1:], strict=True):
+        assert got.dtype == np.float32 and got.tobytes() == expected.tobytes()
+    if element_type == TensorProto.FLOAT16:
+        theirs = onnxruntime.InferenceSession(
+            model(element_type).SerializeToString(),
+            providers=["CPUExecutionProvider"]).run(None, feeds)[0].astype(np.float32)
+        assert (np.abs(ours[0].astype(np.float32) - theirs)
+                <= np.abs(theirs) * 2.0**-10 + 1e-6).all()
 
 
 @pytest.mark.parametrize(("op_type", "columns"), [("Softmax", 100), ("Softmax", 3),
@@ -489,8 +559,8 @@ def test_layer_normalization_refuses_what_it_cannot_compute():
     with pytest.raises(ValueError, match=r"Scale of shape \[3\] does not broadcast to the "
                                          r"normalised shape \[4\]"):
         prepared.run(x, np.ones(3, np.float32))
-    with pytest.raises(UnsupportedModelError, match="no FLOAT16 kernel"):
-        RuntimeSession(_layer_normalization(x.astype(np.float16), np.ones(4, np.float16),
+    with pytest.raises(UnsupportedModelError, match=r"input types mixed \(T\)"):
+        RuntimeSession(_layer_normalization(x.astype(np.float16), np.ones(4, np.float32),
                                             None))
 
 

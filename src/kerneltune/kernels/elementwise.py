@@ -380,9 +380,11 @@ class PreparedHalf(PreparedKernel):
             widened.append(self.format.to_float32(x, self._conversion_threads(x.size, serial)))
         return widened + list(inputs[count:])
 
-    def _finish(self, result: np.ndarray, serial: bool) -> np.ndarray:
+    def _finish(self, result, serial: bool):
         if not self._narrow:
             return result
+        if isinstance(result, tuple):  # LayerNormalization's Y and its float32 statistics
+            return (self._finish(result[0], serial), *result[1:])
         return self.format.from_float32(result, self._conversion_threads(result.size, serial))
 
     def plan(self, *inputs: Any) -> Plan:

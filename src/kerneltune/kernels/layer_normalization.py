@@ -39,7 +39,7 @@ class PreparedLayerNormalization(PreparedKernel):
     def __init__(self, key, config, threads, function: Callable, dtype: np.dtype,
                  attributes: Mapping[str, Any]):
         self.key, self.config, self.threads = key, config, threads
-        self._function, self._dtype = function, dtype
+        self._function, self._dtype, self.out_dtype = function, dtype, dtype
         self._axis, self._epsilon = int(attributes["axis"]), float(attributes["epsilon"])
         self._statistics = bool(attributes["statistics"])
         self._grain = config.minimum_elements
@@ -147,7 +147,8 @@ def _fast_run(p: PreparedLayerNormalization):
 
 
 class LayerNormalization(RowsKernel):
-    """LayerNormalization over its compiled function per element type (FLOAT, DOUBLE)."""
+    """LayerNormalization over its compiled function per element type (FLOAT, DOUBLE; FLOAT16
+    and BFLOAT16 widened to FLOAT: X, Scale and B, Y rounded once, the statistics float32)."""
 
     def __init__(self, implementation: str, functions: Mapping[int, Callable],
                  grains: Mapping[int, int] | None = None):
@@ -165,6 +166,7 @@ class LayerNormalization(RowsKernel):
             raise ValueError(f"LayerNormalization: stash_type {given['stash_type']} is not "
                              f"supported; the statistics are computed in FLOAT "
                              f"(stash_type {STASH_FLOAT}), as onnxruntime computes them")
-        return PreparedLayerNormalization(self.tuning_key(element_type), config, threads,
-                                          self._functions[element_type],
-                                          NUMPY_DTYPES[element_type], given)
+        computed = self._computed(element_type)
+        return self._widening(element_type, config, PreparedLayerNormalization(
+            self.tuning_key(element_type), config, threads, self._functions[computed],
+            NUMPY_DTYPES[computed], given))

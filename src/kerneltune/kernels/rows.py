@@ -25,12 +25,19 @@ import numpy as np
 
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_number, tunable
-from . import outputs
+from . import half, outputs
 from .base import Kernel, Plan, PreparedKernel, chunked_threads, operand, parallel_threads
 from .catalog import DEFAULT_GRAIN
-from .elementwise import ElementwiseConfig, with_grain
+from .elementwise import (
+    ElementwiseConfig,
+    HalfConversionConfig,
+    HalfUnaryConfig,
+    PreparedHalf,
+    with_grain,
+)
 
 INT64 = element_type_number("INT64")
+FLOAT = element_type_number("FLOAT")
 
 #: Normalizer's ``norm`` as the compiled function numbers it
 NORMS = {"MAX": 0, "L1": 1, "L2": 2}
@@ -39,6 +46,9 @@ SOFTMAX, ARG, REDUCE, NORMALIZE = "softmax", "arg", "reduce", "normalize"
 KINDS = {"Softmax": SOFTMAX, "LogSoftmax": SOFTMAX, "ArgMax": ARG, "ArgMin": ARG,
          "ReduceSum": REDUCE, "ReduceMean": REDUCE, "ReduceMax": REDUCE,
          "Normalizer": NORMALIZE}
+#: the operators along axes ONNX defines on FLOAT16 and BFLOAT16 (not the ai.onnx.ml
+#: Normalizer), which compute them in float32
+WIDENED = frozenset(KINDS) - {"Normalizer"} | {"LayerNormalization"}
 #: the longest rows ArgMax and ArgMin sweep column by column (``rows_pythran._best_rows``),
 #: by ISA variant, SWEEP_LENGTH for the others: the baseline's sweep, without vector
 #: selections, lost to the row-by-row loop from 8 columns on (docs/kernels.md)
@@ -67,6 +77,11 @@ class ArgConfig(ElementwiseConfig):
         doc="elements from which the compiled kernel computes the node; below, numpy's "
             "argmax or argmin, which give the same indices (a node that selects the last "
             "index takes the compiled kernel at every size)")
+
+
+@dataclass(frozen=True)
+class HalfArgConfig(ArgConfig, HalfConversionConfig):
+    """ArgMax's and ArgMin's on a 16-bit float, whose input is widened to float32."""
 
 
 def normal_axes(values: Sequence[int] | np.ndarray, rank: int, operator: str) -> list[int]:
@@ -289,14 +304,21 @@ class RowsKernel(Kernel):
         self.name = name
         self._functions = dict(functions)
         self._grains = dict(grains or {})
+        #: the 16-bit float types computed by the FLOAT function, where ONNX has them
+        self._widened = (tuple(half.FORMATS)
+                         if name in WIDENED and FLOAT in functions else ())
 
     @property
     def element_types(self) -> tuple[int, ...]:
-        return tuple(self._functions)
+        return tuple(self._functions) + self._widened
 
     def config_type(self, element_type: int) -> type:
-        return with_grain(ArgConfig if self.name in NUMPY_ARGS else ElementwiseConfig,
-                          self._grains.get(element_type, DEFAULT_GRAIN))
+        arg = self.name in NUMPY_ARGS
+        if element_type in self._widened:
+            config_type = HalfArgConfig if arg else HalfUnaryConfig
+        else:
+            config_type = ArgConfig if arg else ElementwiseConfig
+        return with_grain(config_type, self._grains.get(element_type, DEFAULT_GRAIN))
 
     def output_dtype(self, element_type: int) -> np.dtype:
         return NUMPY_DTYPES[INT64 if KINDS[self.name] == ARG else element_type]
@@ -308,7 +330,21 @@ class RowsKernel(Kernel):
         norm = attributes.get("norm", "MAX")
         if KINDS[self.name] == NORMALIZE and norm not in NORMS:
             raise ValueError(f"Normalizer: norm {norm!r} is none of {', '.join(NORMS)}")
-        return PreparedRows(self.tuning_key(element_type), config, threads, self.name,
-                            self._functions[element_type], NUMPY_DTYPES[element_type],
-                            self.output_dtype(element_type), attributes,
-                            SWEEP_LENGTHS.get(self.implementation, SWEEP_LENGTH))
+        computed = self._computed(element_type)
+        return self._widening(element_type, config, PreparedRows(
+            self.tuning_key(element_type), config, threads, self.name,
+            self._functions[computed], NUMPY_DTYPES[computed], self.output_dtype(computed),
+            attributes, SWEEP_LENGTHS.get(self.implementation, SWEEP_LENGTH)), widened=1)
+
+    def _computed(self, element_type: int) -> int:
+        """The element type the compiled function computes ``element_type`` in."""
+        return FLOAT if element_type in self._widened else element_type
+
+    def _widening(self, element_type: int, config: Any, prepared: PreparedKernel,
+                  widened: int | None = None) -> PreparedKernel:
+        """``prepared`` (of the computed type) for ``element_type``: a 16-bit float's
+        ``widened`` leading inputs (None: all) widened, a float result rounded once."""
+        if element_type not in self._widened:
+            return prepared
+        return PreparedHalf(prepared, half.FORMATS[element_type],
+                            config.conversion_minimum_elements, widened)
