@@ -27,6 +27,7 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
          np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
          np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL,
          np.uint32: TensorProto.UINT32, np.uint64: TensorProto.UINT64,
+         np.int16: TensorProto.INT16, np.uint16: TensorProto.UINT16,
          NUMPY_DTYPES[TensorProto.BFLOAT16].type: TensorProto.BFLOAT16}
 
 
@@ -93,15 +94,25 @@ def test_a_plan_counts_the_rows_the_run_computes():
 
 
 @pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.int8,
+                                   np.uint8, np.int16, np.uint16, np.uint32, np.uint64])
 @pytest.mark.parametrize(("axis", "keepdims", "last"), [
     (1, 1, 0), (1, 0, 0), (0, 1, 0), (-1, 0, 1), (2, 1, 1)])
 def test_arg_max_and_min_match_onnxruntime(op_type, dtype, axis, keepdims, last):
+    """Against numpy's indices on every type, and onnxruntime's on the types it has."""
     x = _data((40, 6, 5), dtype)
     x[::3, ::2] = x[::3, 1::2].max()  # ties, where select_last_index decides
-    ours, theirs = _both(_model(op_type, x, 13, TensorProto.INT64, axis=axis,
-                                keepdims=keepdims, select_last_index=last), x)
-    assert ours.dtype == np.int64 and ours.shape == theirs.shape
+    model = _model(op_type, x, 13, TensorProto.INT64, axis=axis, keepdims=keepdims,
+                   select_last_index=last)
+    if dtype in (np.float32, np.float64, np.int32, np.int64):
+        ours, theirs = _both(model, x)
+    else:
+        ours = RuntimeSession(model, threads=2).run(None, {"x": x})[0]
+        theirs = None
+    shape = list(x.shape)
+    shape[axis] = 1
+    assert ours.dtype == np.int64 and list(ours.shape) == (
+        shape if keepdims else shape[:axis % 3] + shape[axis % 3 + 1:])
     # the first (or last) of equal values, as ONNX defines it; onnxruntime agrees but on
     # ties of integers along an axis other than the last
     find = np.argmax if op_type == "ArgMax" else np.argmin
@@ -109,7 +120,7 @@ def test_arg_max_and_min_match_onnxruntime(op_type, dtype, axis, keepdims, last)
                 else find(x, axis=axis))
     np.testing.assert_array_equal(ours, expected if not keepdims
                                   else np.expand_dims(expected, axis))
-    if dtype in (np.float32, np.float64) or axis in (-1, 2):
+    if theirs is not None and (dtype in (np.float32, np.float64) or axis in (-1, 2)):
         np.testing.assert_array_equal(ours, theirs)
 
 
@@ -203,6 +214,17 @@ def test_reductions_match_onnxruntime_with_axes_as_attribute_or_input(
     assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
     # sums of a few values of both signs: a float32 sum in another order differs by ulps
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_reduce_sum_of_unsigned_integers_wraps_as_numpy_s(dtype):
+    x = np.random.default_rng(6).integers(0, np.iinfo(dtype).max, (20, 300, 7), dtype,
+                                          endpoint=True)
+    model = _model("ReduceSum", x, 13, extra={"axes": np.array([1], np.int64)}, keepdims=0)
+    ours = RuntimeSession(model, threads=2).run(None, {"x": x})[0]
+    expected = np.sum(x, axis=1, dtype=dtype)
+    assert ours.dtype == dtype
+    np.testing.assert_array_equal(ours, expected)
 
 
 def test_a_reduction_with_no_axes_and_noop_returns_its_input():

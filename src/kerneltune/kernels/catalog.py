@@ -53,9 +53,9 @@ CAST = ("FLOAT", "DOUBLE", "INT8", "UINT8", "INT32", "INT64", "BOOL")
 ROWS = {
     "Softmax": {"softmax": FLOATS},
     "LogSoftmax": {"log_softmax": FLOATS},
-    "ArgMax": {"argmax": FLOATS + ("INT32", "INT64")},
-    "ArgMin": {"argmin": FLOATS + ("INT32", "INT64")},
-    "ReduceSum": {"reduce_sum": FLOATS + ("INT32", "INT64")},
+    "ArgMax": {"argmax": NUMBERS},
+    "ArgMin": {"argmin": NUMBERS},
+    "ReduceSum": {"reduce_sum": FLOATS + ("INT32", "INT64", "UINT32", "UINT64")},
     "ReduceMean": {"reduce_mean": FLOATS},
     "ReduceMax": {"reduce_max": FLOATS + ("INT8", "UINT8", "INT32", "INT64", "UINT32",
                                           "UINT64", "BOOL")},
