@@ -490,7 +490,7 @@ def test_each_path_s_export_applies_relu_to_the_sums_it_stores(element_type, dty
     b[0, 1] = 0
     c, alpha = np.zeros((0, 0), dtype), dtype(-1)
     module = load_module("gemm" if threads > 1 else "gemm_serial", selected_variant())
-    layout = {"blocked": (8, 64, 16, False, threads), "panel": (False, threads),
+    layout = {"blocked": (8, 64, 16, False, threads), "panel": (threads,),
               "skinny": (64, threads), "column": (threads,), "row": ()}[export]
     outs = []
     for relu in (False, True):
@@ -951,9 +951,9 @@ def test_one_panel_of_b_takes_the_panel_path_with_the_bits_of_the_blocked_path(
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1)])
 def test_panel_groups_of_four_and_eight_rows_give_the_bits_of_the_blocked_path(
         dtype, m, k, n, trans_a, trans_b):
-    """The compiled panel path in either group height (``tall``: eight rows at every
-    width; else eight at 16 columns, four wider), rows read in place or packed, a last
-    group of fewer: the blocked path's bits on this process's variant."""
+    """The compiled panel path in either group height (eight rows at 16 columns, four
+    wider), rows read in place or packed, a last group of fewer: the blocked path's bits on
+    this process's variant."""
     module = load_module("gemm", selected_variant())
     a, b, c = operands(m, k, n, trans_a, trans_b, "row", dtype)
     c = c.reshape(1, n)
@@ -961,10 +961,10 @@ def test_panel_groups_of_four_and_eight_rows_give_the_bits_of_the_blocked_path(
     expected = np.empty((m, n), dtype)
     module.blocked(a, b, c, expected, one, one, False, bool(trans_a), bool(trans_b), 8, 64, 16,
                    False, 1)
-    for tall, threads in itertools.product((False, True), (1, 2, 3)):
+    for threads in (1, 2, 3):
         out = np.full((m, n), np.nan, dtype)
-        module.panel(a, b, c, out, one, one, False, bool(trans_a), bool(trans_b), tall, threads)
-        assert out.tobytes() == expected.tobytes(), (tall, threads)
+        module.panel(a, b, c, out, one, one, False, bool(trans_a), bool(trans_b), threads)
+        assert out.tobytes() == expected.tobytes(), threads
 
 
 @pytest.mark.parametrize(("limit", "columns", "depth", "path"), [
@@ -1295,11 +1295,11 @@ def _region_calls(gemm, dtype):
         calls.append((f"column, transB {trans_b}", (a, b, c, out),
                       lambda t, a=a, b=b, c=c, out=out, tb=trans_b: gemm.column(
                           a, b, c, out, one, one, False, False, tb, t)))
-        for tall in (False, True):
-            a, b, c, out = product(4096, 32, 24, trans_b)
-            calls.append((f"panel, tall {tall}, transB {trans_b}", (a, b, c, out),
-                          lambda t, a=a, b=b, c=c, out=out, tb=trans_b, tl=tall: gemm.panel(
-                              a, b, c, out, one, one, False, False, tb, tl, t)))
+        for columns in (16, 24):  # groups of eight rows and of four
+            a, b, c, out = product(4096, 32, columns, trans_b)
+            calls.append((f"panel, {columns} columns, transB {trans_b}", (a, b, c, out),
+                          lambda t, a=a, b=b, c=c, out=out, tb=trans_b: gemm.panel(
+                              a, b, c, out, one, one, False, False, tb, t)))
     a, b, c, out = product(64, 256, 256)
     tile_m, tile_n, panels, _, rows, width = gemm.blocked_layout(64, 256, 256, 8, 64, 64,
                                                                   True, 2)

@@ -79,7 +79,6 @@ from .gemm_pythran import (
     T_MINIMUM_TASKS,
     T_PACK_MINIMUM,
     T_PANEL_LIMIT,
-    T_PANEL_TALL,
     T_RELU,
     T_ROW_LIMIT,
     T_SKINNY_BLAS,
@@ -108,10 +107,6 @@ DOUBLE = element_type_number("DOUBLE")
 #: never take BLAS. The baseline variant's SSE2 products are not among them: BLAS runs the
 #: processor's own kernels (docs/kernels.md, "One pool per run").
 COMPILED_POOL_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
-#: ISA variants whose panel path runs groups of eight rows at 32 and 64 columns too (at 16,
-#: every variant does): their 32 vector registers of 16 floats hold eight rows' operands,
-#: where the other variants ran groups of four faster (docs/kernels.md, "The panel path")
-TALL_PANEL_VARIANTS = frozenset({"x86_64_v4"})
 #: from this many tasks a thread, a blocked product of several threads runs on the workers
 #: (:mod:`.workers`), which tie with OpenMP regions quietly and hold up beside busy
 #: processes, where a region waits for its slowest thread (docs/kernels.md, "Workers");
@@ -292,7 +287,6 @@ class Gemm(Kernel):
                                 load_module("gemm", self.implementation), alpha,
                                 beta, trans_a, trans_b, relu, openmp_pool,
                                 openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
-                                self.implementation in TALL_PANEL_VARIANTS,
                                 load_module("gemm_serial", self.implementation), self._workers)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
@@ -347,7 +341,7 @@ class PreparedGemm(PreparedKernel):
     uses_blas = True
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
-                 relu, openmp_pool, compiled_rows, tall_panel, serial, workers):
+                 relu, openmp_pool, compiled_rows, serial, workers):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
@@ -405,8 +399,7 @@ class PreparedGemm(PreparedKernel):
                   T_SKINNY_FMAS_PER_UNIT: config.skinny_fmas_per_work_unit,
                   T_COLUMN_LIMIT: config.column_n_limit, T_PANEL_LIMIT: config.panel_n_limit,
                   T_ROW_LIMIT: config.row_m_limit,
-                  T_RELU: relu,
-                  T_PANEL_TALL: tall_panel}
+                  T_RELU: relu}
         self._thresholds = _thresholds(fields)
         #: the same for a product on a constant B's panels (:meth:`constant_run`), which
         #: meets BLAS at its own size
@@ -591,8 +584,7 @@ class PreparedGemm(PreparedKernel):
         elif path == ROW:
             self._row(a, b, bias, out, *scalars, self.trans_b)
         elif path == PANEL:
-            self._panel(a, b, bias, out, *scalars, self.trans_b,
-                        bool(self._thresholds[T_PANEL_TALL]), threads)
+            self._panel(a, b, bias, out, *scalars, self.trans_b, threads)
         elif not (self._workers is not None and threads > 1
                   and self._run_on_workers(a, b, bias, out, path == BLOCKED_PACKED, threads)):
             self._blocked(a, b, bias, out, *scalars, self.trans_b, self.config.tile_m,

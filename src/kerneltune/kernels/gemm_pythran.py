@@ -9,7 +9,7 @@ flag is set. Exported signatures (``T`` is float32 or float64; every 2-D array C
     column(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            relu: bool, trans_a: bool, trans_b: bool, nthreads: int) -> int
     panel(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
-          relu: bool, trans_a: bool, trans_b: bool, tall: bool, nthreads: int) -> int
+          relu: bool, trans_a: bool, trans_b: bool, nthreads: int) -> int
     skinny(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
            relu: bool, trans_a: bool, trans_b: bool, tile_n: int, nthreads: int) -> int
     row(a: T[:,:], b: T[:,:], c: T[:,:], out: T[:,:], alpha: T, beta: T,
@@ -78,13 +78,11 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
 - ``panel``: for an op(B) of one panel, at most ``NR`` columns (the panel limit) and
   ``tile_k`` rows (a hidden layer of an MLP, a small K): op(B) is copied once into a ``K x width`` buffer,
   zeroed beyond N, ``width`` 16, 32 or ``NR``, and each group of rows goes through a
-  micro-kernel over all of K at that constant width: ``PR`` rows at width 16, and at every
-  width when ``tall`` (``t[T_PANEL_TALL]``), else ``MR`` rows, packed as the blocked
-  path packs them. On the blocked path such a
+  micro-kernel over all of K at that constant width: ``PR`` rows at width 16, else ``MR``
+  rows, packed as the blocked path packs them. On the blocked path such a
   product spends most of each group on the micro-kernel's loop over few columns, which
-  gcc leaves scalar when its length is not a constant. A group's sums stay in memory
-  between k steps (each ``KU`` steps wait for the previous ones' stores): eight rows run
-  twice the independent chains of four. Threads take contiguous runs of groups.
+  gcc leaves scalar when its length is not a constant. Threads take contiguous runs of
+  groups.
 - ``row``: for at most ``STRIP_ROWS`` rows and a B in cache (a batch of one through an
   MLP's layers), on one thread: the skinny path's strip loop over all of N at once, each
   row's sums going straight into its row of ``out`` (A transposed into a ``K x M`` copy as
@@ -153,8 +151,8 @@ import numpy as np
 # pythran export column(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int)
 # pythran export row(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool)
 # pythran export row(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool)
-# pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, bool, int)
-# pythran export panel(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, bool, int)
+# pythran export panel(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int)
+# pythran export panel(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int)
 # pythran export finish(float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool)
 # pythran export finish(float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool)
 # pythran export gemm(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, int64[:])
@@ -205,10 +203,9 @@ T_SKINNY_FMAS_PER_UNIT = 14
 T_COLUMN_LIMIT = 15
 T_PANEL_LIMIT = 16
 T_RELU = 17
-T_PANEL_TALL = 18
-T_COLUMN_BLAS = 19
-T_ROW_LIMIT = 20
-T_FIELDS = 21
+T_COLUMN_BLAS = 18
+T_ROW_LIMIT = 19
+T_FIELDS = 20
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
@@ -842,13 +839,13 @@ def column(a, b, c, out, alpha, beta, relu, trans_a, trans_b, nthreads):
     return nthreads
 
 
-def _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, first, last, kk, tall):
-    """Groups ``first`` to ``last`` (excluded) of the panel path, of ``PR`` rows when
-    ``tall`` or op(B) is 16 columns wide, else of ``MR``, with buffers of their own (``bp``:
-    op(B) zero-padded to 16, 32 or ``NR`` columns)."""
+def _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, first, last, kk):
+    """Groups ``first`` to ``last`` (excluded) of the panel path, of ``PR`` rows when op(B)
+    is 16 columns wide, else of ``MR``, with buffers of their own (``bp``: op(B) zero-padded
+    to 16, 32 or ``NR`` columns)."""
     m, n = out.shape
     width = bp.shape[1]
-    rows_per = _group_rows(width, tall)
+    rows_per = _group_rows(width)
     # rows_per rows: _pack_a zeroes the rows a group lacks, so only a last, short group pays
     ap = np.zeros((rows_per, kk), out.dtype)
     acc = np.zeros((PR, NR), out.dtype)
@@ -869,48 +866,44 @@ def _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, first, last, kk, tall)
                     _chunk(ap, bp, 0, 0, acc, kk, 32)
                 else:
                     _chunk(ap, bp, 0, 0, acc, kk, NR)
-            elif width == 16:
-                _tall_sums(ap, bp, acc, kk, 16)
-            elif width == 32:
-                _tall_sums(ap, bp, acc, kk, 32)
             else:
-                _tall_sums(ap, bp, acc, kk, NR)
+                _tall_sums(ap, bp, acc, kk)
             _finish(acc, out, c, i0, 0, rows, n, alpha, beta, relu)
 
 
-def _group_rows(width, tall):
-    """Rows of a group of the panel path at ``width`` columns."""
-    if tall or width == 16:
-        return PR
-    return MR
+def _group_rows(width):
+    """Rows of a group of the panel path at ``width`` columns: at 16, a row's sums are one
+    or a few vectors, and eight rows' independent chains ran faster than four's on every
+    variant; wider, four (docs/kernels.md, The panel path)."""
+    return PR if width == 16 else MR
 
 
-def _tall_sums(ap, bp, acc, kk, width):
-    """The sums of a group of ``PR`` packed rows at a constant ``width``. (Groups of ``MR``
-    rows call ``_chunk`` in the caller: through a function shared with this one, gcc
-    compiled their loop a third slower on ``x86_64_v3``.)"""
+def _tall_sums(ap, bp, acc, kk):
+    """The sums of a group of ``PR`` packed rows at 16 columns. (Groups of ``MR`` rows call
+    ``_chunk`` in the caller: through a function shared with this one, gcc compiled their
+    loop a third slower on ``x86_64_v3``.)"""
     for r in range(PR):
-        for jj in range(width):
+        for jj in range(16):
             acc[r, jj] = 0
-    _chunk8(ap, bp, acc, kk, width)
+    _chunk8(ap, bp, acc, kk, 16)
 
 
-def panel(a, b, c, out, alpha, beta, relu, trans_a, trans_b, tall, nthreads):
+def panel(a, b, c, out, alpha, beta, relu, trans_a, trans_b, nthreads):
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
     width = 16 if n <= 16 else 32 if n <= 32 else NR
     bp = np.zeros((kk, width), out.dtype)
     _copy(b, trans_b, 0, 0, bp, 0, kk, n)
-    rows_per = _group_rows(width, tall)
+    rows_per = _group_rows(width)
     groups = (m + rows_per - 1) // rows_per
     share, nthreads = _shares(groups, nthreads)
     if nthreads > 1 or m >= PANEL_REGION_ROWS:
         # omp parallel for num_threads(nthreads) schedule(static)
         for p in range(nthreads):
             _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, p * share,
-                       min(groups, p * share + share), kk, tall)
+                       min(groups, p * share + share), kk)
     else:
-        _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, 0, groups, kk, tall)
+        _panel_run(a, bp, c, out, alpha, beta, relu, trans_a, 0, groups, kk)
     return nthreads
 
 
@@ -1030,7 +1023,7 @@ def _compute(a, b, c, out, alpha, beta, t, path, threads):
     elif path == COLUMN_PATH:
         column(a, b, c, out, alpha, beta, relu, trans_a, trans_b, threads)
     elif path == PANEL_PATH:
-        panel(a, b, c, out, alpha, beta, relu, trans_a, trans_b, t[T_PANEL_TALL] != 0, threads)
+        panel(a, b, c, out, alpha, beta, relu, trans_a, trans_b, threads)
     else:
         blocked(a, b, c, out, alpha, beta, relu, trans_a, trans_b, t[T_TILE_M], t[T_TILE_N],
                 t[T_TILE_K], path == PACKED_PATH, threads)
