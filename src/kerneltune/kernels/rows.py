@@ -48,7 +48,7 @@ KINDS = {"Softmax": SOFTMAX, "LogSoftmax": SOFTMAX, "ArgMax": ARG, "ArgMin": ARG
          "Normalizer": NORMALIZE}
 #: the operators along axes ONNX defines on FLOAT16 and BFLOAT16 (not the ai.onnx.ml
 #: Normalizer), which compute them in float32
-WIDENED = frozenset(KINDS) - {"Normalizer"} | {"LayerNormalization"}
+WIDENED = (frozenset(KINDS) - {"Normalizer"}) | {"LayerNormalization"}
 #: the longest rows ArgMax and ArgMin sweep column by column (``rows_pythran._best_rows``),
 #: by ISA variant, SWEEP_LENGTH for the others: the baseline's sweep, without vector
 #: selections, lost to the row-by-row loop from 8 columns on (docs/kernels.md)
