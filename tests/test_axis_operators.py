@@ -355,8 +355,9 @@ def test_serial_and_parallel_runs_give_the_same_bits(op_type, columns):
     assert runs[2]._prepared[0].plan(x, *axes).threads == 2
 
 
+#: the compiled cast's types, FLOAT16, and the integer types numpy's astype converts
 CAST_TYPES = [np.float32, np.float64, np.float16, np.int8, np.uint8, np.int32, np.int64,
-              np.bool_]
+              np.bool_, np.int16, np.uint16, np.uint32, np.uint64]
 
 
 @pytest.mark.parametrize("source", CAST_TYPES)

@@ -32,7 +32,7 @@ from ..kernels.cast import CastKernel
 from ..kernels.elementwise import ElementwiseKernel
 from ..tuning.dtypes import NUMPY_DTYPES, held_dtype
 from ..tuning.schema import element_type_name
-from . import narrow, selections, views
+from . import casts, selections, views
 from .views import View
 
 #: node attributes each operator's kernel takes, with their ONNX defaults
@@ -70,9 +70,9 @@ OWN_TYPE_KEYWORDS: Mapping[str, str] = {"Pow": "exponent_type"}
 @dataclass(frozen=True)
 class Node:
     """One node bound to its kernel (or, for an operator that only moves elements or a Cast
-    of a narrow type, to the function that does it: no kernel, no tuning key): inputs,
-    output, element type, attributes. ``fresh``: that function makes a new value
-    (:mod:`.selections`, :mod:`.narrow`) rather than a view of its first input
+    the Cast kernel does not compute, to the function that does it: no kernel, no tuning
+    key): inputs, output, element type, attributes. ``fresh``: that function makes a new
+    value (:mod:`.selections`, :mod:`.casts`) rather than a view of its first input
     (:mod:`.views`)."""
 
     name: str
@@ -361,16 +361,16 @@ def _attribute_defaults(op_type: str, schema: onnx.defs.OpSchema) -> dict[str, A
 
 
 def _cast(node, name, described, element_type, target, kernel) -> tuple[list[Node], str | None]:
-    """A Cast (or CastLike) to another element type, bound to the Cast kernel, or from or to
-    a narrow type to its conversion (:mod:`.narrow`). ``saturate`` and ``round_mode`` only
-    change Casts to 8-bit floats."""
+    """A Cast (or CastLike) to another element type, bound to the Cast kernel, or where the
+    kernel does not compute the pair to its conversion (:mod:`.casts`). ``saturate`` and
+    ``round_mode`` only change Casts to 8-bit floats."""
     given = _attributes(node)
     unknown = sorted(set(given) - {"to", "saturate", "round_mode"})
     if unknown:
         return [], f"{described}: attribute {unknown[0]} is not supported"
-    if narrow.involves(element_type, target):
+    if casts.involves(element_type, target, kernel.element_types):
         try:
-            convert = narrow.conversion(element_type, target, given.get("saturate", 1),
+            convert = casts.conversion(element_type, target, given.get("saturate", 1),
                                         given.get("round_mode", "up"))
         except ValueError as error:
             return [], f"{described}: {error}"

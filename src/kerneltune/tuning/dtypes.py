@@ -55,7 +55,7 @@ NUMPY_DTYPES: Mapping[int, np.dtype] = _Dtypes(
      "uint32", "uint64", "bool"), {"BFLOAT16": "bfloat16"})
 
 #: the 8-, 6-, 4- and 2-bit types: a session holds them (one byte an element, as ml_dtypes
-#: has them) and casts them to and from the others (:mod:`kerneltune.runtime.narrow`)
+#: has them) and casts them to and from the others (:mod:`kerneltune.runtime.casts`)
 NARROW_DTYPES: Mapping[int, np.dtype] = _Dtypes((), {
     "FLOAT8E4M3FN": "float8_e4m3fn", "FLOAT8E4M3FNUZ": "float8_e4m3fnuz",
     "FLOAT8E5M2": "float8_e5m2", "FLOAT8E5M2FNUZ": "float8_e5m2fnuz",

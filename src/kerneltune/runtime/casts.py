@@ -1,10 +1,13 @@
-"""Casts from and to the narrow element types: the 8-, 6- and 4-bit floats and the 4- and
-2-bit integers, which numpy holds one element a byte as ml_dtypes' dtypes.
+"""Casts the Cast kernel does not compute: from and to the narrow element types (the 8-, 6-
+and 4-bit floats and the 4- and 2-bit integers, which numpy holds one element a byte as
+ml_dtypes' dtypes), and between the integer types its compiled function does not take
+(INT16, UINT16, UINT32, UINT64) and the others.
 
-No kernel computes on them: a model keeps weights or activations in them and casts them to a
-type the kernels take, or back. Their Casts are ONNX's reference conversions (onnx's
-reference evaluator and its backend tests use the same): ml_dtypes' ``astype`` (round to
-nearest even; a float into an integer truncated and wrapped, as numpy does), except that
+No kernel computes on the narrow types: a model keeps weights or activations in them and
+casts them to a type the kernels take, or back. Their Casts are ONNX's reference
+conversions (onnx's reference evaluator and its backend tests use the same): ml_dtypes'
+``astype`` (round to nearest even; a float into an integer truncated and wrapped, as numpy
+does), except that
 
 - to an 8-bit float with ``saturate`` (opset 19, 1 by default) a value beyond the type's
   range, infinities included, becomes its largest finite value of that sign
@@ -13,18 +16,20 @@ nearest even; a float into an integer truncated and wrapped, as numpy does), exc
   ``"up"`` by default, ``"down"``, ``"nearest"``), and saturated likewise
   (``onnx.numpy_helper.to_float8e8m0``).
 
-A conversion of one byte an element is a single numpy pass with nothing to tune: no kernel,
-no tuning key (docs/kernels.md, Cast).
+The other integer types convert as numpy's ``astype`` does, which is C's conversion, as the
+compiled cast's: a float truncated toward zero, an integer wrapped around, anything but zero
+true. Such a Cast is one numpy pass with nothing to tune: no kernel, no tuning key
+(docs/kernels.md, Cast).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 from onnx import numpy_helper
 
-from ..tuning.dtypes import NARROW_DTYPES, held_dtype
+from ..tuning.dtypes import held_dtype
 from ..tuning.schema import element_type_name, element_type_number
 
 #: the 8-bit floats whose Casts ``saturate``
@@ -37,20 +42,17 @@ ROUND_MODES = ("up", "down", "nearest")
 Conversion = Callable[[np.ndarray], np.ndarray]
 
 
-def involves(source: int, target: int) -> bool:
-    """Whether a Cast from ``source`` to ``target`` is one of this module's."""
-    return source in NARROW_DTYPES or target in NARROW_DTYPES
+def involves(source: int, target: int, computed: Collection[int]) -> bool:
+    """Whether a Cast from ``source`` to ``target`` is one of this module's: between types a
+    session holds, not both among ``computed``, the Cast kernel's types."""
+    return (not {source, target} <= set(computed)
+            and held_dtype(source) is not None and held_dtype(target) is not None)
 
 
 def conversion(source: int, target: int, saturate: int = 1,
                round_mode: str = "up") -> Conversion:
-    """The Cast from ``source`` to ``target``; a ValueError says why there is none (a type
-    no session holds, say STRING, a pair ml_dtypes does not convert, or an unknown
-    ``round_mode``)."""
-    if held_dtype(source) is None or held_dtype(target) is None:
-        other = source if held_dtype(source) is None else target
-        raise ValueError(f"{element_type_name(other)}: the narrow types cast to and from "
-                         f"numbers and booleans")
+    """The Cast from ``source`` to ``target``, two types a session holds; a ValueError says
+    why there is none (a pair ml_dtypes does not convert, or an unknown ``round_mode``)."""
     if round_mode not in ROUND_MODES:
         raise ValueError(f"round_mode {round_mode!r} is none of {', '.join(ROUND_MODES)}")
     dtype = held_dtype(target)
