@@ -1080,7 +1080,7 @@ def bound_to_a_constant(values, element_type, dtype, threads, shape, trans_a, tr
     """Gemm (alpha, beta, Relu) and MatMul (untransposed, with a row bias at most), each
     prepared with ``values`` and bound to the constant B of the operands of ``shape``: the
     prepared kernel, its bound run, the inputs, and the arguments of each call of its
-    ``pack`` (``pack_strips`` or ``pack_panels``)."""
+    ``pack`` (``pack_strips`` or ``pack_blocks``)."""
     a, b, c = operands(*shape, trans_a, trans_b, bias, dtype)
     inputs = (a, b) if c is None else (a, b, c)
     for kernel, attributes in ((GEMM, {"alpha": 0.5, "beta": -2.0, "transA": trans_a,
@@ -1183,7 +1183,7 @@ def test_a_constant_b_is_packed_into_panels_once_with_the_packed_bits(
     m, k, n = rows, 70, 3 * NR + 13  # several k-tiles and n-tiles, the last ones partial
     for prepared, bound, inputs, packs in bound_to_a_constant(
             PACKED, element_type, dtype, threads, (m, k, n), trans_a, trans_b, bias,
-            "pack_panels", monkeypatch):
+            "pack_blocks", monkeypatch):
         b = inputs[1]
         assert prepared.plan(*inputs).path == "blocked_packed"
         expected = prepared.run(*inputs).tobytes()
@@ -1246,7 +1246,7 @@ def test_panels_are_packed_per_tile_of_columns_and_only_for_the_packed_path(monk
     prepared = prepare({**PACKED, "algorithm.tile_m": 64, "algorithm.tile_n": 4 * NR},
                        threads=2)
     packs = []
-    monkeypatch.setattr(prepared, "pack_panels", lambda *args, pack=prepared.pack_panels:
+    monkeypatch.setattr(prepared, "pack_blocks", lambda *args, pack=prepared.pack_blocks:
                         packs.append(args[5]) or pack(*args))
     bound = prepared.for_constant(1, b)
     assert bound(a, b).tobytes() == prepared.run(a, b).tobytes()  # one task, halved to two
@@ -1261,7 +1261,7 @@ def test_panels_are_packed_per_tile_of_columns_and_only_for_the_packed_path(monk
     for values in (SKINNY, {**PACKED, "algorithm.blas_minimum_fmas": 0,
                             "algorithm.packed_blas_minimum_fmas": 0}):
         other = prepare(values, threads=2)
-        monkeypatch.setattr(other, "pack_panels", lambda *args: packs.append(args))
+        monkeypatch.setattr(other, "pack_blocks", lambda *args: packs.append(args))
         assert other.for_constant(1, b)(a, b).tobytes() == other.run(a, b).tobytes()
     assert len(packs) == 2
     assert prepare(kernel=MATMUL).for_constant(1, b[None]) is None
@@ -1301,10 +1301,10 @@ def _region_calls(gemm, dtype):
                           lambda t, a=a, b=b, c=c, out=out, tb=trans_b: gemm.panel(
                               a, b, c, out, one, one, False, False, tb, t)))
     a, b, c, out = product(64, 256, 256)
-    tile_m, tile_n, panels, _, rows, width = gemm.blocked_layout(64, 256, 256, 8, 64, 64,
+    tile_m, tile_n, blocks, _, rows, width = gemm.blocked_layout(64, 256, 256, 8, 64, 64,
                                                                   True, 2)
     packed = np.empty((rows, width), dtype)
-    gemm.pack_panels(b, packed, False, 256, 256, tile_n, 64, 0, panels)
+    gemm.pack_blocks(b, packed, False, 256, 256, tile_n, 64, 0, blocks)
     calls.append(("blocked_panels", (a, packed, c, out),
                   lambda t: gemm.blocked_panels(a, packed, c, out, one, one, False, False,
                                                 tile_m, tile_n, 64, t)))

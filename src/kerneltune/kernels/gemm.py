@@ -363,7 +363,7 @@ class PreparedGemm(PreparedKernel):
         #: the blocked path's tasks on a constant B's panels (:mod:`.panels`)
         self._blocked_panels = module.blocked_panels
         self._panel_grid = module.blocked_layout
-        self.pack_panels = module.pack_panels
+        self.pack_blocks = module.pack_blocks
         self._blocked_tasks = module.blocked_tasks
         self._one_thread_below = 2 * min(config.fmas_per_work_unit,
                                          config.skinny_fmas_per_work_unit)
@@ -552,7 +552,7 @@ class PreparedGemm(PreparedKernel):
         """The panels of ``value`` as input ``index`` where it is a B worth them, else None."""
         if index != 1 or not takes_panels(value, self.dtype, self.config):
             return None
-        return Panels(value, self.trans_b, self.config, self._panel_grid, self.pack_panels)
+        return Panels(value, self.trans_b, self.config, self._panel_grid, self.pack_blocks)
 
     def run_on_panels(self, a, panels: Panels, bias, out, threads: int) -> None:
         """A product of the packed path into ``out`` on the panels of its constant B: on the
@@ -599,16 +599,16 @@ class PreparedGemm(PreparedKernel):
         m, n = out.shape
         kk = a.shape[0] if trans_a else a.shape[1]
         pack = pack or trans_b
-        tile_m, tile_n, panels, tasks, rows, width = self._panel_grid(
+        tile_m, tile_n, blocks, tasks, rows, width = self._panel_grid(
             m, n, kk, config.tile_m, config.tile_n, config.tile_k, pack, threads)
         if not self._on_workers(tasks, threads):
             return False
         packed = np.empty((rows, width), self.dtype)
-        tile_k, pack_panels = config.tile_k, self.pack_panels
-        chunks = min(panels, WORKER_CHUNKS_PER_THREAD * threads)  # none when B is read in place
-        self._workers.run(chunks, lambda i: pack_panels(
-            b, packed, trans_b, kk, n, tile_n, tile_k, i * panels // chunks,
-            (i + 1) * panels // chunks), threads)
+        tile_k, pack_blocks = config.tile_k, self.pack_blocks
+        chunks = min(blocks, WORKER_CHUNKS_PER_THREAD * threads)  # none when B is read in place
+        self._workers.run(chunks, lambda i: pack_blocks(
+            b, packed, trans_b, kk, n, tile_n, tile_k, i * blocks // chunks,
+            (i + 1) * blocks // chunks), threads)
         self._tasks_on_workers(a, b, packed, bias, out, pack, tile_m, tile_n, tasks, threads)
         return True
 

@@ -53,7 +53,7 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   schedule). A task walks K in ``tile_k`` steps; each step multiplies the task's rows,
   ``MR`` at a time (packed into a small contiguous ``MR x tile_k`` block), by the
   ``tile_k x tile_n`` panel of B, ``NR`` columns at a time. B is read in place, or first
-  packed (``pack``, by the threads a panel at a time, once per call): each ``tile_k x NR``
+  packed (``pack``, by the threads ``NR`` columns of a panel at a time, once per call): each ``tile_k x NR``
   block of a panel becomes contiguous, so the micro-kernel streams it instead of ``tile_k``
   runs of ``NR`` strided by N (strided runs fill only some of L1's sets and evict each
   other); ``trans_b`` always packs, since the micro-kernel needs rows of op(B).
@@ -135,8 +135,8 @@ import numpy as np
 # pythran export blocked(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int, int, int, bool, int)
 # pythran export blocked(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int, int, int, bool, int)
 # pythran export blocked_layout(int, int, int, int, int, int, bool, int)
-# pythran export pack_panels(float64[:,:] order(C), float64[:,:] order(C), bool, int, int, int, int, int, int)
-# pythran export pack_panels(float32[:,:] order(C), float32[:,:] order(C), bool, int, int, int, int, int, int)
+# pythran export pack_blocks(float64[:,:] order(C), float64[:,:] order(C), bool, int, int, int, int, int, int)
+# pythran export pack_blocks(float32[:,:] order(C), float32[:,:] order(C), bool, int, int, int, int, int, int)
 # pythran export blocked_tasks(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, bool, int, int, int, int, int)
 # pythran export blocked_tasks(float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32[:,:] order(C), float32, float32, bool, bool, bool, int, int, int, int, int)
 # pythran export blocked_panels(float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64[:,:] order(C), float64, float64, bool, bool, int, int, int, int)
@@ -525,42 +525,42 @@ def _blocks(n, tile_n):
     return (min(tile_n, n) + NR - 1) // NR
 
 
-def _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k):
-    """Packs panel ``p`` (k-tile ``p // nnt``, n-tile ``p % nnt``) into its blocks of ``bp``.
+def _pack_block(b, trans_b, bp, u, kk, n, tile_n, tile_k):
+    """Packs block ``u`` of ``bp``: block ``u % blocks`` (its columns ``NR`` times that
+    onwards) of panel ``u // blocks`` (k-tile ``p // nnt``, n-tile ``p % nnt``), into the
+    ``min(tile_k, K)`` rows of ``bp`` from ``u * min(tile_k, K)`` on.
 
-    Block ``j`` of panel ``p`` (its columns ``j * NR`` onwards) takes the ``min(tile_k, K)``
-    rows of ``bp`` from ``(p * blocks + j) * min(tile_k, K)`` on.
+    A block, not a panel, is the unit a region's threads share: a product of one k-tile and
+    one n-tile has one panel, which one thread would pack while the others wait.
     """
+    blocks = _blocks(n, tile_n)
     nnt = (n + tile_n - 1) // tile_n
+    p = u // blocks
+    j0 = u % blocks * NR
     k0 = p // nnt * tile_k
     n0 = p % nnt * tile_n
-    kc = min(tile_k, kk - k0)
     nc = min(tile_n, n - n0)
-    kcap = min(tile_k, kk)
-    blocks = _blocks(n, tile_n)
-    for j0 in range(0, nc, NR):
-        nw = min(NR, nc - j0)
-        p0 = (p * blocks + j0 // NR) * kcap
-        _copy(b, trans_b, k0, n0 + j0, bp, p0, kc, nw)
+    if j0 < nc:  # the last n-tile's panel may be narrower than the others
+        _copy(b, trans_b, k0, n0 + j0, bp, u * min(tile_k, kk), min(tile_k, kk - k0),
+              min(NR, nc - j0))
 
 
 def blocked_layout(m, n, kk, tile_m, tile_n, tile_k, pack, nthreads):
-    """``blocked``'s grid of a product: its tiles, packed panels, tasks and the shape of the
-    packed blocks' buffer, for a caller that runs the panels and tasks itself."""
+    """``blocked``'s grid of a product: its tiles, packed blocks, tasks and the shape of the
+    packed blocks' buffer, for a caller that packs and runs the tasks itself."""
     tile_m, tile_n = _grid(m, n, tile_m, tile_n, nthreads)
     nnt = (n + tile_n - 1) // tile_n
-    panels = (kk + tile_k - 1) // tile_k * nnt if pack else 0
+    blocks = (kk + tile_k - 1) // tile_k * nnt * _blocks(n, tile_n) if pack else 0
     tasks = (m + tile_m - 1) // tile_m * nnt
     # Its width is not written as the constant NR: pythran then types bp with a constant
     # dimension, and the compiled ``bp if pack else b`` of _source crashes.
-    return (tile_m, tile_n, panels, tasks, panels * _blocks(n, tile_n) * min(tile_k, kk),
-            min(NR, tile_n))
+    return tile_m, tile_n, blocks, tasks, blocks * min(tile_k, kk), min(NR, tile_n)
 
 
-def pack_panels(b, bp, trans_b, kk, n, tile_n, tile_k, first, last):
-    """Panels ``first`` to ``last - 1`` of ``blocked``'s packed B."""
-    for p in range(first, last):
-        _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
+def pack_blocks(b, bp, trans_b, kk, n, tile_n, tile_k, first, last):
+    """Blocks ``first`` to ``last - 1`` of ``blocked``'s packed B (see ``_pack_block``)."""
+    for u in range(first, last):
+        _pack_block(b, trans_b, bp, u, kk, n, tile_n, tile_k)
 
 
 def blocked_tasks(a, b, bp, c, out, alpha, beta, relu, trans_a, pack, tile_m, tile_n, tile_k,
@@ -575,7 +575,7 @@ def blocked_tasks(a, b, bp, c, out, alpha, beta, relu, trans_a, pack, tile_m, ti
 
 
 def blocked_panels(a, bp, c, out, alpha, beta, relu, trans_a, tile_m, tile_n, tile_k, nthreads):
-    """``blocked``'s tasks on op(B) packed beforehand into ``bp`` (``pack_panels`` of the grid
+    """``blocked``'s tasks on op(B) packed beforehand into ``bp`` (``pack_blocks`` of the grid
     whose tiles ``blocked_layout`` gives, ``tile_m`` and ``tile_n`` among them): a constant
     B packed once, the same sums."""
     m, n = out.shape
@@ -599,19 +599,19 @@ def blocked(a, b, c, out, alpha, beta, relu, trans_a, trans_b, tile_m, tile_n, t
     m, n = out.shape
     kk = a.shape[0] if trans_a else a.shape[1]
     pack = pack or trans_b
-    tile_m, tile_n, panels, tasks, rows, width = blocked_layout(m, n, kk, tile_m, tile_n,
+    tile_m, tile_n, blocks, tasks, rows, width = blocked_layout(m, n, kk, tile_m, tile_n,
                                                                 tile_k, pack, nthreads)
     nthreads = max(1, min(nthreads, tasks))
-    # The packed blocks, one after the other (see _pack_panel).
+    # The packed blocks, one after the other (see _pack_block).
     bp = np.empty((rows, width), out.dtype)
     source = _source(bp, b, pack)
-    if nthreads > 1 and panels > 1:
+    if nthreads > 1 and blocks > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
-        for p in range(panels):
-            _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
+        for u in range(blocks):
+            _pack_block(b, trans_b, bp, u, kk, n, tile_n, tile_k)
     else:
-        for p in range(panels):
-            _pack_panel(b, trans_b, bp, p, kk, n, tile_n, tile_k)
+        for u in range(blocks):
+            _pack_block(b, trans_b, bp, u, kk, n, tile_n, tile_k)
     if nthreads > 1:
         # omp parallel for num_threads(nthreads) schedule(dynamic)
         for t in range(tasks):

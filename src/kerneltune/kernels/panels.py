@@ -36,7 +36,7 @@ class Panels:
     """A constant B and its panels, packed at the first product of each grid that needs
     them.
 
-    ``layout`` is the compiled ``blocked_layout``, ``pack`` the compiled ``pack_panels``. A
+    ``layout`` is the compiled ``blocked_layout``, ``pack`` the compiled ``pack_blocks``. A
     product's grid (its tiles) depends on its rows and threads (``blocked_layout`` halves
     the tiles until each thread has a task); the packing depends only on its tile of
     columns, so there is one buffer per such tile. Grids are remembered: the layout's call
@@ -58,14 +58,14 @@ class Panels:
         if grid is not None:
             return grid
         config = self._config
-        tile_m, tile_n, panels, tasks, size, width = self._layout(
+        tile_m, tile_n, blocks, tasks, size, width = self._layout(
             rows, self._columns, self._depth, config.tile_m, config.tile_n, config.tile_k,
             True, threads)
         packed = self._packed.get(tile_n)
         if packed is None:  # two threads racing here pack the same values: either serves
             packed = np.empty((size, width), self.b.dtype)
             self._pack(self.b, packed, self._trans_b, self._depth, self._columns, tile_n,
-                       config.tile_k, 0, panels)
+                       config.tile_k, 0, blocks)
             self._packed[tile_n] = packed
         if len(self._grids) >= REMEMBERED_GRIDS:
             self._grids.clear()
