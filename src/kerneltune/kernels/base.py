@@ -141,6 +141,20 @@ class PreparedKernel(abc.ABC):
         return None
 
 
+class GrainedKernel(PreparedKernel):
+    """A kernel whose threads grow with the elements of a pass: one per ``_grain`` (the
+    smallest share worth a thread), up to ``thread_limit``."""
+
+    _grain: int
+    thread_limit: int
+
+    def _threads(self, elements: int, serial: bool = False) -> int:
+        """Threads for a pass over ``elements``; one where ``serial`` (``run_serial``'s)."""
+        if serial:
+            return 1
+        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
+
+
 class Kernel(abc.ABC):
     """One operator of the library for one ISA variant (the key's ``implementation``)."""
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_name, element_type_number
 from . import half
-from .base import Kernel, Plan, PreparedKernel, operand, parallel_threads
+from .base import GrainedKernel, Kernel, Plan, PreparedKernel, operand
 from .catalog import CAST, DEFAULT_GRAIN
 from .elementwise import ElementwiseConfig, PreparedUnary, with_grain
 
@@ -65,7 +65,7 @@ class CastKernel(Kernel):
                              NUMPY_DTYPES[element_type], NUMPY_DTYPES[target])
 
 
-class PreparedHalfCast(PreparedKernel):
+class PreparedHalfCast(GrainedKernel):
     """A Cast from or to a 16-bit float, through float32: at most two compiled passes,
     each on as many threads as the key's grain gives it (the same bits on any count). A
     pass of the compiled cast (into float32 or out of it) is a :class:`PreparedUnary` of
@@ -82,11 +82,6 @@ class PreparedHalfCast(PreparedKernel):
         self._out_of = (PreparedUnary(key, config, threads, cast, _FLOAT32, self.out_dtype)
                         if self._narrow is None and self.out_dtype != _FLOAT32 else None)
         self.thread_limit = min(config.maximum_threads, threads)
-
-    def _threads(self, elements: int, serial: bool) -> int:
-        if serial:
-            return 1
-        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
 
     def _run(self, x, serial: bool) -> np.ndarray:
         x = operand(x, self._dtype, "input")

@@ -21,6 +21,7 @@ from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_number, tunable
 from . import broadcast, half, outputs
 from .base import (
+    GrainedKernel,
     Kernel,
     Plan,
     PreparedKernel,
@@ -110,7 +111,7 @@ def _with_grain(config_type: type, grain: int, broadcast_grain: int | None) -> t
     return with_defaults(config_type, suffix, changed, doc)
 
 
-class PreparedUnary(PreparedKernel):
+class PreparedUnary(GrainedKernel):
     """A unary kernel with its grain and thread limit as plain attributes."""
 
     def __init__(self, key, config, threads, function, dtype, out_dtype, parameters=()):
@@ -123,9 +124,6 @@ class PreparedUnary(PreparedKernel):
         self.thread_limit = min(config.maximum_threads, threads)
         self._recycled_from = outputs.recycled_from(out_dtype)
         self.run = _fast_unary(self)
-
-    def _threads(self, elements: int) -> int:
-        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
 
     def plan(self, x) -> Plan:
         size = int(np.size(x))
@@ -347,7 +345,7 @@ def _fast_binary(p: PreparedBinary):
     return run
 
 
-class PreparedHalf(PreparedKernel):
+class PreparedHalf(GrainedKernel):
     """A 16-bit float through the float32 kernel: widen the inputs, compute, narrow a float
     output.
 
@@ -367,17 +365,12 @@ class PreparedHalf(PreparedKernel):
         self.thread_limit = inner.thread_limit
         self._narrow = inner.out_dtype == np.float32
 
-    def _conversion_threads(self, elements: int, serial: bool) -> int:
-        if serial:
-            return 1
-        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
-
     def _convert(self, inputs, serial: bool) -> list:
         count = len(inputs) if self._widened is None else self._widened
         widened = []
         for index, value in enumerate(inputs[:count]):
             x = operand(value, self._dtype, f"input {index}")
-            widened.append(self.format.to_float32(x, self._conversion_threads(x.size, serial)))
+            widened.append(self.format.to_float32(x, self._threads(x.size, serial)))
         return widened + list(inputs[count:])
 
     def _finish(self, result, serial: bool):
@@ -385,13 +378,13 @@ class PreparedHalf(PreparedKernel):
             return result
         if isinstance(result, tuple):  # LayerNormalization's Y and its float32 statistics
             return (self._finish(result[0], serial), *result[1:])
-        return self.format.from_float32(result, self._conversion_threads(result.size, serial))
+        return self.format.from_float32(result, self._threads(result.size, serial))
 
     def plan(self, *inputs: Any) -> Plan:
         step = self.inner.plan(*inputs)
         count = len(inputs) if self._widened is None else self._widened
         sizes = [int(np.size(x)) for x in inputs[:count]] + [step.elements] * self._narrow
-        threads = "/".join(str(self._conversion_threads(size, False)) for size in sizes)
+        threads = "/".join(str(self._threads(size, False)) for size in sizes)
         return dataclasses.replace(step, form=f"{step.form}, converted on {threads} threads")
 
     def run(self, *inputs: Any) -> np.ndarray:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..tuning.dtypes import NUMPY_DTYPES
 from . import outputs
-from .base import Plan, PreparedKernel, chunked_threads, operand, parallel_threads
+from .base import GrainedKernel, Plan, PreparedKernel, chunked_threads, operand
 from .rows import RowsKernel, normal_axes
 
 #: the node attributes, with ONNX's defaults
@@ -33,7 +33,7 @@ ATTRIBUTES: Mapping[str, Any] = {**NODE_ATTRIBUTES, "statistics": False}
 STASH_FLOAT = 1
 
 
-class PreparedLayerNormalization(PreparedKernel):
+class PreparedLayerNormalization(GrainedKernel):
     """LayerNormalization with its grain, thread limit and attributes bound."""
 
     def __init__(self, key, config, threads, function: Callable, dtype: np.dtype,
@@ -47,9 +47,6 @@ class PreparedLayerNormalization(PreparedKernel):
         #: the zero bias of a node without B, per row length
         self._zeros: dict[int, np.ndarray] = {}
         self.run = _fast_run(self)
-
-    def _threads(self, elements: int) -> int:
-        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
 
     def _split(self, shape: tuple[int, ...]) -> int:
         """The first normalised axis of an input of ``shape``."""

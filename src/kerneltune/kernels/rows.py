@@ -26,7 +26,7 @@ import numpy as np
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_number, tunable
 from . import half, outputs
-from .base import Kernel, Plan, PreparedKernel, chunked_threads, operand, parallel_threads
+from .base import GrainedKernel, Kernel, Plan, PreparedKernel, chunked_threads, operand
 from .catalog import DEFAULT_GRAIN
 from .elementwise import (
     ElementwiseConfig,
@@ -105,7 +105,7 @@ def _to_rows(x: np.ndarray, axes: list[int]) -> np.ndarray:
     return np.ascontiguousarray(x).reshape(shape)
 
 
-class PreparedRows(PreparedKernel):
+class PreparedRows(GrainedKernel):
     """One operator along axes, with its grain, thread limit and attributes bound."""
 
     def __init__(self, key, config, threads, name: str, function: Callable, dtype, out_dtype,
@@ -127,9 +127,6 @@ class PreparedRows(PreparedKernel):
         self._grain = config.minimum_elements
         self.thread_limit = min(config.maximum_threads, threads)
         self.run = _fast_rows(self)
-
-    def _threads(self, elements: int) -> int:
-        return parallel_threads(elements, self._grain, self.thread_limit, self.thread_limit)
 
     def _axes(self, x: np.ndarray, axes_input: object = None) -> list[int] | None:
         """The axes the node works along (None: it returns its input, a reduction's
