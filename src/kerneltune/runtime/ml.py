@@ -14,7 +14,7 @@ domain's kernels, so its arithmetic is tuned and calibrated under those kernels'
 - ArrayFeatureExtractor and ZipMap move elements (:mod:`.selections`).
 
 They compute FLOAT inputs; the others are refused by name, as are the attribute values
-onnxruntime has and these steps do not (string labels, the PROBIT and SOFTMAX_ZERO
+onnxruntime has and these steps do not (the PROBIT and SOFTMAX_ZERO
 transforms, a classifier of one score column).
 """
 
@@ -29,7 +29,7 @@ import onnx
 
 from . import selections
 
-FLOAT, INT64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+FLOAT, INT64, STRING = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.STRING
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,6 @@ TRANSFORMS = {"NONE": None, "LOGISTIC": "Sigmoid", "SOFTMAX": "Softmax"}
 
 
 def _linear_classifier(node, given) -> tuple[Lowered | None, str | None]:
-    if "classlabels_strings" in given:
-        return None, "string class labels are not supported (classlabels_ints are)"
     transform = given.get("post_transform", "NONE")
     if transform not in TRANSFORMS:
         return None, (f"post_transform {transform!r} is not supported "
@@ -133,7 +131,7 @@ def _linear_classifier(node, given) -> tuple[Lowered | None, str | None]:
     constants, problem = _linear(node, given)
     if problem:
         return None, problem
-    labels = np.asarray(given.get("classlabels_ints", ()), np.int64)
+    labels, label_type = _class_labels(given)
     rows = constants[f"{node.output[0]}/coefficients"].shape[1]
     if rows < 2 or labels.size != rows:
         return None, (f"{rows} rows of coefficients for {labels.size} class labels: only a "
@@ -148,10 +146,20 @@ def _linear_classifier(node, given) -> tuple[Lowered | None, str | None]:
         steps.append(Step(TRANSFORMS[transform], (raw,), scores,
                           {"axis": -1} if transform == "SOFTMAX" else {}))
     constants = {**constants, f"{label}/labels": labels}
-    types = {raw: FLOAT, index: INT64, label: INT64}
+    types = {raw: FLOAT, index: INT64, label: label_type}
     if scores:
         types[scores] = FLOAT
     return Lowered(tuple(steps), constants, types), None
+
+
+def _class_labels(given) -> tuple[np.ndarray, int]:
+    """A classifier's labels and their element type: INT64, or STRING (scikit-learn's
+    classes when they are strings), held as onnxruntime returns them, str objects."""
+    if "classlabels_strings" in given:
+        strings = [label.decode() if isinstance(label, bytes) else label
+                   for label in given["classlabels_strings"]]
+        return np.array(strings, dtype=object), STRING
+    return np.asarray(given.get("classlabels_ints", ()), np.int64), INT64
 
 
 def _normalizer(node, given) -> tuple[Lowered | None, str | None]:

@@ -25,13 +25,18 @@ FEATURES = 8
 HERE = Path(__file__).resolve().parent
 
 
-def _data(classes: int | None) -> tuple[np.ndarray, np.ndarray]:
+def _data(classes: int | tuple[str, ...] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Features and targets: a regressor's values, or classes numbered 0, 1, ... or named
+    (a tuple of names, which skl2onnx writes as string labels)."""
     rng = np.random.default_rng(20261203)
     x = rng.standard_normal((256, FEATURES)).astype(np.float32)
     y = x @ rng.standard_normal(FEATURES) + 0.1 * rng.standard_normal(256)
-    if classes is not None:
-        y = np.digitize(y, np.quantile(y, np.linspace(0, 1, classes + 1)[1:-1]))
-    return x, y
+    if classes is None:
+        return x, y
+    names = classes if isinstance(classes, tuple) else None
+    count = len(names) if names else classes
+    y = np.digitize(y, np.quantile(y, np.linspace(0, 1, count + 1)[1:-1]))
+    return x, (np.asarray(names)[y] if names else y)
 
 
 def _mlp(kind, activation: str = "relu", **options):
@@ -39,7 +44,9 @@ def _mlp(kind, activation: str = "relu", **options):
                 random_state=0, **options)
 
 
-#: name -> (estimator, classes (None: a regressor), converter options)
+#: classes by name
+NAMES = ("bird", "cat", "dog")
+#: name -> (estimator, classes (a count or names; None: a regressor), converter options)
 CORPUS = {
     "mlp_regressor_relu": (_mlp(MLPRegressor, "relu"), None, {}),
     "mlp_regressor_tanh": (_mlp(MLPRegressor, "tanh"), None, {}),
@@ -54,6 +61,10 @@ CORPUS = {
     "scaler_mlp_regressor": (make_pipeline(StandardScaler(), _mlp(MLPRegressor)), None, {}),
     "scaler_logistic_regression": (make_pipeline(StandardScaler(),
                                                  LogisticRegression(max_iter=500)), 2, {}),
+    "logistic_regression_named_zipmap": (LogisticRegression(max_iter=500), NAMES, {}),
+    "logistic_regression_named_no_zipmap": (LogisticRegression(max_iter=500), NAMES,
+                                            {"zipmap": False}),
+    "mlp_classifier_named_zipmap": (_mlp(MLPClassifier), NAMES, {}),
 }
 
 
