@@ -1,6 +1,6 @@
 """Converters' models through RuntimeSession against onnxruntime, each in a process of its own.
 
-The corpus: the fifteen scikit-learn estimators skl2onnx wrote in tests/data/converted
+The corpus: the seventeen scikit-learn estimators skl2onnx wrote in tests/data/converted
 (``make_models.py`` there; input ``X``, FLOAT, [N, 8]), and three transformer MLP blocks
 as exporters write them, built here with onnx.helper (hidden 256 -> 1024 -> 256, FLOAT,
 opset 17 unless said, input ``X`` [N, 256], weights drawn as PyTorch initialises a

@@ -21,10 +21,10 @@ from kerneltune.runtime import RuntimeSession, selections
 
 CORPUS = Path(__file__).resolve().parent / "data" / "converted"
 REGRESSORS = ("mlp_regressor_relu", "mlp_regressor_tanh", "mlp_regressor_logistic",
-              "linear_regression", "ridge", "scaler_mlp_regressor")
+              "linear_regression", "ridge", "scaler_mlp_regressor", "binarizer_linear_regression")
 CLASSIFIERS = ("mlp_classifier_zipmap", "mlp_classifier_no_zipmap",
                "mlp_classifier_tanh_no_zipmap", "logistic_regression_zipmap",
-               "logistic_regression_no_zipmap", "scaler_logistic_regression")
+               "logistic_regression_no_zipmap", "scaler_logistic_regression", "sgd_classifier")
 #: classifiers of classes named by strings, which skl2onnx writes as string labels
 NAMED_CLASSIFIERS = ("logistic_regression_named_zipmap", "logistic_regression_named_no_zipmap",
                      "mlp_classifier_named_zipmap")
@@ -173,6 +173,20 @@ def test_a_scaler_matches_onnxruntime(offset, scale):
     model = _ml_model("Scaler", {"X": (FLOAT, ["N", 3])}, {"Y": (FLOAT, ["N", 3])},
                       offset=offset, scale=[float(s) for s in scale])
     _same_as_onnxruntime(model, {"X": x})
+
+
+@pytest.mark.parametrize("attributes", [{}, {"threshold": 0.5}, {"threshold": -1.0}])
+def test_a_binarizer_matches_onnxruntime_and_gives_a_nan_0(attributes):
+    x = np.random.default_rng(4).standard_normal((20, 3)).astype(np.float32)
+    x[0] = [attributes.get("threshold", 0.0), np.inf, -np.inf]
+    model = _ml_model("Binarizer", {"X": (FLOAT, ["N", 3])}, {"Y": (FLOAT, ["N", 3])},
+                      **attributes)
+    (y,) = _same_as_onnxruntime(model, {"X": x})
+    assert y[0].tolist() == [0.0, 1.0, 0.0]  # the threshold itself is not above it
+    # onnxruntime refuses a NaN; onnx's reference and scikit-learn give 0
+    x[1, 1] = np.nan
+    (y,) = RuntimeSession(model).run(None, {"X": x})
+    assert y[1, 1] == 0
 
 
 @pytest.mark.parametrize("shape", [(6,), (4, 6)])

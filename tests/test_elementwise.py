@@ -112,7 +112,8 @@ def gelu(x):
 
 UNARY_REFERENCE = {
     "Abs": np.abs, "Neg": np.negative, "Relu": lambda x: np.maximum(x, x.dtype.type(0)),
-    "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt, "Sigmoid": sigmoid, "Tanh": np.tanh,
+    "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt, "Reciprocal": np.reciprocal,
+    "Sigmoid": sigmoid, "Tanh": np.tanh,
     "Erf": erf, "Gelu": gelu,
     "LeakyRelu": leaky_relu,
     "Clip": lambda x: np.clip(x, x.dtype.type(1), x.dtype.type(5)).astype(x.dtype),

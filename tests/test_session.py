@@ -320,7 +320,8 @@ def test_an_output_that_views_an_input_or_a_constant_or_another_output_is_a_fres
 
 
 def test_a_refused_node_of_another_domain_names_that_domain_s_opset():
-    node = helper.make_node("Binarizer", ["X"], ["Y"], domain="ai.onnx.ml", threshold=0.5)
+    node = helper.make_node("Imputer", ["X"], ["Y"], domain="ai.onnx.ml",
+                            imputed_value_floats=[0.0], replaced_value_float=-1.0)
     proto = _shaped([node], [("Y", (2, 3, 4))], domains=[("ai.onnx.ml", 1)])
     proto.ir_version = 8
     with pytest.raises(UnsupportedModelError, match="domain ai.onnx.ml, opset 1,"):

@@ -26,6 +26,7 @@ UNARY = {
     "Exp": {"exp": FLOATS},
     "Log": {"logf": ("FLOAT",), "log": ("DOUBLE",)},
     "Sqrt": {"sqrt": FLOATS},
+    "Reciprocal": {"reciprocal": FLOATS},
     "Sigmoid": {"sigmoid": FLOATS},
     "Tanh": {"tanhf_rational": ("FLOAT",), "tanh": ("DOUBLE",)},
     "Erf": {"erff": ("FLOAT",), "erf": ("DOUBLE",)},

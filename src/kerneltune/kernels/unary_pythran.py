@@ -53,6 +53,8 @@ import numpy as np
 # pythran export log(float64[:], float64[:], int)
 # pythran export sqrt(float64[:], float64[:], int)
 # pythran export sqrt(float32[:], float32[:], int)
+# pythran export reciprocal(float64[:], float64[:], int)
+# pythran export reciprocal(float32[:], float32[:], int)
 # pythran export sigmoid(float64[:], float64[:], int)
 # pythran export sigmoid(float32[:], float32[:], int)
 # pythran export tanh(float64[:], float64[:], int)
@@ -336,6 +338,10 @@ def _sqrt(x, out):
     out[:] = np.sqrt(x)
 
 
+def _reciprocal(x, out):
+    out[:] = np.reciprocal(x)
+
+
 def _sigmoid(x, out):
     # One fused expression, vectorised through the reciprocal: written as
     # ``1 / (1 + np.exp(-x))`` it is evaluated element by element, and two passes through
@@ -511,6 +517,10 @@ def log(x, out, nthreads):
 
 def sqrt(x, out, nthreads):
     return _run(x, out, nthreads, _sqrt)
+
+
+def reciprocal(x, out, nthreads):
+    return _run(x, out, nthreads, _reciprocal)
 
 
 def sigmoid(x, out, nthreads):

@@ -10,7 +10,7 @@ domain's kernels, so its arithmetic is tuned and calibrated under those kernels'
   row's largest score (ArgMax, then the labels' entry), and the scores through the
   ``post_transform`` (Sigmoid for LOGISTIC, Softmax for SOFTMAX);
 - Normalizer: the rows kernel of that name; Scaler: ``(X - offset) * scale``, a Sub and a
-  Mul;
+  Mul; Binarizer: ``X > threshold`` (Greater) cast to FLOAT, 1 above and 0 elsewhere;
 - ArrayFeatureExtractor and ZipMap move elements (:mod:`.selections`).
 
 They compute FLOAT inputs; the others are refused by name, as are the attribute values
@@ -29,7 +29,8 @@ import onnx
 
 from . import selections
 
-FLOAT, INT64, STRING = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.STRING
+FLOAT, INT64, STRING, BOOL = (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64,
+                              onnx.TensorProto.STRING, onnx.TensorProto.BOOL)
 
 
 @dataclass(frozen=True)
@@ -182,10 +183,19 @@ def _scaler(node, given) -> tuple[Lowered | None, str | None]:
     return Lowered(steps, constants, {f"{name}/shifted": FLOAT, output: FLOAT}), None
 
 
+def _binarizer(node, given) -> tuple[Lowered | None, str | None]:
+    name, output = node.output[0], node.output[0]
+    threshold = np.asarray(given.get("threshold", 0.0), np.float32)
+    above = f"{name}/above"
+    steps = (Step("Greater", (node.input[0], f"{name}/threshold"), above),
+             Step("Cast", (above,), output, {"to": FLOAT}))
+    return Lowered(steps, {f"{name}/threshold": threshold}, {above: BOOL, output: FLOAT}), None
+
+
 #: the ai.onnx.ml operators of FLOAT inputs that lower to kernels, each to its steps
 LOWERINGS: Mapping[str, Callable] = {
     "LinearRegressor": _linear_regressor, "LinearClassifier": _linear_classifier,
-    "Normalizer": _normalizer, "Scaler": _scaler,
+    "Normalizer": _normalizer, "Scaler": _scaler, "Binarizer": _binarizer,
 }
 #: every ai.onnx.ml operator a session runs
 OPERATORS = frozenset({*LOWERINGS, "ArrayFeatureExtractor", "ZipMap"})

@@ -16,10 +16,10 @@ import numpy as np
 import skl2onnx
 import sklearn
 from skl2onnx import to_onnx
-from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
+from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge, SGDClassifier
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import Binarizer, StandardScaler
 
 FEATURES = 8
 HERE = Path(__file__).resolve().parent
@@ -65,6 +65,9 @@ CORPUS = {
     "logistic_regression_named_no_zipmap": (LogisticRegression(max_iter=500), NAMES,
                                             {"zipmap": False}),
     "mlp_classifier_named_zipmap": (_mlp(MLPClassifier), NAMES, {}),
+    "binarizer_linear_regression": (make_pipeline(Binarizer(threshold=0.25), LinearRegression()),
+                                    None, {}),
+    "sgd_classifier": (SGDClassifier(loss="log_loss", random_state=0), 3, {}),
 }
 
 
