@@ -236,6 +236,24 @@ def test_a_reduction_with_no_axes_and_noop_returns_its_input():
     np.testing.assert_array_equal(ours, x)
 
 
+@pytest.mark.parametrize("axes", [[-1], [2], [1], [0, 2], []])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_a_reduction_bound_to_its_constant_axes_gives_its_run_s_results(axes, keepdims):
+    x = _data((3, 4, 5), np.float32)
+    constant = np.array(axes, np.int64)
+    prepared = library()["ReduceSum"].prepare("FLOAT", keepdims=keepdims)
+    # bound once, as a session binds a constant input: the axes are not read at every run
+    bound = prepared.for_constant(1, constant)
+    assert bound is not None
+    expected = prepared.run(x, constant)
+    ours = bound(x, constant)
+    assert ours.shape == expected.shape
+    np.testing.assert_array_equal(ours, expected)
+    # only a reduction's axes: Softmax has no second input, an input's X is no constant
+    assert library()["Softmax"].prepare("FLOAT").for_constant(1, constant) is None
+    assert prepared.for_constant(0, x) is None
+
+
 def test_reduce_max_of_a_row_with_nan_is_nan():
     x = np.array([[1.0, np.nan, 3.0], [1.0, 2.0, 3.0]], np.float32)
     model = _model("ReduceMax", x, 13, axes=[1], keepdims=0)

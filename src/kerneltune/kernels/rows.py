@@ -160,6 +160,14 @@ class PreparedRows(GrainedKernel):
         """Whether numpy's argmax or argmin computes an input of ``elements`` elements."""
         return 0 < elements < self._compiled_from
 
+    def for_constant(self, index: int, value: object) -> Callable[..., np.ndarray] | None:
+        """``run`` for a reduction whose ``axes`` input is always ``value`` (opset 13's
+        ReduceSum and opset 18's others take their axes so, and converters write them as a
+        constant): the fast path an ``axes`` attribute has."""
+        if index != 1 or self.kind != REDUCE:
+            return None
+        return _fast_rows(self, np.asarray(value))
+
     def run(self, x, axes=None) -> np.ndarray:
         """A fresh output; every instance replaces this by :func:`_fast_rows`'s closure."""
         return self._call(x, axes, None)
@@ -231,12 +239,14 @@ class PreparedRows(GrainedKernel):
         return out
 
 
-def _fast_rows(p: PreparedRows):
+def _fast_rows(p: PreparedRows, constant_axes: np.ndarray | None = None):
     """``run`` for the common call: an array of the element type, C-contiguous and not
     empty, the node working along its last axis alone, the output not recycled.
 
     A small call costs mostly its Python; this one goes straight to the compiled function.
     Anything else (other axes, ``axes`` given as an input, empty arrays) takes ``_call``.
+    ``constant_axes``: a reduction's ``axes`` input, always the same (the input a call
+    passes is then that one).
     """
     function, dtype, out_dtype, ndarray, empty = (p._function, p._dtype, p.out_dtype,
                                                   np.ndarray, np.empty)
@@ -244,12 +254,18 @@ def _fast_rows(p: PreparedRows):
     serial_below, recycled_from = 2 * p._grain, outputs.recycled_from(out_dtype)
     last_axis = {SOFTMAX: given.get("axis"), ARG: given.get("axis"), NORMALIZE: -1,
                  REDUCE: given.get("axes")}[kind]
+    fixed = constant_axes is not None
+    if fixed:
+        last_axis = constant_axes.reshape(-1)
     if kind == REDUCE:
-        last_axis = int(last_axis[0]) if last_axis is not None and len(last_axis) == 1 else None
+        last_axis = (int(last_axis[0]) if last_axis is not None and np.size(last_axis) == 1
+                     else None)
     argument = p._argument
     keep = bool(given.get("keepdims", 1))
 
     def run(x, axes=None):
+        if fixed:
+            axes = None
         if (axes is None and last_axis is not None and type(x) is ndarray and x.dtype is dtype
                 and 0 < x.size < recycled_from and x.flags.c_contiguous
                 and last_axis in (-1, x.ndim - 1) and x.shape[-1]):
@@ -271,7 +287,7 @@ def _fast_rows(p: PreparedRows):
             else:
                 function(matrix, out.ravel(), argument, count)
             return out
-        return call(x, axes, None)
+        return call(x, constant_axes if fixed else axes, None)
 
     return run if not p._compiled_from else _small_on_numpy(p, run)
 

@@ -78,10 +78,14 @@ def _zip_map(node, input_types, given) -> tuple[Lowered | None, str | None]:
         return None, "no classlabels_int64s nor classlabels_strings"
     if input_types[0] != FLOAT:
         return None, "a ZipMap of another input type than FLOAT"
-    labels = [label.decode() if isinstance(label, bytes) else label for label in labels]
     step = Step(node.op_type, tuple(node.input), node.output[0],
-                {"labels": tuple(labels)}, selections.zip_map)
+                {"labels": tuple(_decoded(labels))}, selections.zip_map)
     return Lowered((step,), {}, {}), None
+
+
+def _decoded(labels) -> list:
+    """A list attribute's labels, its strings (bytes in the model) as str."""
+    return [label.decode() if isinstance(label, bytes) else label for label in labels]
 
 
 def _linear(node, given) -> tuple[dict[str, np.ndarray] | None, str | None]:
@@ -157,9 +161,7 @@ def _class_labels(given) -> tuple[np.ndarray, int]:
     """A classifier's labels and their element type: INT64, or STRING (scikit-learn's
     classes when they are strings), held as onnxruntime returns them, str objects."""
     if "classlabels_strings" in given:
-        strings = [label.decode() if isinstance(label, bytes) else label
-                   for label in given["classlabels_strings"]]
-        return np.array(strings, dtype=object), STRING
+        return np.array(_decoded(given["classlabels_strings"]), dtype=object), STRING
     return np.asarray(given.get("classlabels_ints", ()), np.int64), INT64
 
 
