@@ -257,6 +257,10 @@ def check(path: Path, batches) -> dict:
         for threads, session in sessions.items():
             for ours, theirs in zip(map(values, session.run(None, feed)), map(values, expected),
                                     strict=True):
+                if object in (ours.dtype, theirs.dtype):  # string labels: equal or not
+                    if ours.tolist() != theirs.tolist():
+                        problems.append(f"{batch} rows, {threads} threads: labels differ")
+                    continue
                 if ours.shape == theirs.shape and ours.size:
                     largest = max(largest, float(np.max(np.abs(
                         ours.astype(np.float64) - theirs.astype(np.float64)))))
