@@ -87,18 +87,19 @@ import numpy as np
 # pythran export bitwise_not(int32[:], int32[:], int)
 # pythran export bitwise_not(int16[:], int16[:], int)
 # pythran export bitwise_not(int8[:], int8[:], int)
+# Cast's pairs converters write most (FLOAT from and to BOOL, INT64 and DOUBLE) last, those
+# from FLOAT at the very end: declared first, a BOOL mask cast to FLOAT tried every other
+# pair before its own (docs/kernels.md).
 # pythran export cast(bool[:], int64[:], int)
 # pythran export cast(bool[:], int32[:], int)
 # pythran export cast(bool[:], uint8[:], int)
 # pythran export cast(bool[:], int8[:], int)
 # pythran export cast(bool[:], float64[:], int)
-# pythran export cast(bool[:], float32[:], int)
 # pythran export cast(int64[:], bool[:], int)
 # pythran export cast(int64[:], int32[:], int)
 # pythran export cast(int64[:], uint8[:], int)
 # pythran export cast(int64[:], int8[:], int)
 # pythran export cast(int64[:], float64[:], int)
-# pythran export cast(int64[:], float32[:], int)
 # pythran export cast(int32[:], bool[:], int)
 # pythran export cast(int32[:], int64[:], int)
 # pythran export cast(int32[:], uint8[:], int)
@@ -122,13 +123,15 @@ import numpy as np
 # pythran export cast(float64[:], int32[:], int)
 # pythran export cast(float64[:], uint8[:], int)
 # pythran export cast(float64[:], int8[:], int)
-# pythran export cast(float64[:], float32[:], int)
-# pythran export cast(float32[:], bool[:], int)
-# pythran export cast(float32[:], int64[:], int)
 # pythran export cast(float32[:], int32[:], int)
 # pythran export cast(float32[:], uint8[:], int)
 # pythran export cast(float32[:], int8[:], int)
+# pythran export cast(bool[:], float32[:], int)
+# pythran export cast(int64[:], float32[:], int)
+# pythran export cast(float64[:], float32[:], int)
 # pythran export cast(float32[:], float64[:], int)
+# pythran export cast(float32[:], int64[:], int)
+# pythran export cast(float32[:], bool[:], int)
 
 BLOCK = 2048
 ALIGN = 64
