@@ -53,10 +53,11 @@ caller's too (nothing is accumulated). Both return the number of threads that ra
   schedule). A task walks K in ``tile_k`` steps; each step multiplies the task's rows,
   ``MR`` at a time (packed into a small contiguous ``MR x tile_k`` block), by the
   ``tile_k x tile_n`` panel of B, ``NR`` columns at a time. B is read in place, or first
-  packed (``pack``, by the threads ``NR`` columns of a panel at a time, once per call): each ``tile_k x NR``
-  block of a panel becomes contiguous, so the micro-kernel streams it instead of ``tile_k``
-  runs of ``NR`` strided by N (strided runs fill only some of L1's sets and evict each
-  other); ``trans_b`` always packs, since the micro-kernel needs rows of op(B).
+  packed (``pack``, by the threads ``NR`` columns of a panel at a time, once per call):
+  each ``tile_k x NR`` block of a panel becomes contiguous, so the micro-kernel streams it
+  instead of ``tile_k`` runs of ``NR`` strided by N (strided runs fill only some of L1's
+  sets and evict each other); ``trans_b`` always packs, since the micro-kernel needs rows
+  of op(B).
 - ``skinny``: for few rows, without B packing or k-tiles, so that B is streamed once. Tasks
   are column strips of ``tile_n`` (halved, down to ``NR``, until there are ``nthreads``
   tasks, when fewer), read over all of K in narrower strips: ``SW`` columns (a
@@ -527,8 +528,8 @@ def _blocks(n, tile_n):
 
 def _pack_block(b, trans_b, bp, u, kk, n, tile_n, tile_k):
     """Packs block ``u`` of ``bp``: block ``u % blocks`` (its columns ``NR`` times that
-    onwards) of panel ``u // blocks`` (k-tile ``p // nnt``, n-tile ``p % nnt``), into the
-    ``min(tile_k, K)`` rows of ``bp`` from ``u * min(tile_k, K)`` on.
+    onwards) of panel ``p = u // blocks`` (k-tile ``p // nnt``, n-tile ``p % nnt``), into
+    the ``min(tile_k, K)`` rows of ``bp`` from ``u * min(tile_k, K)`` on.
 
     A block, not a panel, is the unit a region's threads share: a product of one k-tile and
     one n-tile has one panel, which one thread would pack while the others wait.

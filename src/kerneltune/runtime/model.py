@@ -371,7 +371,7 @@ def _cast(node, name, described, element_type, target, kernel) -> tuple[list[Nod
     if casts.involves(element_type, target, kernel.element_types):
         try:
             convert = casts.conversion(element_type, target, given.get("saturate", 1),
-                                        given.get("round_mode", "up"))
+                                       given.get("round_mode", "up"))
         except ValueError as error:
             return [], f"{described}: {error}"
         return [Node(name, "Cast", None, element_type, (node.input[0],), node.output[0],
