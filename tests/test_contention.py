@@ -237,6 +237,54 @@ def test_beside_neighbours_a_probe_goes_ahead_where_fewer_threads_took_longer(th
     assert d.statistics()["probes"] == 1 and d.statistics()["probes_skipped"] == 0
 
 
+def test_each_work_keeps_its_own_count_and_a_new_one_is_tried_on_all_threads(threads,
+                                                                           clock):
+    cpus = len(os.sched_getaffinity(0))
+    c = contention(threads, clock, probe=0.5, runnable=lambda: 1 + cpus)
+    reduce(c, threads, clock, "short")
+    # a work first read now starts on the count the neighbours left; once it has a time
+    # there, its next reading tries all threads, beside the neighbours too
+    assert run(c, threads, clock, ran=10 * MS, work="long") == 1
+    assert run(c, threads, clock, waited=3 * MS, ran=6 * MS, work="long") == 2  # the probe
+    for _ in range(50):  # waiting, but faster than one thread: kept, for this work only
+        assert run(c, threads, clock, waited=3 * MS, ran=6 * MS, work="long") == 2
+        assert run(c, threads, clock, work="short") == 1
+    assert c.fewer == 1 and c.statistics()["probes"] == 1 and c.statistics()["faster"] == 50
+    # a work whose try on all threads was slower stays reduced while the neighbours stay
+    assert run(c, threads, clock, work="slow") == 1
+    assert run(c, threads, clock, waited=5 * MS, ran=5 * MS, work="slow") == 2  # the probe
+    assert run(c, threads, clock, waited=5 * MS, ran=5 * MS, work="slow") == 2  # its judge
+    assert [run(c, threads, clock, work="slow") for _ in range(100)] == [1] * 100
+    assert c.statistics()["probes"] == 2 and c.statistics()["probes_waited"] == 1
+    # without the neighbours, a new work starts on all threads
+    d = contention(threads, clock)
+    assert run(d, threads, clock, work="a") == 2 and run(d, threads, clock, work="b") == 2
+
+
+def test_a_counts_pace_is_its_median_not_its_luckiest_run(threads, clock):
+    c = contention(threads, clock, probe=0.5)
+    reduce(c, threads, clock, "w")
+    assert run(c, threads, clock, ran=4 * MS, work="w") == 1  # once, one thread ran alone
+    for _ in range(4):
+        assert run(c, threads, clock, ran=10 * MS, work="w") == 1
+    clock.advance(500 * MS)
+    assert run(c, threads, clock, work="w") == 2  # the probe
+    # waiting, but in 6 ms where one thread takes 10 (its shortest run, 4, is not its pace)
+    for _ in range(10):
+        assert run(c, threads, clock, waited=3 * MS, ran=6 * MS, work="w") == 2
+    assert c.statistics()["faster"] == 10 and c.statistics()["probes_waited"] == 0
+
+
+def test_a_work_not_read_for_a_probe_period_holds_no_run_back(threads, clock):
+    c = contention(threads, clock, probe=0.5)
+    reduce(c, threads, clock, "old")
+    assert run(c, threads, clock, work="new") == 1  # a new work starts on the count settled
+    answers = [run(c, threads, clock, work="new") for _ in range(60)]  # tried, no waits
+    assert set(answers) == {2}
+    assert c.fewer == 0  # "old", still reduced, was last read 0.67 s ago: no run asks
+    assert run(c, threads, clock, work="old") == 2  # read again: its probe is due
+
+
 def test_the_runs_that_waited_a_time_slice_are_not_their_counts_pace(threads, clock):
     cpus = len(os.sched_getaffinity(0))
     c = contention(threads, clock, probe=0.5, runnable=lambda: 1 + cpus)
@@ -480,12 +528,13 @@ def test_a_run_on_fewer_threads_takes_the_values_profiled_for_that_count(threads
     registry.register_profile(key, CpuSelector(minimum_threads=2), {grain: 8192}, name="two")
     c = contention(threads, clock)
     session = RuntimeSession(_model("Add"), threads=2, contention=c, registry=registry)
-    x = np.ones(100_000, np.float32)
-    session.run(None, {"A": x, "B": x})
+    small = np.ones(1000, np.float32)
+    session.run(None, {"A": small, "B": small})
     assert session.contention_report["runs_on_fewer_threads"] == {}
     for _ in range(2):
         run(c, threads, clock, waited=MS)
-    for _ in range(3):
+    x = np.ones(100_000, np.float32)
+    for _ in range(3):  # work first read on one thread: it starts on the count settled
         (z,) = session.run(None, {"A": x, "B": x})
     assert z.tobytes() == (x + x).tobytes()
     report = session.contention_report

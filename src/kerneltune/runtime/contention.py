@@ -37,10 +37,18 @@ beside busy processes a run's threads may queue a little at every run and still 
 in half the time one thread takes. So a reading also keeps how long the run took, per
 thread count and per work (a session's inputs' shapes, which the session names): a run
 whose time was at most ``FASTER`` times that of the same work on fewer threads (the
-shortest of its ``RECENT`` last readings there) keeps its threads whatever its waits, and
+median of its ``RECENT`` last readings there) keeps its threads whatever its waits, and
 a probe goes ahead beside neighbours when the work on fewer threads took longer than
 ``1 / FASTER`` times its time on all of them, or when no probe has run for ``BACKOFF``
 periods.
+
+Whether the threads a neighbour takes cost a run more than they give depends on the
+work: a run shorter than a time slice waits a slice for a worker that lost its CPU,
+a long product gets its share of both CPUs. So each work keeps its own count, probes
+and times. A work first read while the threads are reduced starts on the count the
+last work that waited (or ran without waits) settled on, and once it has a time there
+and none on all threads, its next reading probes all of them, beside neighbours too: a
+work the reduction costs is found at its third reading, not after ``BACKOFF`` periods.
 """
 
 from __future__ import annotations
@@ -66,11 +74,43 @@ BACKOFF = 16
 FASTER = 0.9
 #: the works whose times a contention keeps, the oldest forgotten first
 WORKS = 64
-#: the readings per work and thread count whose shortest time stands for that count: a
-#: run that waited a time slice for a CPU is not the count's pace
+#: the readings per work and thread count whose median time stands for that count: a run
+#: that waited a time slice for a CPU is not the count's pace, nor one that ran alone
 RECENT = 8
 #: what :meth:`Contention.statistics` counts
 COUNTS = ("readings", "waited", "faster", "probes", "probes_waited", "probes_skipped")
+
+
+class _Work:
+    """One work's reduction, probes and recent times per thread count (None: a run that
+    names no work, whose times are not kept)."""
+
+    __slots__ = ("named", "fewer", "stalled", "probing", "settled", "next_probe", "probed",
+                 "backoff", "times", "read")
+
+    def __init__(self, named: bool, fewer: int, now: int, next_probe: int) -> None:
+        self.named, self.fewer, self.read = named, fewer, now
+        self.stalled = False  # whether the last reading's run waited
+        self.probing = False
+        self.settled = 0  # ``fewer`` before a probe, to return to when the probe waits
+        self.next_probe, self.probed = next_probe, now
+        self.backoff = 1  # ``probe`` periods to the next probe
+        self.times: dict[int, tuple[int, ...]] = {}  # its last RECENT readings' nanoseconds
+
+    def threads(self, wanted: int) -> int:
+        return wanted - self.fewer if self.fewer < wanted else 1
+
+    def pace(self, threads: int) -> int | None:
+        """Nanoseconds on ``threads``: the median of the last ``RECENT`` readings there
+        (None: none yet), which neither a run that lost its CPU for a time slice nor one
+        that had the machine to itself moves."""
+        times = self.times.get(threads)
+        return None if times is None else sorted(times)[len(times) // 2]
+
+    def untried(self, wanted: int) -> bool:
+        """Whether the work has a time on its reduced count and none on all threads."""
+        return (self.named and self.pace(wanted) is None
+                and self.pace(self.threads(wanted)) is not None)
 
 
 @dataclass(frozen=True)
@@ -82,7 +122,7 @@ class _Reading:
     wanted: int
     began: int
     waits: int
-    work: Hashable
+    work: _Work
     #: the first run of a probe, whose workers may have slept since the last run on all
     #: threads: the probe's next reading judges it
     waking: bool
@@ -98,8 +138,8 @@ class Contention:
     ``blas_used()`` says a product has used the library (by default: one of kerneltune's
     in this process; with a ``blas`` of your own, at once); ``runnable()``
     counts the machine's runnable threads (None: unknown, every due probe runs);
-    ``clock`` is a monotonic clock in nanoseconds. ``fewer`` is how many threads fewer than
-    asked regions get now, and ``next_reading`` the clock's time of the next
+    ``clock`` is a monotonic clock in nanoseconds. ``fewer`` is the most threads fewer than
+    asked any work's regions get now, and ``next_reading`` the clock's time of the next
     reading: a session calls :meth:`start` only when either says so, which
     keeps a small run's cost a comparison.
     """
@@ -143,14 +183,10 @@ class Contention:
         self.next_reading = 0
         self._lock = threading.Lock()
         self._readings: dict[int, _Reading] = {}  # per calling thread id
-        self._stalled = False  # whether the last reading's run waited
-        self._probing = False
-        self._settled = 0  # ``fewer`` before a probe, to return to when the probe waits
-        self._next_probe = self._probed = 0
-        self._backoff = 1  # ``probe`` periods to the next probe
+        self._works: dict[Hashable, _Work] = {}  # the least recently read first
+        # what a work not read yet starts with: the count the neighbours last left
+        self._settled_fewer = 0
         self._pools: dict[tuple[int, int, bool], tuple[int, ...]] = {}
-        # per work read, its last RECENT readings' nanoseconds per thread count
-        self._times: dict[Hashable, dict[int, tuple[int, ...]]] = {}
         # the BLAS library's pool is the process's, whichever thread calls: asked once per count
         self._blas_pools: dict[int, Collection[int]] = {}
         self._counts = dict.fromkeys(COUNTS, 0)
@@ -162,43 +198,61 @@ class Contention:
         (None: nothing to compare), so that its times on each thread count are compared."""
         now = self.clock()
         if now < self.next_reading or not self._lock.acquire(blocking=False):
-            return self._threads(wanted), False
+            return self._threads(wanted, work), False
         try:
             self.next_reading = now + int(self.interval * 1e9)
-            waking = bool(self.fewer) and not self._probing and now >= self._next_probe
+            state = self._work(work, now)
+            waking = bool(state.fewer) and not state.probing and (
+                now >= state.next_probe or state.untried(wanted))
             if waking:
-                self._probe(wanted, now, work)
-                waking = self._probing
-            threads = self._threads(wanted)
+                self._probe(state, wanted, now)
+                waking = state.probing
+            threads = state.threads(wanted)
             # the workers of this run's regions: idle ones may spin, at no cost to the run
             pool = self._pool(threads, blas)
             waits = None if pool is None else self._waits(pool)
             if waits is None:
-                return self._threads(wanted), False
-            self._readings[pool[0]] = _Reading(pool, threads, wanted, now, waits, work, waking)
+                return self._threads(wanted, work), False
+            self._readings[pool[0]] = _Reading(pool, threads, wanted, now, waits, state,
+                                               waking)
             self._counts["readings"] += 1
             return threads, True
         finally:
             self._lock.release()
 
-    def _probe(self, wanted: int, now: int, work: Hashable) -> None:
+    def _work(self, work: Hashable, now: int) -> _Work:
+        """``work``'s state, made on its first reading; the least recently read of more
+        than ``WORKS`` is forgotten."""
+        state = self._works.pop(work, None)
+        if state is None:
+            if len(self._works) >= WORKS:
+                del self._works[next(iter(self._works))]
+            state = _Work(work is not None, self._settled_fewer, now,
+                          now + int(self.probe * 1e9))
+        state.read = now
+        self._works[work] = state
+        return state
+
+    def _probe(self, work: _Work, wanted: int, now: int) -> None:
         """All threads for this run, unless the runnable threads leave too few CPUs free,
-        ``work``'s pace on all threads is not ``FASTER`` than on the fewer, and a probe ran
-        within the longest time between probes (which refreshes the paces compared).
+        the work's pace on all threads is not ``FASTER`` than on the fewer (nor untried),
+        and a probe ran within the longest time between probes (which refreshes the paces
+        compared).
 
         The runnable threads beyond this run's own (which may all be running or spinning)
         are the neighbours'."""
         runnable = None if self._cpus is None else self._runnable()
-        fewer, every = self._pace(work, self._threads(wanted)), self._pace(work, wanted)
-        costly = fewer is not None and every is not None and every < FASTER * fewer
-        stale = now - self._probed >= BACKOFF * self.probe * 1e9
+        fewer, every = work.pace(work.threads(wanted)), work.pace(wanted)
+        costly = work.untried(wanted) or (
+            fewer is not None and every is not None and every < FASTER * fewer)
+        stale = now - work.probed >= BACKOFF * self.probe * 1e9
         if not (costly or stale) and runnable is not None and (
-                self._cpus - max(0, runnable - self._threads(wanted)) < wanted):
+                self._cpus - max(0, runnable - work.threads(wanted)) < wanted):
             self._counts["probes_skipped"] += 1
-            self._next_probe = now + int(self.probe * 1e9)
+            work.next_probe = now + int(self.probe * 1e9)
             return
         self._counts["probes"] += 1
-        self._settled, self.fewer, self._probing, self._probed = self.fewer, 0, True, now
+        work.settled, work.fewer, work.probing, work.probed = work.fewer, 0, True, now
 
     def statistics(self) -> dict[str, int]:
         """What the readings found so far: runs read, those that waited, those that waited
@@ -215,7 +269,7 @@ class Contention:
             waits = None if reading is None else self._waits(reading.pool)
             if waits is None or reading.waking:
                 return
-            now = self.clock()
+            now, work = self.clock(), reading.work
             waited, ran = waits - reading.waits, now - reading.began
             stalled = reading.threads > 1 and waited > 0 and waited * reading.threads >= ran
             faster = stalled and self._faster(reading, ran)
@@ -223,53 +277,52 @@ class Contention:
             if stalled and not faster:
                 self._waited(reading, now)
             else:
-                if self._probing:
-                    self._backoff = 1
-                self._stalled = self._probing = False
-            self._keep_time(reading, ran)
+                if work.probing:
+                    work.backoff = 1
+                work.stalled = work.probing = False
+                if not stalled:  # the neighbours, if any, left this count alone
+                    self._settled_fewer = work.fewer
+            if work.named:
+                work.times[reading.threads] = (*work.times.get(reading.threads, ()),
+                                               ran)[-RECENT:]
+            # a work not read for a probe period holds no session's runs back: read again,
+            # its probe is due
+            recent = now - int(self.probe * 1e9)
+            self.fewer = max((self._settled_fewer, *(
+                state.fewer for state in self._works.values() if state.read >= recent)))
         finally:
             self._lock.release()
 
     def _faster(self, reading: _Reading, ran: int) -> bool:
         """Whether the run took at most ``FASTER`` times its work's pace on fewer threads."""
-        paces = (self._pace(reading.work, count) for count in range(1, reading.threads))
+        paces = (reading.work.pace(count) for count in range(1, reading.threads))
         return any(pace is not None and ran <= FASTER * pace for pace in paces)
-
-    def _pace(self, work: Hashable, threads: int) -> int | None:
-        """``work``'s nanoseconds on ``threads``: the shortest of its last ``RECENT``
-        readings there (None: none yet)."""
-        times = self._times.get(work, {}).get(threads)
-        return None if times is None else min(times)
-
-    def _keep_time(self, reading: _Reading, ran: int) -> None:
-        if reading.work is None:
-            return
-        times = self._times.pop(reading.work, None)
-        if times is None and len(self._times) >= WORKS:
-            del self._times[next(iter(self._times))]
-        times = times or {}
-        self._times[reading.work] = {
-            **times, reading.threads: (*times.get(reading.threads, ()), ran)[-RECENT:]}
 
     def _waited(self, reading: _Reading, now: int) -> None:
         """A run that would have been as fast on a thread fewer."""
         self._counts["waited"] += 1
-        if self._probing:
+        work = reading.work
+        if work.probing:
             self._counts["probes_waited"] += 1
-            self.fewer, self._probing, self._stalled = self._settled, False, False
-            self._backoff = min(2 * self._backoff, BACKOFF)
-        elif self._stalled:  # twice running: a lone wait is the machine's noise
-            self.fewer, self._stalled = min(self.fewer + 1, reading.wanted - 1), False
+            work.fewer, work.probing, work.stalled = work.settled, False, False
+            work.backoff = min(2 * work.backoff, BACKOFF)
+        elif work.stalled:  # twice running: a lone wait is the machine's noise
+            work.fewer, work.stalled = min(work.fewer + 1, reading.wanted - 1), False
         else:
-            self._stalled = True
-        self._next_probe = now + int(self._backoff * self.probe * 1e9)
+            work.stalled = True
+        self._settled_fewer = work.fewer
+        work.next_probe = now + int(work.backoff * self.probe * 1e9)
 
     def _disable(self) -> None:
         """Regions get the threads asked for, and sessions ask no more."""
         self.enabled, self.fewer, self.next_reading = False, 0, _NEVER
+        self._works.clear()
+        self._settled_fewer = 0
 
-    def _threads(self, wanted: int) -> int:
-        return wanted - self.fewer if self.fewer < wanted else 1
+    def _threads(self, wanted: int, work: Hashable) -> int:
+        state = self._works.get(work)
+        fewer = self._settled_fewer if state is None else state.fewer
+        return wanted - fewer if fewer < wanted else 1
 
     def _pool(self, threads: int, blas: bool) -> tuple[int, ...] | None:
         """The calling thread, then its OpenMP workers for ``threads`` and with ``blas`` the
