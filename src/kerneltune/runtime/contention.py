@@ -36,11 +36,11 @@ Waits say that a run's threads queued, not that fewer threads would have been fa
 beside busy processes a run's threads may queue a little at every run and still finish
 in half the time one thread takes. So a reading also keeps how long the run took, per
 thread count and per work (a session's inputs' shapes, which the session names): a run
-whose time was at most ``FASTER`` times that of the same work on fewer threads (the
-median of its ``RECENT`` last readings there) keeps its threads whatever its waits, and
-a probe goes ahead beside neighbours when the work on fewer threads took longer than
-``1 / FASTER`` times its time on all of them, or when no probe has run for ``BACKOFF``
-periods.
+whose time, with its count's last runs (their median), was at most ``FASTER`` times that
+of the same work on fewer threads (the median of its ``RECENT`` last readings there) keeps
+its threads whatever its waits, and a probe goes ahead beside neighbours when the work on
+fewer threads took longer than ``1 / FASTER`` times its time on all of them, or when no
+probe has run for ``BACKOFF`` periods.
 
 Whether the threads a neighbour takes cost a run more than they give depends on the
 work: a run shorter than a time slice waits a slice for a worker that lost its CPU,
@@ -294,9 +294,13 @@ class Contention:
             self._lock.release()
 
     def _faster(self, reading: _Reading, ran: int) -> bool:
-        """Whether the run took at most ``FASTER`` times its work's pace on fewer threads."""
+        """Whether the run, with its work's last runs on its count (the median of them all),
+        took at most ``FASTER`` times the work's pace on fewer threads: one run that lost a
+        time slice among faster ones keeps the count."""
+        times = sorted((*reading.work.times.get(reading.threads, ()), ran)[-RECENT:])
+        typical = times[len(times) // 2]
         paces = (reading.work.pace(count) for count in range(1, reading.threads))
-        return any(pace is not None and ran <= FASTER * pace for pace in paces)
+        return any(pace is not None and typical <= FASTER * pace for pace in paces)
 
     def _waited(self, reading: _Reading, now: int) -> None:
         """A run that would have been as fast on a thread fewer."""
