@@ -105,7 +105,7 @@ class _Work:
         (None: none yet), which neither a run that lost its CPU for a time slice nor one
         that had the machine to itself moves."""
         times = self.times.get(threads)
-        return None if times is None else sorted(times)[len(times) // 2]
+        return None if times is None else _median(times)
 
     def untried(self, wanted: int) -> bool:
         """Whether the work has a time on its reduced count and none on all threads."""
@@ -297,8 +297,7 @@ class Contention:
         """Whether the run, with its work's last runs on its count (the median of them all),
         took at most ``FASTER`` times the work's pace on fewer threads: one run that lost a
         time slice among faster ones keeps the count."""
-        times = sorted((*reading.work.times.get(reading.threads, ()), ran)[-RECENT:])
-        typical = times[len(times) // 2]
+        typical = _median((*reading.work.times.get(reading.threads, ()), ran)[-RECENT:])
         paces = (reading.work.pace(count) for count in range(1, reading.threads))
         return any(pace is not None and typical <= FASTER * pace for pace in paces)
 
@@ -396,6 +395,10 @@ class Contention:
             except (OSError, ValueError, IndexError):
                 os.close(self._files.pop(tid))
         return None
+
+
+def _median(times: tuple[int, ...]) -> int:
+    return sorted(times)[len(times) // 2]
 
 
 def _close(files: dict[int, int]) -> None:
