@@ -215,9 +215,10 @@ def git(*arguments: str) -> str | None:
 
 
 def source() -> dict[str, Any]:
-    """The commit the benchmark runs from, and whether the tree differed from it."""
+    """The commit the benchmark runs from, and whether the tree differed from it (results
+    files aside: a run that follows another has that one's file to commit)."""
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain")
+    status = git("status", "--porcelain", "--", ":/", f":(exclude){FOLDER.name}")
     return {"commit": commit.strip() if commit else None,
             "dirty": bool(status.strip()) if status is not None else None}
 
