@@ -95,7 +95,8 @@ def test_an_activation_written_out_runs_as_one_call_with_the_same_bits(model, no
     assert fused._model.nodes[0].name.count(" + ") == nodes - 1
 
 
-UNARY = ["Abs", "Neg", "Relu", "Exp", "Log", "Sqrt", "Sigmoid", "Tanh", "Erf", "Gelu"]
+UNARY = ["Abs", "Neg", "Relu", "Exp", "Log", "Sqrt", "Sigmoid", "Tanh", "Erf", "Gelu",
+         "Reciprocal"]
 
 
 @pytest.mark.parametrize("op", UNARY)

@@ -140,9 +140,9 @@ ALIGN = 64
 #: Pow's by 2 and by 3 (``x * x``, ``x * x * x``), then the binary ones
 CHAIN_OPERATIONS = ("abs_", "neg", "relu", "exp", "logf", "sqrt", "sigmoid",
                     "tanhf_rational", "erff", "geluf", "gelu_tanhf", "square", "cube",
-                    "add", "sub", "mul", "div")
+                    "reciprocal", "add", "sub", "mul", "div")
 #: code of the first binary operation
-CHAIN_BINARY = 13
+CHAIN_BINARY = 14
 #: ``chain``'s block: its registers (one per step) stay in L1 where the unary kernels'
 #: 2048 would spill to L2; blocks start on multiples of ALIGN, so every element takes the
 #: same vector or scalar-tail path as in the unary kernels' blocks
@@ -256,8 +256,10 @@ def _operation(op, a, b, c, a_constant, b_constant, out):
         _gelu_tanhf(a, out)
     elif op == 11:
         _pairs(_times, a, a, c, False, False, out)
-    else:
+    elif op == 12:
         _cube(a, out)
+    else:
+        _reciprocal(a, out)
 
 
 def _pairs(f, a, b, c, a_constant, b_constant, out):
