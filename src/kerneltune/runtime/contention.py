@@ -98,7 +98,7 @@ class _Work:
         self.times: dict[int, tuple[int, ...]] = {}  # its last RECENT readings' nanoseconds
 
     def threads(self, wanted: int) -> int:
-        return wanted - self.fewer if self.fewer < wanted else 1
+        return _reduced(wanted, self.fewer)
 
     def pace(self, threads: int) -> int | None:
         """Nanoseconds on ``threads``: the median of the last ``RECENT`` readings there
@@ -271,8 +271,11 @@ class Contention:
                 return
             now, work = self.clock(), reading.work
             waited, ran = waits - reading.waits, now - reading.began
+            if work.named:
+                work.times[reading.threads] = (*work.times.get(reading.threads, ()),
+                                               ran)[-RECENT:]
             stalled = reading.threads > 1 and waited > 0 and waited * reading.threads >= ran
-            faster = stalled and self._faster(reading, ran)
+            faster = stalled and self._faster(work, reading.threads)
             self._counts["faster"] += faster  # a run whose waits take no thread
             if stalled and not faster:
                 self._waited(reading, now)
@@ -282,9 +285,6 @@ class Contention:
                 work.stalled = work.probing = False
                 if not stalled:  # the neighbours, if any, left this count alone
                     self._settled_fewer = work.fewer
-            if work.named:
-                work.times[reading.threads] = (*work.times.get(reading.threads, ()),
-                                               ran)[-RECENT:]
             # a work not read for a probe period holds no session's runs back: read again,
             # its probe is due
             recent = now - int(self.probe * 1e9)
@@ -293,13 +293,15 @@ class Contention:
         finally:
             self._lock.release()
 
-    def _faster(self, reading: _Reading, ran: int) -> bool:
-        """Whether the run, with its work's last runs on its count (the median of them all),
-        took at most ``FASTER`` times the work's pace on fewer threads: one run that lost a
-        time slice among faster ones keeps the count."""
-        typical = _median((*reading.work.times.get(reading.threads, ()), ran)[-RECENT:])
-        paces = (reading.work.pace(count) for count in range(1, reading.threads))
-        return any(pace is not None and typical <= FASTER * pace for pace in paces)
+    @staticmethod
+    def _faster(work: _Work, threads: int) -> bool:
+        """Whether ``work``'s pace on ``threads``, the run just kept included, is at most
+        ``FASTER`` times its pace on fewer threads: one run that lost a time slice among
+        faster ones keeps the count."""
+        typical = work.pace(threads)
+        paces = (work.pace(count) for count in range(1, threads))
+        return typical is not None and any(
+            pace is not None and typical <= FASTER * pace for pace in paces)
 
     def _waited(self, reading: _Reading, now: int) -> None:
         """A run that would have been as fast on a thread fewer."""
@@ -324,8 +326,7 @@ class Contention:
 
     def _threads(self, wanted: int, work: Hashable) -> int:
         state = self._works.get(work)
-        fewer = self._settled_fewer if state is None else state.fewer
-        return wanted - fewer if fewer < wanted else 1
+        return _reduced(wanted, self._settled_fewer if state is None else state.fewer)
 
     def _pool(self, threads: int, blas: bool) -> tuple[int, ...] | None:
         """The calling thread, then its OpenMP workers for ``threads`` and with ``blas`` the
@@ -395,6 +396,11 @@ class Contention:
             except (OSError, ValueError, IndexError):
                 os.close(self._files.pop(tid))
         return None
+
+
+def _reduced(wanted: int, fewer: int) -> int:
+    """The threads of a run that asks for ``wanted`` with ``fewer`` taken: at least one."""
+    return wanted - fewer if fewer < wanted else 1
 
 
 def _median(times: tuple[int, ...]) -> int:
