@@ -86,8 +86,10 @@ def test_a_model_with_a_large_weight_runs_its_other_nodes_on_the_calling_thread(
     for a FLOAT or DOUBLE weight of BLAS_POOL_MINIMUM_WEIGHT elements; else the OpenMP
     pool, every node on two (a 16-bit float product converts on the OpenMP pool)."""
     n = BLAS_POOL_MINIMUM_WEIGHT // 256
+    # an override: from the portable defaults alone, a session keeps its products off a
+    # BLAS of narrower kernels than the variant, and off its pool (test_narrow_blas)
     session = RuntimeSession(_linear(dtype, k, n, relu=True), threads=2, fusion=False,
-                             contention=None)
+                             contention=None, overrides={"MatMul": {"algorithm.tile_m": 64}})
     others = 1 if pool == BLAS_POOL else 2
     assert [prepared.threads for prepared in session._prepared] == [2, others, others]
     assert session._pool(2) == pool and session._pool(1) is None

@@ -11,6 +11,9 @@ import functools
 
 import numpy as np
 
+from ..machine.blas import blas_label
+from ..machine.blas import narrower_than as blas_narrower_than
+
 
 @functools.cache
 def _controller():
@@ -51,3 +54,15 @@ def matmul(a, b, threads: int):
         return np.matmul(a, b)
     finally:
         controller.set_num_threads(before)
+
+
+@functools.cache
+def narrower_than(variant: str) -> str | None:
+    """numpy's BLAS (:func:`~kerneltune.machine.blas.blas_label`) where it runs kernels for
+    fewer instructions than ISA variant ``variant``, else None."""
+    controller = _controller()
+    if controller is None:
+        return None
+    record = {"name": controller.internal_api, "version": controller.version,
+              "architecture": getattr(controller, "architecture", None)}
+    return blas_label(record) if blas_narrower_than(record, variant) else None

@@ -107,6 +107,8 @@ DOUBLE = element_type_number("DOUBLE")
 #: never take BLAS. The baseline variant's SSE2 products are not among them: BLAS runs the
 #: processor's own kernels (docs/kernels.md, "One pool per run").
 COMPILED_POOL_VARIANTS = frozenset({"x86_64_v3", "x86_64_v4"})
+#: the attributes a session gives a product (:func:`session_attributes`)
+SESSION_ATTRIBUTES = ("pool", "portable_defaults")
 #: from this many tasks a thread, a blocked product of several threads runs on the workers
 #: (:mod:`.workers`), which tie with OpenMP regions quietly and hold up beside busy
 #: processes, where a region waits for its slowest thread (docs/kernels.md, "Workers");
@@ -250,7 +252,9 @@ class Gemm(Kernel):
     whose other kernels run on the OpenMP pool (one pool per run, see
     :class:`~kerneltune.runtime.RuntimeSession`): BLAS computes them on the calling thread
     alone, and on the variants of ``COMPILED_POOL_VARIANTS`` they take the compiled paths,
-    whose regions run on that pool, at every size.
+    whose regions run on that pool, at every size. ``portable_defaults=True`` says the
+    values are the portable defaults, whose BLAS crossovers assume a BLAS with kernels for the
+    processor: see :meth:`PreparedGemm.check_blas`.
     """
 
     name = "Gemm"
@@ -268,25 +272,26 @@ class Gemm(Kernel):
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
         unknown = sorted(set(attributes) - {"alpha", "beta", "transA", "transB", "activation",
-                                            "pool"})
+                                            *SESSION_ATTRIBUTES})
         if unknown:
             raise TypeError(f"{self.name}: unknown attributes {unknown}; expected alpha, beta, "
-                            f"transA, transB (and activation, from a session's fusion, and "
-                            f"pool)")
+                            f"transA, transB (and activation, from a session's fusion, pool "
+                            f"and portable_defaults)")
         alpha, beta = (_number(attributes.get(name, 1.0), name) for name in ("alpha", "beta"))
         trans_a, trans_b = (_flag(attributes.get(name, 0), name) for name in ("transA", "transB"))
         return self._bind(element_type, config, threads, alpha, beta, trans_a, trans_b,
                           relu_attribute(attributes.get("activation"), element_type),
-                          pool_attribute(attributes.get("pool")))
+                          *session_attributes(attributes))
 
     def _bind(self, element_type, config, threads, alpha, beta, trans_a, trans_b, relu=False,
-              openmp_pool=False):
+              openmp_pool=False, portable_defaults=False):
         key = self.tuning_key(element_type)
         compute = half.compute_type(element_type)
         prepared = PreparedGemm(key, config, threads, NUMPY_DTYPES[compute],
                                 load_module("gemm", self.implementation), alpha,
                                 beta, trans_a, trans_b, relu, openmp_pool,
                                 openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
+                                portable_defaults,
                                 load_module("gemm_serial", self.implementation), self._workers)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
@@ -311,11 +316,16 @@ def relu_attribute(activation, element_type: int) -> bool:
     return True
 
 
-def pool_attribute(pool) -> bool:
-    """Whether a prepared product keeps to the OpenMP pool (``pool``: None or ``"openmp"``)."""
+def session_attributes(attributes: Mapping[str, object]) -> tuple[bool, bool]:
+    """What a session tells a product besides the model's attributes: whether it keeps to
+    the OpenMP pool (``pool``: None or ``"openmp"``), and whether its values are the portable
+    defaults (``portable_defaults``: None or True)."""
+    pool, defaults = attributes.get("pool"), attributes.get("portable_defaults")
     if pool not in (None, "openmp"):
         raise ValueError(f"a product's pool: 'openmp' or none, got {pool!r}")
-    return pool == "openmp"
+    if defaults not in (None, True):
+        raise ValueError(f"a product's portable_defaults: True or none, got {defaults!r}")
+    return pool == "openmp", defaults is True
 
 
 def _number(value, name: str) -> float:
@@ -341,7 +351,7 @@ class PreparedGemm(PreparedKernel):
     uses_blas = True
 
     def __init__(self, key, config, threads, dtype, module, alpha, beta, trans_a, trans_b,
-                 relu, openmp_pool, compiled_rows, serial, workers):
+                 relu, openmp_pool, compiled_rows, portable_defaults, serial, workers):
         self.key, self.config, self.threads = key, config, threads
         self.alpha, self.beta, self.trans_a, self.trans_b = alpha, beta, trans_a, trans_b
         self.dtype = dtype
@@ -406,6 +416,9 @@ class PreparedGemm(PreparedKernel):
         self._packed_thresholds = _thresholds({
             **fields,
             T_BLAS: INT64_MAX if compiled_rows else config.packed_blas_minimum_fmas})
+        #: whether the BLAS crossovers are portable defaults not yet checked against
+        #: numpy's BLAS (:meth:`check_blas`)
+        self.blas_unchecked = portable_defaults and not compiled_rows
         #: the constant B bound to this kernel's panels, if any (:meth:`constant_run`)
         self._panels_b = None
         self._form = ("T" if trans_a else "N") + ("T" if trans_b else "N")
@@ -461,10 +474,28 @@ class PreparedGemm(PreparedKernel):
 
         The BLAS path's threads are the BLAS library's business: 0 here.
         """
-        code, threads = self._decide_compiled(
-            int(m), int(k), int(n), bool(serial),
-            self._packed_thresholds if on_panels else self._thresholds)
+        arguments = (int(m), int(k), int(n), bool(serial),
+                     self._packed_thresholds if on_panels else self._thresholds)
+        code, threads = self._decide_compiled(*arguments)
+        if code == BLAS_PATH and self.blas_unchecked and self.check_blas():
+            code, threads = self._decide_compiled(*arguments)
         return PATH_NAMES[code], threads
+
+    def check_blas(self) -> bool:
+        """At the first product past a BLAS crossover of the portable defaults: whether numpy's
+        BLAS runs kernels for fewer instructions than this variant (OPENBLAS_CORETYPE=Haswell
+        on an AVX-512 processor, an OpenBLAS older than the processor), and if so the products
+        of several rows take the compiled paths from then on. The defaults assume kernels for
+        the processor; a profile's crossovers were measured (docs/kernels.md, "A BLAS behind
+        the processor"). The thresholds change in place, for every run that holds them."""
+        self.blas_unchecked = False
+        if blas.narrower_than(self.key.implementation) is None:
+            return False
+        for thresholds in (self._thresholds, self._packed_thresholds):
+            thresholds.flags.writeable = True
+            thresholds[[T_BLAS, T_SKINNY_BLAS]] = INT64_MAX
+            thresholds.flags.writeable = False
+        return True
 
     def plan(self, a, b, c=None) -> Plan:
         """The plan of a run of these operands: of the bound run where ``b`` is the

@@ -97,6 +97,8 @@ def fast_run(p: PreparedGemm, checked, strips: Strips | None = None,
                 # BLAS's product; numpy.matmul keeps a subclass (np.matrix), the checked
                 # run does not
                 if blas and type(a) is np.ndarray and type(b) is np.ndarray:
+                    if p.blas_unchecked and p.check_blas():
+                        return run(a, b, c)  # the thresholds took the compiled paths
                     return p._blas(a, b, bias)
         except (AttributeError, TypeError, IndexError):
             pass  # not arrays, or not ones the compiled code takes: the checked run says which

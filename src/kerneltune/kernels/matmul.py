@@ -16,7 +16,14 @@ import numpy as np
 
 from . import blas, half, outputs
 from .base import Plan, PreparedKernel, operand
-from .gemm import BLAS, Gemm, PreparedGemm, pool_attribute, relu_attribute
+from .gemm import (
+    BLAS,
+    SESSION_ATTRIBUTES,
+    Gemm,
+    PreparedGemm,
+    relu_attribute,
+    session_attributes,
+)
 from .gemm_run import fast_run
 from .half_gemm import PreparedHalfGemm
 
@@ -28,27 +35,29 @@ class MatMul(Gemm):
     C, ``beta`` 1), which a session fuses (:mod:`kerneltune.runtime.fusion`), and with
     ``activation="Relu"`` followed by a Relu too; with ``batch=1`` too, A may have batch
     dimensions, whose rows are those of one product (a sequence through a Linear layer).
-    ``pool`` as Gemm's.
+    ``pool`` and ``portable_defaults`` as Gemm's.
     """
 
     name = "MatMul"
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
-        openmp_pool = pool_attribute(attributes.get("pool"))
-        attributes = {name: value for name, value in attributes.items() if name != "pool"}
+        session = session_attributes(attributes)
+        attributes = {name: value for name, value in attributes.items()
+                      if name not in SESSION_ATTRIBUTES}
         if (attributes.get("bias") == 1 and attributes.get("batch", 1) == 1
                 and set(attributes) <= {"bias", "activation", "batch"}
                 and element_type not in half.FORMATS):
             # MatMul then Add of a bias, fused (runtime.fusion): Gemm's C
             relu = relu_attribute(attributes.get("activation"), element_type)
             gemm = self._bind(element_type, config, threads, 1.0, 1.0, False, False, relu,
-                              openmp_pool)
+                              *session)
             return PreparedMatMul(gemm) if "batch" in attributes else gemm
         if attributes:
             raise TypeError(f"MatMul takes no attributes but bias=1, batch=1 and "
-                            f"activation='Relu' (FLOAT and DOUBLE) and pool, got {attributes}")
-        gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False,
-                          openmp_pool=openmp_pool)
+                            f"activation='Relu' (FLOAT and DOUBLE), pool and portable_defaults, "
+                            f"got {attributes}")
+        gemm = self._bind(element_type, config, threads, 1.0, 0.0, False, False, False,
+                          *session)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(PreparedMatMul(gemm.inner), gemm.format,
                                     gemm.conversion_minimum)

@@ -42,3 +42,32 @@ def blas_difference(machines: Iterable[Mapping[str, object]]) -> str | None:
         return None
     return (f"calibrated with {', '.join(sorted(theirs))}; this process has "
             f"{', '.join(sorted(ours)) or 'no BLAS loaded'}")
+
+
+#: OpenBLAS's kernel families (threadpoolctl's ``architecture``, lower case) as the archspec
+#: targets whose instructions their kernels use; OPENBLAS_CORETYPE picks one, or OpenBLAS
+#: picks the newest it knows of for the processor
+OPENBLAS_TARGETS = {
+    "prescott": "nocona", "core2": "core2", "penryn": "core2", "dunnington": "core2",
+    "nehalem": "nehalem", "sandybridge": "sandybridge", "haswell": "haswell",
+    "skylakex": "skylake_avx512", "cooperlake": "cascadelake",
+    "sapphirerapids": "sapphirerapids", "barcelona": "k10", "bulldozer": "bulldozer",
+    "piledriver": "piledriver", "steamroller": "steamroller", "excavator": "excavator",
+    "zen": "zen",
+}
+
+
+def narrower_than(blas: Mapping[str, object], variant: str) -> bool:
+    """Whether ``blas`` (a :func:`blas_of` record) runs kernels for fewer instructions than
+    ISA variant ``variant`` compiles for: an OpenBLAS whose kernel family (its own choice or
+    OPENBLAS_CORETYPE's) is not ``variant``'s target or a descendant of it. False for what
+    this cannot tell: another library, an unknown family, a variant no archspec target.
+    """
+    import archspec.cpu
+
+    architecture = blas.get("architecture")
+    target = (OPENBLAS_TARGETS.get(architecture.lower())
+              if blas.get("name") == "openblas" and isinstance(architecture, str) else None)
+    if target is None or variant not in archspec.cpu.TARGETS:
+        return False
+    return not archspec.cpu.TARGETS[target] >= archspec.cpu.TARGETS[variant]

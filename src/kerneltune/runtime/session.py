@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from ..errors import KernelTuningError, UnknownKernelError
-from ..kernels import PreparedKernel, half, library
+from ..kernels import PreparedKernel, blas, half, library
 from ..machine.detect import current_execution
 from ..machine.selectors import Tier
 from ..machine.threads import thread_count
@@ -115,6 +115,8 @@ class RuntimeSession:
                 or (r.base_source is not None and r.base_source.tier is not Tier.DEFAULTS)
                 for r in resolutions.values()),
         }
+        if self._blas_pool and self._narrower_blas(resolutions):
+            self._blas_pool = False  # no product of several rows takes BLAS's threads
         self._build_plan()
 
     # -- construction -------------------------------------------------------------------------
@@ -187,7 +189,8 @@ class RuntimeSession:
         products at their thresholds, BLAS's on BLAS's threads, and its other nodes on the
         calling thread alone; any other such model keeps its products of several rows off
         BLAS's threads (Gemm's ``pool="openmp"``), all its regions on the OpenMP pool
-        (docs/kernels.md, "One pool per run").
+        (docs/kernels.md, "One pool per run"), as does the first where its products' values
+        keep them off a BLAS of narrower kernels (see _narrower_blas).
         """
         prepared = {}
         pool = {"pool": OPENMP_POOL} if self._pool(threads) == OPENMP_POOL else {}
@@ -196,17 +199,31 @@ class RuntimeSession:
                 continue
             node_threads = self._node_threads(node, threads)
             key = node.kernel.tuning_key(node.element_type)
+            resolutions = self._resolutions_by_threads.get(node_threads)
+            if resolutions is None:
+                resolutions = self._resolutions_by_threads[node_threads] = self._resolve(
+                    node_threads)
             if (key, node_threads) not in self._configs:
-                resolutions = self._resolutions_by_threads.get(node_threads)
-                if resolutions is None:
-                    resolutions = self._resolutions_by_threads[node_threads] = self._resolve(
-                        node_threads)
                 self._configs[key, node_threads] = node.kernel.configure(
                     node.element_type, resolutions[key].values)
+            session = {}
+            if node.kernel.uses_blas:
+                defaults = resolutions[key].source.tier is Tier.DEFAULTS
+                session = {**pool, **({"portable_defaults": True} if defaults else {})}
             prepared[node.output] = node.kernel.prepare(
                 node.element_type, self._configs[key, node_threads], node_threads,
-                **node.attributes, **(pool if node.kernel.uses_blas else {}))
+                **node.attributes, **session)
         return prepared
+
+    def _narrower_blas(self, resolutions: Mapping[KernelTuningKey, Resolution]) -> bool:
+        """Whether every product's values are the portable defaults and numpy's BLAS runs
+        kernels for fewer instructions than their variant: then they keep their products of
+        several rows off BLAS (Gemm's ``portable_defaults``), whose threads no run needs
+        (docs/kernels.md, "A BLAS behind the processor")."""
+        products = {node.kernel.tuning_key(node.element_type) for node in self._model.nodes
+                    if node.kernel is not None and node.kernel.uses_blas}
+        return all(resolutions[key].source.tier is Tier.DEFAULTS
+                   and blas.narrower_than(key.implementation) is not None for key in products)
 
     def _pool(self, threads: int) -> str | None:
         """The one pool of a run on ``threads`` (see _prepare): None where a model of one
