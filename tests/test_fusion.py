@@ -3,6 +3,10 @@ folded into the constant: fewer steps, the same bits."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +97,40 @@ def test_a_model_with_a_large_weight_runs_its_other_nodes_on_the_calling_thread(
     others = 1 if pool == BLAS_POOL else 2
     assert [prepared.threads for prepared in session._prepared] == [2, others, others]
     assert session._pool(2) == pool and session._pool(1) is None
+
+
+WORKER_THREADS = """
+import json, threading
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from kerneltune.runtime import RuntimeSession
+
+# a product of 64 tasks of the blocked path (4096 x 256 by 256 x 128), alone and with a
+# Tanh after it: a model of two kernel nodes, of the OpenMP pool (its weight is small)
+weight = numpy_helper.from_array(np.ones((256, 128), np.float32), "W")
+threads = {}
+for name, nodes in (("openmp pool", [helper.make_node("MatMul", ["X", "W"], ["P"]),
+                                     helper.make_node("Tanh", ["P"], ["Y"])]),
+                    ("one product", [helper.make_node("MatMul", ["X", "W"], ["Y"])])):
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 256])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 128])],
+                              [weight])
+    session = RuntimeSession(helper.make_model(graph), threads=2, contention=None)
+    before = threading.active_count()
+    session.run(None, {"X": np.ones((4096, 256), np.float32)})
+    threads[name] = threading.active_count() - before
+print(json.dumps(threads))
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a second CPU for a worker")
+def test_a_model_on_the_openmp_pool_runs_its_products_in_regions_not_on_the_workers():
+    """One pool per run: the kernel's Python workers beside OpenMP regions wait for the CPU
+    an OpenMP worker spins on after each region; a product alone keeps them."""
+    done = subprocess.run([sys.executable, "-c", WORKER_THREADS], capture_output=True,
+                          text=True, timeout=300, check=True)
+    assert json.loads(done.stdout) == {"openmp pool": 0, "one product": 1}
 
 
 @pytest.mark.parametrize(("batch", "rows", "k", "n"), [((1,), 1, 8, 3), ((1,), 64, 32, 16),

@@ -45,6 +45,7 @@ import json, sys
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 from kerneltune.runtime import RuntimeSession
+from kerneltune.runtime.contention import blas_used_here
 
 n = 256
 graph = helper.make_graph(
@@ -59,7 +60,8 @@ for name, overrides in (("defaults", None),
     session = RuntimeSession(model, threads=1, overrides=overrides)
     (prepared,) = session._prepared
     found[name] = {"path": prepared.plan(a, a).path,
-                   "result": session.run(None, {"A": a, "B": a})[0].tolist()}
+                   "result": session.run(None, {"A": a, "B": a})[0].tolist(),
+                   "blas_used": blas_used_here()}
 found["numpy"] = (a @ a).tolist()
 # two nodes and a weight of BLAS's pool: a product and its activation
 graph = helper.make_graph(
@@ -113,8 +115,12 @@ def test_defaults_keep_products_off_a_blas_of_narrower_kernels():
     # the OpenMP pool, whose products all keep off BLAS
     assert (found["defaults"]["path"], found["defaults"]["pool"]) == ("blocked_packed",
                                                                       "openmp")
+    # checking which kernels the BLAS runs is no product on it: its threads stay out of
+    # the runs' contention readings
+    assert found["defaults"]["blas_used"] is False
     # an override is the user's choice: the crossovers stay the values', BLAS above them
     assert (found["override"]["path"], found["override"]["pool"]) == ("blas", "blas")
+    assert found["override"]["blas_used"] is True
     # the compiled path's sums are the BLAS path's, within rounding
     for name in ("defaults", "override"):
         np.testing.assert_allclose(found[name]["result"], found["numpy"], rtol=1e-4, atol=1e-3)

@@ -24,10 +24,15 @@ def _controller():
     return controllers[0] if controllers else None
 
 
-def found() -> bool:
-    """Whether a product or a plan of the BLAS path has looked for numpy's BLAS in this
-    process (threadpoolctl's scan of the loaded libraries, made once)."""
-    return _controller.cache_info().currsize > 0
+@functools.cache
+def _product() -> None:
+    """Called by every product (cached: its cache says whether one ran, see :func:`used`)."""
+
+
+def used() -> bool:
+    """Whether a product has run on numpy's BLAS in this process: its threads are the
+    run's from then on (a check of which kernels the BLAS runs uses none)."""
+    return _product.cache_info().currsize > 0
 
 
 def library_threads() -> int:
@@ -43,6 +48,7 @@ def matmul(a, b, threads: int):
     (two sessions calling at once may each run with the other's count: a matter of speed,
     never of results, which do not depend on BLAS's thread count here).
     """
+    _product()
     controller = _controller()
     if controller is None:
         return np.matmul(a, b)

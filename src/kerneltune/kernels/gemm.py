@@ -248,8 +248,8 @@ class Gemm(Kernel):
     Attributes as in ONNX: ``alpha`` and ``beta`` (1.0), ``transA`` and ``transB`` (0).
     ``activation="Relu"`` (FLOAT and DOUBLE) prepares the Gemm followed by a Relu, which a
     session fuses (:mod:`kerneltune.runtime.fusion`): the same thresholds, one call.
-    ``pool="openmp"`` keeps products of several rows off BLAS's threads, for a session
-    whose other kernels run on the OpenMP pool (one pool per run, see
+    ``pool="openmp"`` keeps products of several rows off BLAS's threads and the kernel's
+    workers, for a session whose other kernels run on the OpenMP pool (one pool per run, see
     :class:`~kerneltune.runtime.RuntimeSession`): BLAS computes them on the calling thread
     alone, and on the variants of ``COMPILED_POOL_VARIANTS`` they take the compiled paths,
     whose regions run on that pool, at every size. ``portable_defaults=True`` says the
@@ -292,7 +292,8 @@ class Gemm(Kernel):
                                 beta, trans_a, trans_b, relu, openmp_pool,
                                 openmp_pool and self.implementation in COMPILED_POOL_VARIANTS,
                                 portable_defaults,
-                                load_module("gemm_serial", self.implementation), self._workers)
+                                load_module("gemm_serial", self.implementation),
+                                None if openmp_pool else self._workers)
         if element_type in half.FORMATS:
             return PreparedHalfGemm(prepared, half.FORMATS[element_type],
                                     config.conversion_minimum_elements)

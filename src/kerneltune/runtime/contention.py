@@ -440,7 +440,7 @@ def blas_used_here() -> bool:
     """Whether a product of the library has used numpy's BLAS in this process."""
     from ..kernels import blas
 
-    return blas.found()
+    return blas.used()
 
 
 def blas_workers(threads: int, tasks: str = "/proc/self/task") -> frozenset[int] | None:
