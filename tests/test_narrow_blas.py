@@ -44,6 +44,7 @@ CHILD = """
 import json, sys
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+import kerneltune
 from kerneltune.runtime import RuntimeSession
 from kerneltune.runtime.contention import blas_used_here
 
@@ -63,6 +64,8 @@ for name, overrides in (("defaults", None),
                    "result": session.run(None, {"A": a, "B": a})[0].tolist(),
                    "blas_used": blas_used_here()}
 found["numpy"] = (a @ a).tolist()
+found["explained"] = [warning for row in kerneltune.explain(keys=[prepared.key]).keys
+                      for warning in row.warnings]
 # two nodes and a weight of BLAS's pool: a product and its activation
 graph = helper.make_graph(
     [helper.make_node("MatMul", ["A", "W"], ["P"]), helper.make_node("Tanh", ["P"], ["Y"])],
@@ -121,6 +124,10 @@ def test_defaults_keep_products_off_a_blas_of_narrower_kernels():
     # an override is the user's choice: the crossovers stay the values', BLAS above them
     assert (found["override"]["path"], found["override"]["pool"]) == ("blas", "blas")
     assert found["override"]["blas_used"] is True
+    # and an explanation of the Gemm key says why
+    (explained,) = found["explained"]
+    assert explained.startswith("BLAS thresholds are the portable defaults, and openblas ")
+    assert "(Haswell) runs kernels for fewer instructions than x86_64_v4" in explained
     # the compiled path's sums are the BLAS path's, within rounding
     for name in ("defaults", "override"):
         np.testing.assert_allclose(found[name]["result"], found["numpy"], rtol=1e-4, atol=1e-3)
@@ -133,3 +140,4 @@ def test_defaults_take_blas_where_its_kernels_use_the_variant_s_instructions(cor
                                                                              variant):
     found = _sessions(coretype, variant)
     assert (found["defaults"]["path"], found["defaults"]["pool"]) == ("blas", "blas")
+    assert found["explained"] == []

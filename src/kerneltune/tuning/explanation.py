@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .._support.reprs import brief_repr
-from ..machine.blas import blas_difference
+from ..machine.blas import blas_difference, blas_label, current_blas, narrower_than
 from ..machine.descriptor import CpuDescriptor, CpuExecutionDescriptor
 from ..machine.descriptor_files import read_cpu_descriptor
 from ..machine.detect import current_execution
@@ -129,7 +129,8 @@ def explain(
     snapshot = registry.snapshot()
     chosen = sorted(keys if keys is not None else snapshot.keys(), key=_order)
     return Explanation(execution, tuple(_row(snapshot, key, execution,
-                                             registry.library_version(key.library))
+                                             registry.library_version(key.library),
+                                             here=descriptor is None)
                                         for key in chosen))
 
 
@@ -147,7 +148,7 @@ def _described(descriptor: CpuDescriptor | str | os.PathLike[str],
 
 
 def _row(snapshot: TuningSnapshot, key: KernelTuningKey, execution: CpuExecutionDescriptor,
-         library_version: str | None) -> KeyExplanation:
+         library_version: str | None, here: bool) -> KeyExplanation:
     resolution = snapshot.resolve(key, execution)
     defaults = snapshot.schema(key).default_values()
     changed = tuple(name for name, value in resolution.values.items()
@@ -161,6 +162,8 @@ def _row(snapshot: TuningSnapshot, key: KernelTuningKey, execution: CpuExecution
             warnings = _blas_warning(profile) + _version_note(profile, library_version)
             found = (profile.provenance or {}).get("evidence") or {}
             evidence = tuple(f"{name}: {found[name].describe()}" for name in sorted(found))
+    elif resolution.source.tier is Tier.DEFAULTS and here:
+        warnings = _narrower_blas_note(key, resolution)
     return KeyExplanation(key, resolution, changed, warnings, evidence,
                           {name: defaults[name] for name in changed}, library_version)
 
@@ -173,6 +176,22 @@ def _version_note(profile: KernelTuningProfile, installed: str | None) -> tuple[
         return ()
     return (f"calibrated with {profile.key.library} {calibrated}, {installed} installed "
             f"(same tuning ABI {profile.key.tuning_abi}: the values apply)",)
+
+
+def _narrower_blas_note(key: KernelTuningKey, resolution: Resolution) -> tuple[str, ...]:
+    """A note where the defaults decide BLAS thresholds and a BLAS this process loaded runs
+    kernels for fewer instructions than the key's variant: the defaults assume kernels for
+    the processor, so a session keeps such a key's products of several rows off BLAS
+    (docs/kernels.md, A BLAS behind the processor)."""
+    if not any("blas" in name for name in resolution.values):
+        return ()
+    narrower = [blas_label(blas) for blas in current_blas()
+                if narrower_than(blas, key.implementation)]
+    if not narrower:
+        return ()
+    return (f"BLAS thresholds are the portable defaults, and {', '.join(narrower)} runs "
+            f"kernels for fewer instructions than {key.implementation}: a session takes the "
+            f"compiled paths for the products of several rows",)
 
 
 def _blas_warning(profile: KernelTuningProfile) -> tuple[str, ...]:
