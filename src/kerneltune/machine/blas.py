@@ -4,12 +4,16 @@ BLAS thresholds (when a product goes to BLAS, how skinny a product may be) are
 measured against one BLAS build: another library, version or kernel family
 moves them. A profile records the calibrating process's libraries; import and
 :func:`kerneltune.explain` compare them with this process's through
-:func:`blas_difference`, the one rule for when a value may be wrong here.
+:func:`blas_difference`, the one rule for when a value may be wrong here. The
+portable defaults assume a BLAS with kernels for the processor:
+:func:`narrower_than` says when one runs kernels for fewer instructions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+
+import archspec.cpu
 
 
 def blas_of(thread_pools: Iterable[Mapping]) -> list[dict[str, object]]:
@@ -63,8 +67,6 @@ def narrower_than(blas: Mapping[str, object], variant: str) -> bool:
     OPENBLAS_CORETYPE's) is not ``variant``'s target or a descendant of it. False for what
     this cannot tell: another library, an unknown family, a variant no archspec target.
     """
-    import archspec.cpu
-
     architecture = blas.get("architecture")
     target = (OPENBLAS_TARGETS.get(architecture.lower())
               if blas.get("name") == "openblas" and isinstance(architecture, str) else None)
