@@ -56,6 +56,7 @@ from results import (
     Recorder,
     add_arguments,
     add_variant_arguments,
+    checkout_commit,
     variant_recorder,
 )
 
@@ -202,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     recorder = variant_recorder(__file__, args, argv)
     if isinstance(recorder, int):  # --all-variants: each variant ran in a process of its own
         return recorder
+    if args.before:  # the earlier checkout's commit, not this machine's path to it
+        recorder.arguments["before"] = checkout_commit(args.before)
     recorder.table("cases", "per load and case: p50 and p90 µs per call, each runtime in a "
                             "process of its own beside the load (medians over the repeats); "
                             "ratio: onnxruntime's p50 over kerneltune's; quiet_cost: "

@@ -205,13 +205,19 @@ def machine() -> dict[str, Any]:
             "logical_cpus_available": len(kerneltune.current_execution().affinity)}
 
 
-def git(*arguments: str) -> str | None:
+def git(*arguments: str, folder: str | Path = FOLDER.parent) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(FOLDER.parent), *arguments], check=True,
+        done = subprocess.run(["git", "-C", str(folder), *arguments], check=True,
                               capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError):
         return None
     return done.stdout
+
+
+def checkout_commit(folder: str | Path) -> str | None:
+    """The commit of the git checkout holding ``folder`` (short), None outside one."""
+    commit = git("rev-parse", "--short=10", "HEAD", folder=folder)
+    return commit.strip() if commit else None
 
 
 def source() -> dict[str, Any]:
