@@ -620,8 +620,12 @@ def test_the_kernels_regions_run_on_the_workers_libgomp_names():
     assert worker != threading.get_native_id()
     assert str(worker) in os.listdir("/proc/self/task")
     assert openmp_workers(2) == {worker}  # the pool is kept from one region to the next
-    session = RuntimeSession(_model("Tanh"), threads=2, contention=None)
+    # parallel from the first element: whatever values earlier tests of this process
+    # registered, the region has two threads
+    session = RuntimeSession(_model("Tanh"), threads=2, contention=None,
+                             overrides={"Tanh": {"parallel.minimum_elements": 1}})
     x = np.ones(4_000_000, np.float32)
+    assert session._prepared[0].plan(x).threads == 2
     before = _cpu_time(worker)
     for _ in range(3):
         session.run(None, {"A": x})
