@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from ..machine.blas import blas_label
+from ..machine.blas import blas_label, blas_of
 from ..machine.blas import narrower_than as blas_narrower_than
 
 
@@ -69,6 +69,5 @@ def narrower_than(variant: str) -> str | None:
     controller = _controller()
     if controller is None:
         return None
-    record = {"name": controller.internal_api, "version": controller.version,
-              "architecture": getattr(controller, "architecture", None)}
+    (record,) = blas_of([controller.info()])
     return blas_label(record) if blas_narrower_than(record, variant) else None

@@ -10,8 +10,9 @@ calibrated with another BLAS library than this process's is flagged.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .._support.reprs import brief_repr
@@ -128,9 +129,12 @@ def explain(
                      else _described(descriptor, threads))
     snapshot = registry.snapshot()
     chosen = sorted(keys if keys is not None else snapshot.keys(), key=_order)
+    # this process's BLAS libraries, looked for once and only where a key's values need them;
+    # none for a described machine
+    loaded_blas = functools.cache(current_blas) if descriptor is None else None
     return Explanation(execution, tuple(_row(snapshot, key, execution,
                                              registry.library_version(key.library),
-                                             here=descriptor is None)
+                                             loaded_blas)
                                         for key in chosen))
 
 
@@ -148,7 +152,8 @@ def _described(descriptor: CpuDescriptor | str | os.PathLike[str],
 
 
 def _row(snapshot: TuningSnapshot, key: KernelTuningKey, execution: CpuExecutionDescriptor,
-         library_version: str | None, here: bool) -> KeyExplanation:
+         library_version: str | None,
+         loaded_blas: Callable[[], list[dict[str, object]]] | None) -> KeyExplanation:
     resolution = snapshot.resolve(key, execution)
     defaults = snapshot.schema(key).default_values()
     changed = tuple(name for name, value in resolution.values.items()
@@ -162,8 +167,8 @@ def _row(snapshot: TuningSnapshot, key: KernelTuningKey, execution: CpuExecution
             warnings = _blas_warning(profile) + _version_note(profile, library_version)
             found = (profile.provenance or {}).get("evidence") or {}
             evidence = tuple(f"{name}: {found[name].describe()}" for name in sorted(found))
-    elif resolution.source.tier is Tier.DEFAULTS and here:
-        warnings = _narrower_blas_note(key, resolution)
+    elif resolution.source.tier is Tier.DEFAULTS and loaded_blas is not None:
+        warnings = _narrower_blas_note(key, resolution, loaded_blas)
     return KeyExplanation(key, resolution, changed, warnings, evidence,
                           {name: defaults[name] for name in changed}, library_version)
 
@@ -178,14 +183,15 @@ def _version_note(profile: KernelTuningProfile, installed: str | None) -> tuple[
             f"(same tuning ABI {profile.key.tuning_abi}: the values apply)",)
 
 
-def _narrower_blas_note(key: KernelTuningKey, resolution: Resolution) -> tuple[str, ...]:
+def _narrower_blas_note(key: KernelTuningKey, resolution: Resolution,
+                        loaded_blas: Callable[[], list[dict[str, object]]]) -> tuple[str, ...]:
     """A note where the defaults decide BLAS thresholds and a BLAS this process loaded runs
     kernels for fewer instructions than the key's variant: the defaults assume kernels for
     the processor, so a session keeps such a key's products of several rows off BLAS
     (docs/kernels.md, A BLAS behind the processor)."""
     if not any("blas" in name for name in resolution.values):
         return ()
-    narrower = [blas_label(blas) for blas in current_blas()
+    narrower = [blas_label(blas) for blas in loaded_blas()
                 if narrower_than(blas, key.implementation)]
     if not narrower:
         return ()
