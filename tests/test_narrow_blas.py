@@ -1,7 +1,8 @@
 """A BLAS behind the processor: where numpy's OpenBLAS runs kernels for fewer instructions
 than the ISA variant (OPENBLAS_CORETYPE=Haswell on an AVX-512 processor, say), a session
-whose values are the portable defaults keeps its products of several rows on the compiled
-paths; values from a profile, a calibration or an override keep their BLAS crossovers.
+whose values are the portable defaults (and a kernel prepared without a config) keeps its
+products of several rows on the compiled paths; values from a profile, a calibration or an
+override keep their BLAS crossovers.
 
 Each session runs in a fresh process: OpenBLAS reads OPENBLAS_CORETYPE once, when loaded.
 """
@@ -45,6 +46,7 @@ import json, sys
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 import kerneltune
+import kerneltune.kernels
 from kerneltune.runtime import RuntimeSession
 from kerneltune.runtime.contention import blas_used_here
 
@@ -64,6 +66,11 @@ for name, overrides in (("defaults", None),
                    "result": session.run(None, {"A": a, "B": a})[0].tolist(),
                    "blas_used": blas_used_here()}
 found["numpy"] = (a @ a).tolist()
+# the kernels called directly: no config is the portable defaults, a config the caller's
+gemm = kerneltune.kernels.library()["Gemm"]
+found["kernel"] = {"defaults": gemm.prepare("FLOAT", threads=1).plan(a, a).path,
+                   "configured": gemm.prepare("FLOAT", gemm.configure("FLOAT", {}),
+                                              1).plan(a, a).path}
 found["explained"] = [warning for row in kerneltune.explain(keys=[prepared.key]).keys
                       for warning in row.warnings]
 # two nodes and a weight of BLAS's pool: a product and its activation
@@ -123,6 +130,8 @@ def test_defaults_keep_products_off_a_blas_of_narrower_kernels():
     assert found["defaults"]["blas_used"] is False
     # an override is the user's choice: the crossovers stay the values', BLAS above them
     assert (found["override"]["path"], found["override"]["pool"]) == ("blas", "blas")
+    # so do the kernels called directly without a config, and given one, as it says
+    assert found["kernel"] == {"defaults": "blocked_packed", "configured": "blas"}
     assert found["override"]["blas_used"] is True
     # and an explanation of the Gemm key says why
     (explained,) = found["explained"]
@@ -140,4 +149,5 @@ def test_defaults_take_blas_where_its_kernels_use_the_variant_s_instructions(cor
                                                                              variant):
     found = _sessions(coretype, variant)
     assert (found["defaults"]["path"], found["defaults"]["pool"]) == ("blas", "blas")
+    assert found["kernel"] == {"defaults": "blas", "configured": "blas"}
     assert found["explained"] == []

@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -265,6 +266,14 @@ class Gemm(Kernel):
         super().__init__(implementation)
         #: the threads that share large blocked products with the caller (:mod:`.workers`)
         self._workers = Workers()
+
+    def prepare(self, element_type: object, config: Any = None, threads: int | None = None,
+                **attributes: Any) -> PreparedKernel:
+        """As :meth:`Kernel.prepare`; without ``config`` the values are the portable
+        defaults, as a session's from its defaults tier (``portable_defaults``)."""
+        if config is None:
+            attributes.setdefault("portable_defaults", True)
+        return super().prepare(element_type, config, threads, **attributes)
 
     def config_type(self, element_type: int) -> type:
         return _variant_config(HalfGemmConfig if element_type in half.FORMATS else GemmConfig,
