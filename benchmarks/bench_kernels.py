@@ -28,6 +28,12 @@ we are faster. "serial" is the kernel's forced serial path; "2 threads" is
 the kernel as a session would run it with a 2-thread budget and the portable
 default thresholds. numpy has no sigmoid: its peer is ``1 / (1 + exp(-x))``.
 
+Everything runs with OPENBLAS_THREAD_TIMEOUT=4 unless the environment sets it, the setting
+kerneltune's documentation gives for a process that runs numpy's OpenBLAS beside its
+kernels: numpy's product and the kernels' run back to back, and OpenBLAS's threads,
+spinning after each product, held the CPU a two-thread product's second thread needed
+(1024 squared on ``x86_64_v4``: 6 ms alone, 10-14 ms interleaved).
+
 ``--variant NAME`` runs kerneltune's ISA variant NAME (``KERNELTUNE_ISA``);
 ``--all-variants`` runs this script once per variant this machine executes, each in a
 process of its own. The figures of the variant this processor picks are the machine's
@@ -48,6 +54,7 @@ from results import (
     Recorder,
     add_arguments,
     add_variant_arguments,
+    quiet_openblas,
     timed,
     variant_recorder,
 )
@@ -465,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    quiet_openblas()
     recorder = variant_recorder(__file__, args, argv)
     if isinstance(recorder, int):  # --all-variants: each variant ran in a process of its own
         return recorder
