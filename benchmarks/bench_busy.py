@@ -258,14 +258,15 @@ def _judged(recorder: Recorder, name: str, threads: int, measured: dict) -> list
     for (case, size), row in measured.items():
         kt, ort = row["kerneltune"], row["onnxruntime"]
         ratio, tail = ort["p50_us"] / kt["p50_us"], kt["p90_us"] / kt["p50_us"]
+        mean_ratio = ort["mean_us"] / kt["mean_us"]
         ratios.append(ratio)
-        mean_ratios.append(ort["mean_us"] / kt["mean_us"])
+        mean_ratios.append(mean_ratio)
         fields = {"load": name, "case": case, "size": size, "threads": threads,
                   "onnxruntime_p50_us": ort["p50_us"], "onnxruntime_p90_us": ort["p90_us"],
                   "kerneltune_p50_us": kt["p50_us"], "kerneltune_p90_us": kt["p90_us"],
                   "ratio": ratio, "kerneltune_p90_over_p50": tail, "values": kt["values"],
                   "onnxruntime_mean_us": ort["mean_us"], "kerneltune_mean_us": kt["mean_us"],
-                  "mean_ratio": mean_ratios[-1]}
+                  "mean_ratio": mean_ratio}
         if "kerneltune-off" in row:
             off = row["kerneltune-off"]
             fields["contention_off_ratio"] = kt["p50_us"] / off["p50_us"]

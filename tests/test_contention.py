@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from onnx import TensorProto, helper
 from kerneltune.kernels import library, register_library
 from kerneltune.machine.selectors import CpuSelector
 from kerneltune.runtime import Contention, RuntimeSession
-from kerneltune.runtime.contention import blas_workers, openmp_workers
+from kerneltune.runtime.contention import blas_workers, openmp_workers, thread_cpu_time
 from kerneltune.tuning.registry import KernelTuningRegistry
 
 CORPUS = Path(__file__).resolve().parent / "data" / "converted"
@@ -607,13 +606,6 @@ def _model(op: str, element_type: int = TensorProto.FLOAT, rank: int = 1):
 
 
 
-def _cpu_time(tid: int) -> int:
-    """``tid``'s CPU time through its CPU clock (Linux's clock id of a thread's): up to
-    date for a thread running now, where schedstat's run time waits for the scheduler's next
-    tick, which a worker spinning on its CPU through three short regions may not see."""
-    return time.clock_gettime_ns(~tid << 3 | 6)
-
-
 needs_schedstat = pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"),
                                      reason="the system does not count threads' waits")
 
@@ -630,10 +622,12 @@ def test_the_kernels_regions_run_on_the_workers_libgomp_names():
                              overrides={"Tanh": {"parallel.minimum_elements": 1}})
     x = np.ones(4_000_000, np.float32)
     assert session._prepared[0].plan(x).threads == 2
-    before = _cpu_time(worker)
+    # its CPU clock: schedstat's run time of a worker spinning on its CPU through three
+    # short regions may wait for a tick that does not come
+    before = thread_cpu_time(worker)
     for _ in range(3):
         session.run(None, {"A": x})
-    assert _cpu_time(worker) > before
+    assert thread_cpu_time(worker) > before
 
 
 @needs_schedstat

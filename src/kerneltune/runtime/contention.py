@@ -471,17 +471,24 @@ def blas_workers(threads: int, tasks: str = "/proc/self/task") -> frozenset[int]
 BLAS_PRODUCT = 256
 
 
+def thread_cpu_time(tid: int) -> int:
+    """Thread ``tid``'s CPU time in nanoseconds, through its CPU clock: up to date for a
+    thread running now, where schedstat's run time waits for the scheduler's next tick.
+    OSError for a thread that ended."""
+    # Linux's clock id of a thread's CPU time: ~tid << 3 | per-thread | scheduler
+    return time.clock_gettime_ns(~tid << 3 | 6)
+
+
 def _cpu_times(tasks: str) -> dict[int, int] | None:
-    """Each thread's CPU time in nanoseconds, through its CPU clock: up to date for a thread
-    running now, where schedstat's run time waits for the scheduler's next tick."""
+    """Each thread's CPU time in nanoseconds (:func:`thread_cpu_time`)."""
     try:
         names = os.listdir(tasks)
     except OSError:
         return None
     times = {}
     for name in names:
-        try:  # Linux's clock id of a thread's CPU time: ~tid << 3 | per-thread | scheduler
-            times[int(name)] = time.clock_gettime_ns(~int(name) << 3 | 6)
+        try:
+            times[int(name)] = thread_cpu_time(int(name))
         except (OSError, ValueError, OverflowError):
             continue  # a thread that ended meanwhile
     return times
