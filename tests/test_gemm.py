@@ -1148,6 +1148,24 @@ def test_strips_are_made_only_of_a_b_worth_them():
     assert prepare({"algorithm.skinny_m_limit": 0}).strips_of(1, b) is None
 
 
+@pytest.mark.parametrize("values,pack,rows,threads", [
+    (STRIPS, "pack_strips", 2, 1),
+    (PACKED, "pack_blocks", 40, 1),
+    (PACKED, "pack_blocks", 8 * WORKER_TASKS_PER_THREAD * 2 + 5, 2)])  # the workers' panels
+def test_b_is_packed_onto_a_cache_line(values, pack, rows, threads, monkeypatch):
+    # the paths read B's packed copy most, and a load across two cache lines costs two;
+    # malloc's blocks start 16 bytes apart, so eight sizes of B make a chance alignment of
+    # every copy unlikely
+    for n in range(4 * SW + 75, 4 * SW + 75 + 8 * 16, 16):  # widths that take strips
+        for prepared, bound, inputs, packs in bound_to_a_constant(
+                values, "FLOAT", np.float32, threads, (rows, 37, n), 0, 0, None, pack,
+                monkeypatch):
+            bound(*inputs)
+            prepared.run(*inputs)
+            assert packs
+            assert all(args[1].ctypes.data % ALIGNMENT == 0 for args in packs)
+
+
 def test_panels_are_made_only_of_a_b_worth_them():
     """None for A, for a B of another type, shape or layout, and for one of fewer elements
     than algorithm.pack_b_minimum_elements (which the packed path packs at most with

@@ -7,7 +7,8 @@ calibration inputs placed by it gave each process its own crossovers. The
 arrays kerneltune allocates for a kernel to read therefore start on a
 multiple of :data:`ALIGNMENT`, as onnxruntime's tensors do: calibration
 tensors, a session's constants, FLOAT16 Gemm operands widened to float32,
-recycled outputs; and the compiled modules' own (src/aligned_malloc.cpp).
+recycled outputs, B's packed panels and strips; and the compiled modules' own
+(src/aligned_malloc.cpp).
 """
 
 from __future__ import annotations

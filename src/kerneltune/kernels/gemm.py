@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from .._support.aligned import aligned_empty
 from ..tuning.dtypes import NUMPY_DTYPES
 from ..tuning.schema import element_type_name, element_type_number, tunable
 from . import blas, half, outputs
@@ -644,7 +645,7 @@ class PreparedGemm(PreparedKernel):
             m, n, kk, config.tile_m, config.tile_n, config.tile_k, pack, threads)
         if not self._on_workers(tasks, threads):
             return False
-        packed = np.empty((rows, width), self.dtype)
+        packed = aligned_empty((rows, width), self.dtype)
         tile_k, pack_blocks = config.tile_k, self.pack_blocks
         chunks = min(blocks, WORKER_CHUNKS_PER_THREAD * threads)  # none when B is read in place
         self._workers.run(chunks, lambda i: pack_blocks(

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._support.aligned import aligned_empty
 from .strips import plain_matrix
 
 #: grids remembered per B (products of as many row counts and thread counts): a session's
@@ -63,7 +64,7 @@ class Panels:
             True, threads)
         packed = self._packed.get(tile_n)
         if packed is None:  # two threads racing here pack the same values: either serves
-            packed = np.empty((size, width), self.b.dtype)
+            packed = aligned_empty((size, width), self.b.dtype)
             self._pack(self.b, packed, self._trans_b, self._depth, self._columns, tile_n,
                        config.tile_k, 0, blocks)
             self._packed[tile_n] = packed

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._support.aligned import aligned_empty
 from .gemm_pythran import SW
 
 #: a B read in place whose rows are this long (a page) or longer goes faster in strips:
@@ -62,7 +63,7 @@ class Strips:
         out = entry(a, self.b, self._strips, bias, *self._scalars)
         if out.shape == (0, 3):  # the first skinny product: pack the strips
             depth, columns = self.b.shape[::-1] if self._trans_b else self.b.shape
-            strips = np.empty(((columns + SW - 1) // SW * depth, SW), self.b.dtype)
+            strips = aligned_empty(((columns + SW - 1) // SW * depth, SW), self.b.dtype)
             self._pack(self.b, strips, self._trans_b, depth, columns)
             self._strips = strips
             out = entry(a, self.b, strips, bias, *self._scalars)
