@@ -107,7 +107,7 @@ from kerneltune.runtime import RuntimeSession
 
 # a product of 64 tasks of the blocked path (4096 x 256 by 256 x 128), alone and with a
 # Tanh after it: a model of two kernel nodes, of the OpenMP pool (its weight is small);
-# BLAS's crossovers out of reach, as a BLAS for the processor (not a narrower one) has them
+# BLAS's crossovers out of reach, or a BLAS built for the processor takes the product
 blocked = {"algorithm.blas_minimum_fmas": 2**62, "algorithm.packed_blas_minimum_fmas": 2**62}
 weight = numpy_helper.from_array(np.ones((256, 128), np.float32), "W")
 threads = {}
