@@ -35,7 +35,7 @@ FAMILY_OF_FIXTURE = {
     "arm_graviton3_neoverse_v1": "neoverse_v1",
 }
 #: families shipped without a fixture processor
-FAMILIES_WITHOUT_FIXTURE = {"zen5"}
+FAMILIES_WITHOUT_FIXTURE = {"zen5", "emerald_rapids"}
 #: the fixtures each instruction-set selector matches, as their processors' flags say
 INSTRUCTION_SET_MATCHES = {
     "x86_64_avx2_fma": {name for name in FAMILY_OF_FIXTURE if not name.startswith("arm_")},
@@ -98,6 +98,9 @@ def test_every_fixture_has_a_family():
 @pytest.mark.parametrize(("fixture", "changes", "family"), [
     # a cloud Sapphire Rapids whose hypervisor hides waitpkg: archspec says icelake
     ("intel_sapphire_rapids_8480", {"microarchitecture": "icelake"}, "sapphire_rapids"),
+    # Emerald Rapids, which archspec names icelake too where waitpkg is hidden
+    ("intel_sapphire_rapids_8480", {"model": 207, "microarchitecture": "icelake"},
+     "emerald_rapids"),
     # Cascade Lake shares Skylake-SP's model and differs in stepping only
     ("intel_skylake_sp_gold_6148", {"stepping": 7, "microarchitecture": "cascadelake"},
      "skylake_sp"),
