@@ -489,7 +489,7 @@ def test_every_new_kernel_has_a_tuning_key_and_a_calibration_function():
     kernels = library()
     for name in ("Softmax", "LogSoftmax", "ArgMax", "ArgMin", "ReduceSum", "ReduceMean",
                  "ReduceMax", "Normalizer", "Cast", "LayerNormalization", "Erf", "Gelu",
-                 "LeakyRelu", "Clip"):
+                 "LeakyRelu", "Clip", "ProbabilityNormalization"):
         for element_type in kernels[name].element_types:
             key = kernels[name].tuning_key(element_type)
             assert calibration_function(key) is not None

@@ -353,3 +353,113 @@ def test_a_converted_binary_classifier_fuses_its_probabilities_with_the_same_bit
         for ours, theirs in zip(fused.run(None, {"X": x}), unfused.run(None, {"X": x}),
                                 strict=True):
             assert ours.dtype == theirs.dtype and ours.tobytes() == theirs.tobytes()
+
+
+def _normalisation(dtype, count=3.0, *, swapped: bool = False, opset: int = 17,
+                   axis: int = 1, returned: str | None = None):
+    """skl2onnx's normalisation of one-against-the-rest probabilities P of three classes:
+    s = ReduceSum(P) along ``axis``, z = Cast(Not(Cast(s, BOOL))), (P + z) / (s + z * count)
+    (each Add's and the Mul's operands swapped as asked; the axes an input from opset 13,
+    an attribute before; ``returned``: a value the graph also returns)."""
+    def pair(a, b):
+        return [b, a] if swapped else [a, b]
+
+    axes = {"inputs": ["P", "axis"]} if opset >= 13 else {"inputs": ["P"], "axes": [axis]}
+    nodes = [helper.make_node("ReduceSum", outputs=["s"], keepdims=1, **axes),
+             helper.make_node("Cast", ["s"], ["b"], to=TensorProto.BOOL),
+             helper.make_node("Not", ["b"], ["nb"]),
+             helper.make_node("Cast", ["nb"], ["z"], to=TYPES[dtype]),
+             helper.make_node("Add", pair("P", "z"), ["shifted"]),
+             helper.make_node("Mul", pair("z", "count"), ["m"]),
+             helper.make_node("Add", pair("s", "m"), ["divisor"]),
+             helper.make_node("Div", ["shifted", "divisor"], ["Y"])]
+    graph = helper.make_graph(
+        nodes, "normalisation", [helper.make_tensor_value_info("P", TYPES[dtype], ["N", 3])],
+        [helper.make_tensor_value_info(name, TYPES[dtype], None)
+         for name in ("Y", returned) if name],
+        [numpy_helper.from_array(np.asarray(count, dtype), "count"),
+         numpy_helper.from_array(np.array([axis], np.int64), "axis")])
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def _hard_probabilities(dtype, rows: int) -> np.ndarray:
+    """Rows that sum to zero (of zeros, of negative zeros, of values that cancel), to NaN, to
+    infinity, to a subnormal, a negative zero in a row that does not sum to zero, and random
+    ones."""
+    tiny = np.finfo(dtype).smallest_subnormal
+    special = np.array([[0, 0, 0], [-0.0, -0.0, -0.0], [-0.0, 0, 0], [1, -1, 0], [0.5, -0.5, -0.0],
+                        [-0.0, 1, 2],
+                        [np.nan, 1, 0], [np.inf, 1, 0], [np.inf, -np.inf, 1], [tiny, 0, -0.0],
+                        [1e30, 1e30, 1e30] if dtype == np.float32 else [1e300, 1e300, 1e300]],
+                       dtype)
+    random = np.random.default_rng(rows).uniform(-1, 1, (rows, 3)).astype(dtype)
+    return np.concatenate([special, random])[:rows] if rows > len(special) else special[:rows]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("swapped", "opset", "axis"), [(False, 17, 1), (True, 17, -1),
+                                                        (False, 11, -1), (True, 11, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_skl2onnx_s_normalised_probabilities_are_one_step_with_the_same_bits(
+        dtype, swapped, opset, axis, threads):
+    model = _normalisation(dtype, swapped=swapped, opset=opset, axis=axis)
+    fused, unfused = (RuntimeSession(model, threads=threads, fusion=f, contention=None)
+                      for f in (True, False))
+    assert _steps(fused) == ["ProbabilityNormalization"]
+    assert len(_steps(unfused)) == 8
+    for rows in (1, 10, 64, 100_000):
+        p = _hard_probabilities(dtype, rows)
+        (a,), (b,) = fused.run(None, {"P": p}), unfused.run(None, {"P": p})
+        assert a.dtype == b.dtype == dtype and a.shape == b.shape == p.shape
+        assert a.tobytes() == b.tobytes()
+    zeros = fused.run(None, {"P": np.zeros((2, 3), dtype)})[0]
+    np.testing.assert_array_equal(zeros, np.full((2, 3), 1 / 3, dtype))  # made uniform
+
+
+@pytest.mark.parametrize(("count", "axis", "returned"), [
+    (np.inf, 1, None),  # zero times the count is NaN: a sum's row would not divide alone
+    ([[3.0, 3.0, 3.0]], 1, None),  # a count per class: a broadcast, not one value
+    ([[[3.0]]], 1, None),  # one count of three axes, which the result takes
+    (3.0, 0, None),  # a sum over the rows, not along them
+    (3.0, 1, "z"),  # the zero indicator is returned as well
+    (3.0, 1, "s"),  # so is the sum
+])
+def test_what_is_not_skl2onnx_s_normalisation_runs_unfused(count, axis, returned):
+    model = _normalisation(np.float32, count, axis=axis, returned=returned)
+    fused, unfused = (RuntimeSession(model, fusion=f) for f in (True, False))
+    assert "ProbabilityNormalization" not in _steps(fused)
+    assert _steps(fused).count("Div") == 1
+    p = _hard_probabilities(np.float32, 64)
+    for a, b in zip(fused.run(None, {"P": p}), unfused.run(None, {"P": p}), strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_the_probability_normalization_kernel_refuses_what_it_cannot_compute():
+    from kerneltune.kernels import library
+
+    kernel = library()["ProbabilityNormalization"]
+    with pytest.raises(ValueError, match="count nan is not finite"):
+        kernel.prepare("FLOAT", count=float("nan"))
+    with pytest.raises(ValueError, match="expected rows, got a scalar"):
+        kernel.prepare("FLOAT", count=3.0).run(np.ones((), np.float32))
+    # along the last axis of any rank
+    x = _hard_probabilities(np.float32, 12).reshape(2, 2, 3, 3)
+    out = kernel.prepare("FLOAT", count=3.0).run(np.moveaxis(x, 0, -2))
+    assert out.shape == (2, 3, 2, 3) and out.flags.c_contiguous
+
+
+def test_a_converted_sgd_classifier_fuses_its_normalisation_with_the_same_bits():
+    path = CORPUS / "sgd_classifier.onnx"
+    fused, unfused = (RuntimeSession(path, fusion=f, contention=None) for f in (True, False))
+    assert _steps(fused).count("ProbabilityNormalization") == 1
+    assert len(_steps(unfused)) - len(_steps(fused)) >= 7
+    for rows in (1, 64, 3000):
+        x = (np.random.default_rng(rows).standard_normal((rows, 8)) * 4).astype(np.float32)
+        x[0, 0] = np.nan
+        for ours, theirs in zip(fused.run(None, {"X": x}), unfused.run(None, {"X": x}),
+                                strict=True):
+            if isinstance(ours, list):  # ZipMap's dictionaries
+                assert ours == theirs or str(ours) == str(theirs)
+            else:
+                assert ours.dtype == theirs.dtype and ours.tobytes() == theirs.tobytes()

@@ -22,18 +22,20 @@ from onnx.backend.test.loader import load_model_tests
 
 from kerneltune.kernels import library
 from kerneltune.kernels.chain import CHAIN
+from kerneltune.kernels.rows import PROBABILITY_NORMALIZATION
 from kerneltune.runtime import backend, selections, views
 
 #: operators whose node tests are not named after their snake_case
 TEST_PREFIXES = {"GreaterOrEqual": "greater_equal", "LessOrEqual": "less_equal",
                  "MatMul": "matmul", "ArgMax": "argmax", "ArgMin": "argmin",
                  "LogSoftmax": "logsoftmax", "CastLike": "castlike", "LeakyRelu": "leakyrelu"}
-#: ai.onnx.ml operators with node tests (Normalizer has none, nor the fused chain, which is
-#: no operator), named after the domain
+#: ai.onnx.ml operators with node tests (Normalizer has none, nor the kernels of fusions,
+#: which are no operators), named after the domain
 ML_TESTS = ("ai_onnx_ml_array_feature_extractor",)
 PREFIXES = sorted([TEST_PREFIXES.get(name) or re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
                    for name in (*library(), *views.FUNCTIONS, *selections.FUNCTIONS)
-                   if name not in ("Normalizer", CHAIN)] + list(ML_TESTS))
+                   if name not in ("Normalizer", CHAIN, PROBABILITY_NORMALIZATION)]
+                  + list(ML_TESTS))
 #: every operator's test prefix: a test belongs to the longest that begins its name
 #: (test_reduce_sum_square_* are ReduceSumSquare's, not ReduceSum's)
 ALL_PREFIXES = sorted({re.sub(r"(?<!^)(?=[A-Z])", "_", schema.name).lower()

@@ -61,6 +61,8 @@ ROWS = {
     "ReduceMax": {"reduce_max": FLOATS + ("INT8", "UINT8", "INT32", "INT64", "UINT32",
                                           "UINT64", "BOOL")},
     "Normalizer": {"normalize": FLOATS},
+    # a session's fusion of skl2onnx's eight nodes, not an ONNX operator (kernels.rows)
+    "ProbabilityNormalization": {"normalize_probabilities": FLOATS},
 }
 
 #: LayerNormalization's functions of the compiled ``rows`` module (kernels.layer_normalization)

@@ -1,5 +1,7 @@
-"""Kernels that work along axes: Softmax, LogSoftmax, ArgMax, ArgMin, the reductions and
-the ai.onnx.ml Normalizer.
+"""Kernels that work along axes: Softmax, LogSoftmax, ArgMax, ArgMin, the reductions, the
+ai.onnx.ml Normalizer, and the normalisation of a classifier's probabilities that skl2onnx
+writes in eight nodes, which a session runs as one (ProbabilityNormalization,
+:mod:`kerneltune.runtime.fusion`).
 
 The compiled functions (``rows_pythran``) work along each row of a C-contiguous matrix.
 A prepared kernel moves the axes its node works along to the end (a copy only when they
@@ -41,14 +43,19 @@ FLOAT = element_type_number("FLOAT")
 
 #: Normalizer's ``norm`` as the compiled function numbers it
 NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+#: the fused kernel of a classifier's probabilities normalised as skl2onnx writes it
+PROBABILITY_NORMALIZATION = "ProbabilityNormalization"
 #: what each kind of operator does, by operator
-SOFTMAX, ARG, REDUCE, NORMALIZE = "softmax", "arg", "reduce", "normalize"
+SOFTMAX, ARG, REDUCE, NORMALIZE, PROBABILITIES = (
+    "softmax", "arg", "reduce", "normalize", "probabilities")
 KINDS = {"Softmax": SOFTMAX, "LogSoftmax": SOFTMAX, "ArgMax": ARG, "ArgMin": ARG,
          "ReduceSum": REDUCE, "ReduceMean": REDUCE, "ReduceMax": REDUCE,
-         "Normalizer": NORMALIZE}
+         "Normalizer": NORMALIZE, PROBABILITY_NORMALIZATION: PROBABILITIES}
+#: the kinds whose output has the input's shape
+SAME_SHAPE = (SOFTMAX, NORMALIZE, PROBABILITIES)
 #: the operators along axes ONNX defines on FLOAT16 and BFLOAT16 (not the ai.onnx.ml
-#: Normalizer), which compute them in float32
-WIDENED = (frozenset(KINDS) - {"Normalizer"}) | {"LayerNormalization"}
+#: Normalizer, nor the fused FLOAT and DOUBLE nodes), which compute them in float32
+WIDENED = (frozenset(KINDS) - {"Normalizer", PROBABILITY_NORMALIZATION}) | {"LayerNormalization"}
 #: the longest rows ArgMax and ArgMin sweep column by column (``rows_pythran._best_rows``),
 #: by ISA variant, SWEEP_LENGTH for the others: the baseline's sweep, without vector
 #: selections, lost to the row-by-row loop from 8 columns on (docs/kernels.md)
@@ -63,6 +70,8 @@ ATTRIBUTES: Mapping[str, Mapping[str, Any]] = {
     ARG: {"axis": 0, "keepdims": 1, "select_last_index": 0},
     REDUCE: {"axes": None, "keepdims": 1, "noop_with_empty_axes": 0},
     NORMALIZE: {"norm": "MAX"},
+    # the constant skl2onnx adds to a zero sum: the number of classes
+    PROBABILITIES: {"count": 1.0},
 }
 
 
@@ -115,10 +124,9 @@ class PreparedRows(GrainedKernel):
         self.kind = KINDS[name]
         self._attributes = {**ATTRIBUTES[self.kind], **attributes}
         #: the compiled function's argument after the output: ArgMax's and ArgMin's
-        #: ``(select_last_index, sweep)``, Normalizer's norm, None for the rest
-        self._argument = ((bool(self._attributes["select_last_index"]), sweep)
-                         if self.kind == ARG else NORMS[self._attributes["norm"]]
-                         if self.kind == NORMALIZE else None)
+        #: ``(select_last_index, sweep)``, Normalizer's norm, ProbabilityNormalization's
+        #: count, None for the rest
+        self._argument = _argument(self.kind, self._attributes, sweep)
         #: ArgMax's or ArgMin's numpy method and the input size from which the compiled
         #: kernel computes instead (0: the compiled kernel at every size)
         self._numpy_arg = NUMPY_ARGS.get(name)
@@ -136,6 +144,10 @@ class PreparedRows(GrainedKernel):
             if x.ndim not in (1, 2):
                 raise ValueError(f"Normalizer: expected a 1-D or 2-D input, got shape "
                                  f"{list(x.shape)}")
+            return [x.ndim - 1]
+        if self.kind == PROBABILITIES:
+            if not x.ndim:
+                raise ValueError(f"{self.name}: expected rows, got a scalar")
             return [x.ndim - 1]
         if self.kind != REDUCE:
             return normal_axes([given["axis"]], x.ndim, self.name)
@@ -185,7 +197,7 @@ class PreparedRows(GrainedKernel):
             first = axes[0]
             matrix = x.reshape(math.prod(x.shape[:first]), -1)
             return self._along(matrix, threads).reshape(x.shape)
-        if self.kind in (SOFTMAX, NORMALIZE):
+        if self.kind in SAME_SHAPE:
             moved = np.moveaxis(x, axes[0], -1)
             out = self._along(_to_rows(x, axes), threads).reshape(moved.shape)
             return np.ascontiguousarray(np.moveaxis(out, -1, axes[0]))
@@ -196,7 +208,7 @@ class PreparedRows(GrainedKernel):
         return values.reshape(shape)
 
     def _along(self, matrix: np.ndarray, threads: int | None) -> np.ndarray:
-        """Softmax, LogSoftmax or Normalizer of each row of ``matrix``."""
+        """Each row of ``matrix`` computed into a row of the same length."""
         out = np.empty(matrix.shape, self.out_dtype)
         if matrix.size:
             self._compute(matrix, out, self._threads(matrix.size) if threads is None else threads)
@@ -239,6 +251,17 @@ class PreparedRows(GrainedKernel):
         return out
 
 
+def _argument(kind: str, attributes: Mapping[str, Any], sweep: int) -> object:
+    """The compiled function's argument after the output, for a kernel of ``kind``."""
+    if kind == ARG:
+        return bool(attributes["select_last_index"]), sweep
+    if kind == NORMALIZE:
+        return NORMS[attributes["norm"]]
+    if kind == PROBABILITIES:
+        return float(attributes["count"])
+    return None
+
+
 def _fast_rows(p: PreparedRows, constant_axes: np.ndarray | None = None):
     """``run`` for the common call: an array of the element type, C-contiguous and not
     empty, the node working along its last axis alone, the output not recycled.
@@ -253,7 +276,7 @@ def _fast_rows(p: PreparedRows, constant_axes: np.ndarray | None = None):
     kind, given, threads, call = p.kind, p._attributes, p._threads, p._call
     serial_below, recycled_from = 2 * p._grain, outputs.recycled_from(out_dtype)
     last_axis = {SOFTMAX: given.get("axis"), ARG: given.get("axis"), NORMALIZE: -1,
-                 REDUCE: given.get("axes")}[kind]
+                 PROBABILITIES: -1, REDUCE: given.get("axes")}[kind]
     fixed = constant_axes is not None
     if fixed:
         last_axis = constant_axes.reshape(-1)
@@ -268,12 +291,12 @@ def _fast_rows(p: PreparedRows, constant_axes: np.ndarray | None = None):
             axes = None
         if (axes is None and last_axis is not None and type(x) is ndarray and x.dtype is dtype
                 and 0 < x.size < recycled_from and x.flags.c_contiguous
-                and last_axis in (-1, x.ndim - 1) and x.shape[-1]):
+                and x.ndim and last_axis in (-1, x.ndim - 1) and x.shape[-1]):
             shape = x.shape
             # a matrix as it is: reshaping one to itself costs a step's function call
             matrix = x if len(shape) == 2 else x.reshape(-1, shape[-1])
             count = 1 if x.size < serial_below else threads(x.size)
-            if kind in (SOFTMAX, NORMALIZE):
+            if kind in SAME_SHAPE:
                 out = empty(shape, out_dtype)
                 rows = out if matrix is x else out.reshape(matrix.shape)
                 if argument is None:
@@ -343,6 +366,11 @@ class RowsKernel(Kernel):
         norm = attributes.get("norm", "MAX")
         if KINDS[self.name] == NORMALIZE and norm not in NORMS:
             raise ValueError(f"Normalizer: norm {norm!r} is none of {', '.join(NORMS)}")
+        count = attributes.get("count", 1.0)
+        if KINDS[self.name] == PROBABILITIES and not math.isfinite(count):
+            # a row that does not sum to zero is divided by its sum alone, as the unfused
+            # nodes do where zero times the count is zero
+            raise ValueError(f"{self.name}: count {count} is not finite")
         computed = self._computed(element_type)
         return self._widening(element_type, config, PreparedRows(
             self.tuning_key(element_type), config, threads, self.name,

@@ -24,6 +24,8 @@ import numpy as np
 # pythran export log_softmax(float32[:,:] order(C), float32[:,:] order(C), int)
 # pythran export normalize(float64[:,:] order(C), float64[:,:] order(C), int, int)
 # pythran export normalize(float32[:,:] order(C), float32[:,:] order(C), int, int)
+# pythran export normalize_probabilities(float64[:,:] order(C), float64[:,:] order(C), float, int)
+# pythran export normalize_probabilities(float32[:,:] order(C), float32[:,:] order(C), float, int)
 # pythran export layer_norm(float64[:,:] order(C), float64[:,:] order(C), float64[:], float64[:], float64[:], float64[:], float, int)
 # pythran export layer_norm(float32[:,:] order(C), float32[:,:] order(C), float32[:], float32[:], float32[:], float32[:], float, int)
 # pythran export argmax(uint64[:,:] order(C), int64[:], (bool, int), int)
@@ -129,6 +131,23 @@ def _normalize_rows(x, out, norm, start, stop):
             out[r] = row
         else:
             out[r] = row / scale
+
+
+def _probability_rows(x, out, count, start, stop):
+    """A classifier's probabilities as skl2onnx normalises them: each row over its sum, a row
+    that sums to zero (not NaN) as its elements plus one over the sum plus ``count``. The
+    sum is ReduceSum's, read back in the element type; each row is rounded to the element
+    type before it is divided, as the unfused Add is (a float32 quotient computed in
+    float64 rounds to the float32 one)."""
+    for r in range(start, stop):
+        out[r, 0] = np.sum(x[r])
+        total = out[r, 0]
+        if total == 0:
+            out[r] = x[r] + 1
+            out[r] /= total + count
+        else:
+            out[r] = x[r] + 0  # -0 made +0, as the unfused Add of a zero does
+            out[r] /= total
 
 
 def _layer_norm_rows(x, out, arg, start, stop):
@@ -294,6 +313,10 @@ def log_softmax(x, out, nthreads):
 
 def normalize(x, out, norm, nthreads):
     return _run(x, out, norm, nthreads, _normalize_rows)
+
+
+def normalize_probabilities(x, out, count, nthreads):
+    return _run(x, out, count, nthreads, _probability_rows)
 
 
 def layer_norm(x, out, scale, bias, mean, inv_std, epsilon, nthreads):

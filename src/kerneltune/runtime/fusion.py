@@ -25,6 +25,14 @@ A binary classifier's probabilities are written by skl2onnx as the Concat of ``1
 (a Sub from a constant) and ``p``: a session runs the pair as one selection, whose
 subtraction is numpy's, rounded once as the Sub kernel's is: the same bits, one step fewer.
 
+A linear classifier of several classes (one against the rest) normalises its probabilities
+as skl2onnx writes it, a row that sums to zero made uniform: ``s = ReduceSum(p)`` along the
+last axis, ``z = Cast(Not(Cast(s, BOOL)), T)``, then ``(p + z) / (s + z * count)``. A
+session runs the eight nodes as one call of the ProbabilityNormalization kernel
+(:mod:`kerneltune.kernels.rows`), which sums a row as ReduceSum does and rounds each
+operation as its node does: the same bits, seven steps fewer. ``count`` must be finite (zero
+times it is then zero).
+
 A classifier's label is written by skl2onnx as its classes (a constant) indexed by the
 ArgMax of its scores, reshaped, then Cast to the label's type. Where that Cast is exact
 (numpy's safe casting: int32 to int64, float32 to float64), a session casts the constant
@@ -45,6 +53,7 @@ import onnx
 
 from ..kernels import Kernel
 from ..kernels.chain import BINARY, CHAIN, CODES, CONSTANT, POWERS
+from ..kernels.rows import PROBABILITY_NORMALIZATION
 from ..tuning.dtypes import NUMPY_DTYPES
 from . import selections
 from .model import Model, Node, value_reads, with_nodes
@@ -64,6 +73,7 @@ def fuse(model: Model, kernels: Mapping[str, Kernel]) -> Model:
     into the constant, and each ArrayFeatureExtractor of an ArgMax's indices told so."""
     fused = _fuse_pairs(_fuse_pairs(_fuse_pairs(model, _join_bias), _join_relu),
                         _join_complement)
+    fused = _fuse_probabilities(fused, kernels[PROBABILITY_NORMALIZATION])
     return _known_indices(_fold_casts(_fuse_chains(fused, kernels[CHAIN])))
 
 
@@ -142,6 +152,88 @@ def _bias(matmul: Node, add: Node, constants: Mapping, ranks: Mapping[str, int])
     if value.shape[-1:] not in ((), (1,), (weight.shape[1],)) or value.shape[:-1] not in ((), (1,)):
         return None
     return bias
+
+
+def _fuse_probabilities(model: Model, kernel: Kernel) -> Model:
+    """``model`` with each normalisation of probabilities as skl2onnx writes it made one node
+    of ``kernel`` (see the module's docstring), where its other nodes' values are read by
+    none but its own."""
+    producer = {node.output: node for node in model.nodes}
+    reads = value_reads(model)
+    replaced, dropped = {}, set()
+    for div in model.nodes:
+        found = _normalised_probabilities(div, producer, model)
+        if found is None:
+            continue
+        probabilities, count, nodes = found
+        total, zero = nodes[0].output, nodes[3].output
+        if any(reads[node.output] != (2 if node.output in (total, zero) else 1)
+               for node in nodes):
+            continue
+        replaced[id(div)] = Node(" + ".join(node.name for node in (*nodes, div)),
+                                 PROBABILITY_NORMALIZATION, kernel, div.element_type,
+                                 (probabilities,), div.output, {"count": count})
+        dropped.update(id(node) for node in nodes)
+    return with_nodes(model, replaced, dropped) if replaced else model
+
+
+def _normalised_probabilities(div: Node, producer: Mapping[str, Node],
+                              model: Model) -> tuple[str, float, list[Node]] | None:
+    """The probabilities ``div`` ends skl2onnx's normalisation of, its count, and the nodes
+    before ``div`` (the ReduceSum, the Casts and Not, the Adds and Mul: the sum and the zero
+    indicator first and fourth), or None where ``div`` ends none."""
+    element_type = div.element_type
+    if div.op_type != "Div" or div.kernel is None or element_type not in FUSED_TYPES:
+        return None
+    shifted, divisor = (producer.get(name) for name in div.inputs)
+    if not (_computes(shifted, "Add", element_type) and _computes(divisor, "Add", element_type)):
+        return None
+    for probabilities, zero in (shifted.inputs, shifted.inputs[::-1]):
+        indicator = _zero_indicator(producer.get(zero), probabilities, element_type, producer,
+                                    model)
+        if indicator is None:
+            continue
+        total = indicator[0]
+        (scaled,) = [name for name in divisor.inputs if name != total.output] or [None]
+        product = producer.get(scaled)
+        if (sorted(divisor.inputs) != sorted((total.output, scaled))
+                or not _computes(product, "Mul", element_type) or zero not in product.inputs):
+            return None
+        (constant,) = [name for name in product.inputs if name != zero] or [None]
+        value = model.constants.get(constant)
+        if (value is None or value.size != 1 or value.dtype != NUMPY_DTYPES[element_type]
+                or value.ndim > model.ranks[probabilities] or not np.isfinite(value).all()):
+            return None
+        return probabilities, float(value.reshape(-1)[0]), [*indicator, shifted, product,
+                                                           divisor]
+    return None
+
+
+def _zero_indicator(node: Node | None, probabilities: str, element_type: int,
+                    producer: Mapping[str, Node], model: Model) -> list[Node] | None:
+    """The ReduceSum, Cast, Not and Cast by which ``node`` is 1 where the last axis of
+    ``probabilities`` sums to zero and 0 elsewhere, or None."""
+    chain = []
+    for op_type, to in (("Cast", element_type), ("Not", None), ("Cast", onnx.TensorProto.BOOL)):
+        if node is None or node.op_type != op_type or node.attributes.get("to") != to:
+            return None
+        chain.append(node)
+        node = producer.get(node.inputs[0])
+    rank = model.ranks.get(probabilities)
+    if (not _computes(node, "ReduceSum", element_type) or node.inputs[0] != probabilities
+            or rank is None or not node.attributes.get("keepdims", 1)):
+        return None
+    axes = (model.constants.get(node.inputs[1]) if len(node.inputs) > 1
+            else node.attributes.get("axes"))
+    if axes is None or [int(axis) % rank for axis in np.reshape(axes, -1)] != [rank - 1]:
+        return None
+    return [node, *reversed(chain)]
+
+
+def _computes(node: Node | None, op_type: str, element_type: int) -> bool:
+    """Whether ``node`` is a kernel's ``op_type`` on ``element_type``."""
+    return (node is not None and node.kernel is not None and node.op_type == op_type
+            and node.element_type == element_type)
 
 
 def _fuse_chains(model: Model, chain: Kernel) -> Model:
