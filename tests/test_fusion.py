@@ -356,11 +356,12 @@ def test_a_converted_binary_classifier_fuses_its_probabilities_with_the_same_bit
 
 
 def _normalisation(dtype, count=3.0, *, swapped: bool = False, opset: int = 17,
-                   axis: int = 1, returned: str | None = None):
+                   axis: int = 1, returned: str | None = None, divided: str = "s"):
     """skl2onnx's normalisation of one-against-the-rest probabilities P of three classes:
     s = ReduceSum(P) along ``axis``, z = Cast(Not(Cast(s, BOOL))), (P + z) / (s + z * count)
     (each Add's and the Mul's operands swapped as asked; the axes an input from opset 13,
-    an attribute before; ``returned``: a value the graph also returns)."""
+    an attribute before; ``returned``: a value the graph also returns; ``divided``: the
+    value the divisor adds in place of s)."""
     def pair(a, b):
         return [b, a] if swapped else [a, b]
 
@@ -371,7 +372,7 @@ def _normalisation(dtype, count=3.0, *, swapped: bool = False, opset: int = 17,
              helper.make_node("Cast", ["nb"], ["z"], to=TYPES[dtype]),
              helper.make_node("Add", pair("P", "z"), ["shifted"]),
              helper.make_node("Mul", pair("z", "count"), ["m"]),
-             helper.make_node("Add", pair("s", "m"), ["divisor"]),
+             helper.make_node("Add", pair(divided, "m"), ["divisor"]),
              helper.make_node("Div", ["shifted", "divisor"], ["Y"])]
     graph = helper.make_graph(
         nodes, "normalisation", [helper.make_tensor_value_info("P", TYPES[dtype], ["N", 3])],
@@ -417,16 +418,18 @@ def test_skl2onnx_s_normalised_probabilities_are_one_step_with_the_same_bits(
     np.testing.assert_array_equal(zeros, np.full((2, 3), 1 / 3, dtype))  # made uniform
 
 
-@pytest.mark.parametrize(("count", "axis", "returned"), [
-    (np.inf, 1, None),  # zero times the count is NaN: a sum's row would not divide alone
-    ([[3.0, 3.0, 3.0]], 1, None),  # a count per class: a broadcast, not one value
-    ([[[3.0]]], 1, None),  # one count of three axes, which the result takes
-    (3.0, 0, None),  # a sum over the rows, not along them
-    (3.0, 1, "z"),  # the zero indicator is returned as well
-    (3.0, 1, "s"),  # so is the sum
+@pytest.mark.parametrize(("count", "axis", "returned", "divided"), [
+    (np.inf, 1, None, "s"),  # zero times the count is NaN: a row would not divide by s alone
+    ([[3.0, 3.0, 3.0]], 1, None, "s"),  # a count per class: a broadcast, not one value
+    ([[[3.0]]], 1, None, "s"),  # one count of three axes, which the result takes
+    (3.0, 0, None, "s"),  # a sum over the rows, not along them
+    (3.0, 1, "z", "s"),  # the zero indicator is returned as well
+    (3.0, 1, "s", "s"),  # so is the sum
+    (3.0, 1, None, "P"),  # the divisor adds the probabilities, not their sum
+    (3.0, 1, None, "m"),  # or the scaled indicator to itself
 ])
-def test_what_is_not_skl2onnx_s_normalisation_runs_unfused(count, axis, returned):
-    model = _normalisation(np.float32, count, axis=axis, returned=returned)
+def test_what_is_not_skl2onnx_s_normalisation_runs_unfused(count, axis, returned, divided):
+    model = _normalisation(np.float32, count, axis=axis, returned=returned, divided=divided)
     fused, unfused = (RuntimeSession(model, fusion=f) for f in (True, False))
     assert "ProbabilityNormalization" not in _steps(fused)
     assert _steps(fused).count("Div") == 1

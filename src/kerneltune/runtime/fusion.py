@@ -193,14 +193,12 @@ def _normalised_probabilities(div: Node, producer: Mapping[str, Node],
                                     model)
         if indicator is None:
             continue
-        total = indicator[0]
-        (scaled,) = [name for name in divisor.inputs if name != total.output] or [None]
-        product = producer.get(scaled)
-        if (sorted(divisor.inputs) != sorted((total.output, scaled))
-                or not _computes(product, "Mul", element_type) or zero not in product.inputs):
+        scaled = [name for name in divisor.inputs if name != indicator[0].output]
+        product = producer.get(scaled[0]) if len(scaled) == 1 else None
+        if not _computes(product, "Mul", element_type) or zero not in product.inputs:
             return None
-        (constant,) = [name for name in product.inputs if name != zero] or [None]
-        value = model.constants.get(constant)
+        constant = [name for name in product.inputs if name != zero]
+        value = model.constants.get(constant[0]) if len(constant) == 1 else None
         if (value is None or value.size != 1 or value.dtype != NUMPY_DTYPES[element_type]
                 or value.ndim > model.ranks[probabilities] or not np.isfinite(value).all()):
             return None
@@ -225,7 +223,7 @@ def _zero_indicator(node: Node | None, probabilities: str, element_type: int,
         return None
     axes = (model.constants.get(node.inputs[1]) if len(node.inputs) > 1
             else node.attributes.get("axes"))
-    if axes is None or [int(axis) % rank for axis in np.reshape(axes, -1)] != [rank - 1]:
+    if axes is None or [int(axis) for axis in np.reshape(axes, -1)] not in ([-1], [rank - 1]):
         return None
     return [node, *reversed(chain)]
 
