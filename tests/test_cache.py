@@ -23,6 +23,7 @@ from onnx import TensorProto, helper
 
 import kerneltune
 from conftest import ToyConfig, execution, toy_key
+from kerneltune._support.documents import parse_text
 from kerneltune.cache.kernel_tuning_cache import (
     FORMAT,
     inspect_kernel_tuning_cache,
@@ -577,15 +578,13 @@ def mutate_bytes(raw: bytes, data: st.DataObject) -> bytes:
 
 
 def raw_entries(text: bytes) -> list:
-    """The entries as a safe reader sees them, to check published values against: JSON's
-    first, as the cache reads a file (it allows characters YAML refuses, such as DEL)."""
+    """The entries as the cache's own reader sees them, to check published values against:
+    JSON's first, then the C safe loader's YAML, which accepts texts PyYAML's pure-Python
+    loader refuses (``["a",(? "b"]``)."""
     try:
-        document = json.loads(text.decode("utf-8"))
-    except Exception:  # noqa: BLE001 - not JSON: YAML's reader
-        try:
-            document = yaml.safe_load(text.decode("utf-8"))
-        except Exception:  # noqa: BLE001 - whatever fails here, nothing may be published
-            return []
+        document, _ = parse_text(text.decode("utf-8"))
+    except UnicodeDecodeError:  # nothing may be published
+        return []
     entries = document.get("entries") if isinstance(document, dict) else None
     return entries if isinstance(entries, list) else []
 
