@@ -226,11 +226,12 @@ class HalfGemmConfig(GemmConfig):
 #: defaults of the variants whose compiled paths meet BLAS (built for every instruction set,
 #: whatever the variant) at other sizes: baseline's, without FMA or wide vectors, lose
 #: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread;
-#: x86_64_v4's packed path on a constant B's panels beats BLAS, which packs B at every call,
-#: up to 2**26 multiply-adds on one and two threads (docs/kernels.md, "A product in a
+#: the AVX variants' packed path on a constant B's panels beats BLAS, which packs B at every
+#: call, up to 2**26 multiply-adds on one and two threads (docs/kernels.md, "A product in a
 #: model")
 VARIANT_DEFAULTS: Mapping[str, Mapping[str, int]] = {
     "baseline": {"vector_blas_minimum_fmas": 262_144},
+    "x86_64_v3": {"packed_blas_minimum_fmas": 67_108_864},
     "x86_64_v4": {"packed_blas_minimum_fmas": 67_108_864},
 }
 
