@@ -289,23 +289,30 @@ def measured(contenders: dict, seconds: float) -> tuple[dict[str, float], int]:
 
 def products(session, feed: dict) -> tuple[str, str]:
     """The path and threads of each Gemm and MatMul of a run of ``feed``, and how many other
-    kernels run on more than one thread (one traced run, as ``RuntimeSession.run`` steps)."""
+    kernels run on more than one thread (one traced run, as ``RuntimeSession.run`` steps;
+    on BLAS's pool, the other kernels of a run whose products take no BLAS are
+    ``_prepared_beside``'s)."""
     values = session._template.copy()
     for name, index, *_ in session._feeds:
         values[index] = feed[name]
-    prepared = iter(session._prepared)
+    prepared = zip(session._prepared, session._prepared_beside or session._prepared,
+                   strict=True)
     plans, others = [], []
     for node, (run, arguments, output, _) in zip(session._model.nodes, session._steps,
                                               strict=True):
         inputs = [values[i] for i in arguments]
         if node.kernel is not None:
-            plan = next(prepared).plan(*inputs)
+            on_blas, beside = next(prepared)
+            plan = on_blas.plan(*inputs)
             if node.op_type in ("Gemm", "MatMul"):
-                plans.append(f"{node.op_type} {plan.path}/{plan.threads}")
+                plans.append((node.op_type, plan))
             else:
-                others.append(plan.threads > 1)
+                others.append((plan.threads, beside.plan(*inputs).threads))
         values[output] = run(*inputs)
-    return ", ".join(plans), f"{sum(others)} of {len(others)}"
+    blas = any(plan.path == "blas" for _, plan in plans)
+    parallel = sum((on_blas if blas else beside) > 1 for on_blas, beside in others)
+    return (", ".join(f"{op_type} {plan.path}/{plan.threads}" for op_type, plan in plans),
+            f"{parallel} of {len(others)}")
 
 
 def faults_per_run(run, calls: int = 20) -> float:

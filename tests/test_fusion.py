@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from kerneltune.kernels.gemm import COMPILED_POOL_VARIANTS
 from kerneltune.kernels.variants import selected_variant
 from kerneltune.runtime import RuntimeSession, selections
+from kerneltune.runtime.program import WORKS, PerWork
 from kerneltune.runtime.session import BLAS_POOL, BLAS_POOL_MINIMUM_WEIGHT, OPENMP_POOL
 
 CORPUS = Path(__file__).resolve().parent / "data" / "converted"
@@ -97,6 +98,36 @@ def test_a_model_with_a_large_weight_runs_its_other_nodes_on_the_calling_thread(
     others = 1 if pool == BLAS_POOL else 2
     assert [prepared.threads for prepared in session._prepared] == [2, others, others]
     assert session._pool(2) == pool and session._pool(1) is None
+
+
+def test_a_run_whose_products_take_no_blas_runs_the_other_nodes_on_every_thread():
+    """On BLAS's pool, a work (the feeds' shapes) whose first run took every product down a
+    compiled path runs its other nodes on the session's threads from then on; one whose
+    product took BLAS keeps them on the calling thread. The bits are the same either way,
+    and a session remembers at most WORKS works."""
+    n = BLAS_POOL_MINIMUM_WEIGHT // 256
+    model = _linear(np.float32, 256, n, relu=True)
+    blas_from = dict.fromkeys(("algorithm.blas_minimum_fmas",
+                               "algorithm.packed_blas_minimum_fmas"), 1 << 22)
+    session = RuntimeSession(model, threads=2, fusion=False, contention=None,
+                             overrides={"MatMul": blas_from})
+    alone = RuntimeSession(model, threads=1, fusion=False, contention=None,
+                           overrides={"MatMul": blas_from})
+    run = session._programs[2]
+    assert isinstance(run, PerWork) and session._pool(2) == BLAS_POOL
+    assert [prepared.threads for prepared in session._prepared] == [2, 1, 1]
+    assert [prepared.threads for prepared in session._prepared_beside] == [2, 2, 2]
+    rng, w = np.random.default_rng(0), session._model.constants["W"]
+    for rows, path, program in ((16, "blocked_packed", run.beside), (1024, "blas", run.on_blas)):
+        x = rng.standard_normal((rows, 256)).astype(np.float32)
+        assert session._prepared[0].plan(x, w).path == path
+        for _ in range(2):  # the first run decides, the second runs what it decided
+            (y,) = session.run(None, {"X": x})
+            assert y.tobytes() == alone.run(None, {"X": x})[0].tobytes()
+        assert run.works[(x.shape,)] is program
+    for rows in range(1, WORKS + 2):
+        session.run(None, {"X": np.ones((rows, 256), np.float32)})
+    assert 0 < len(run.works) <= WORKS
 
 
 WORKER_THREADS = """

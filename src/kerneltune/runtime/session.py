@@ -31,7 +31,7 @@ from .contention import Contention, default_contention
 from .fusion import fuse
 from .layout import lay_out_weights
 from .model import Model, Node, Signature, prepare_model, read_model, value_reads
-from .program import program
+from .program import PerWork, program
 from .views import View
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
@@ -163,13 +163,15 @@ class RuntimeSession:
         self._overwritten = {name: index for name, index in _overwritable(model).items()
                              if prepared[name].in_place(index) is not None}
         self._kept = _kept(model, self._overwritten)
-        #: each kernel node's prepared kernel, in the model's order (for plans)
+        #: each kernel node's prepared kernel, in the model's order (for plans); on BLAS's
+        #: pool, those of the runs whose products take no BLAS (else None)
         self._prepared = tuple(prepared.values())
+        self._prepared_beside = None
         self._uses_blas = any(p.uses_blas for p in self._prepared)
         self._steps = self._steps_of(prepared)
         #: the steps' program per thread count: fewer than ``threads`` are prepared when
         #: first needed
-        self._programs = {self.threads: program(self._steps)}
+        self._programs = {self.threads: self._program(prepared, self.threads)}
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
             self._template[slots[name]] = value
@@ -179,8 +181,11 @@ class RuntimeSession:
         self._every_output = tuple(self._outputs[name] for name in self._output_names)
         self._input_names = frozenset(s.name for s in model.inputs)
 
-    def _prepare(self, threads: int) -> dict[str, PreparedKernel]:
-        """Each kernel node's prepared kernel for a run on ``threads``, by its output's name.
+    def _prepare(self, threads: int, products: Mapping[str, PreparedKernel] | None = None
+                 ) -> dict[str, PreparedKernel]:
+        """Each kernel node's prepared kernel for a run on ``threads``, by its output's name;
+        with ``products`` (BLAS's pool), those of a run whose products take no BLAS: the
+        same products, every other node on ``threads``.
 
         One pool per run: next to another pool, whose threads spin after each region or
         product, a pool's threads wait for CPUs the other's hold. On several threads, a
@@ -197,7 +202,11 @@ class RuntimeSession:
         for node in self._model.nodes:
             if node.view is not None:
                 continue
-            node_threads = self._node_threads(node, threads)
+            if products is not None and node.kernel.uses_blas:
+                prepared[node.output] = products[node.output]  # its weight packed once
+                continue
+            node_threads = threads if products is not None else self._node_threads(node,
+                                                                                     threads)
             key = node.kernel.tuning_key(node.element_type)
             resolutions = self._resolutions_by_threads.get(node_threads)
             if resolutions is None:
@@ -255,11 +264,26 @@ class RuntimeSession:
                           self._slots[node.output], intermediate))
         return tuple(steps)
 
+    def _program(self, prepared: Mapping[str, PreparedKernel],
+                 threads: int) -> Callable[[list], None]:
+        """The program of a run on ``threads`` of ``prepared`` kernels; on BLAS's pool, one
+        for each work (docs/kernels.md, "One pool per run")."""
+        on_blas = program(self._steps_of(prepared))
+        if self._pool(threads) != BLAS_POOL:
+            return on_blas
+        beside = self._prepare(threads, prepared)
+        if threads == self.threads:
+            self._prepared_beside = tuple(beside.values())
+        products = [(prepared[node.output], tuple(self._slots[i] for i in node.inputs))
+                    for node in self._model.nodes
+                    if node.kernel is not None and node.kernel.uses_blas]
+        return PerWork(on_blas, program(self._steps_of(beside)), products, self._feed_slots)
+
     def _program_on(self, threads: int) -> Callable[[list], None]:
         """The program of a run on ``threads``."""
         run = self._programs.get(threads)
         if run is None:
-            run = self._programs[threads] = program(self._steps_of(self._prepare(threads)))
+            run = self._programs[threads] = self._program(self._prepare(threads), threads)
         return run
 
     # -- onnxruntime's interface ---------------------------------------------------------------
