@@ -360,17 +360,18 @@ class RowsKernel(Kernel):
         return NUMPY_DTYPES[INT64 if KINDS[self.name] == ARG else element_type]
 
     def _prepare(self, element_type, config, threads, attributes) -> PreparedKernel:
-        unknown = sorted(set(attributes) - set(ATTRIBUTES[KINDS[self.name]]))
+        kind = KINDS[self.name]
+        unknown = sorted(set(attributes) - set(ATTRIBUTES[kind]))
         if unknown:
             raise TypeError(f"{self.name} takes no attribute {unknown[0]}")
-        norm = attributes.get("norm", "MAX")
-        if KINDS[self.name] == NORMALIZE and norm not in NORMS:
-            raise ValueError(f"Normalizer: norm {norm!r} is none of {', '.join(NORMS)}")
-        count = attributes.get("count", 1.0)
-        if KINDS[self.name] == PROBABILITIES and not math.isfinite(count):
+        given = {**ATTRIBUTES[kind], **attributes}
+        if kind == NORMALIZE and given["norm"] not in NORMS:
+            raise ValueError(f"Normalizer: norm {given['norm']!r} is none of "
+                             f"{', '.join(NORMS)}")
+        if kind == PROBABILITIES and not math.isfinite(given["count"]):
             # a row that does not sum to zero is divided by its sum alone, as the unfused
             # nodes do where zero times the count is zero
-            raise ValueError(f"{self.name}: count {count} is not finite")
+            raise ValueError(f"{self.name}: count {given['count']} is not finite")
         computed = self._computed(element_type)
         return self._widening(element_type, config, PreparedRows(
             self.tuning_key(element_type), config, threads, self.name,

@@ -138,10 +138,9 @@ def _join_complement(sub: Node, concat: Node, model: Model) -> Node | None:
 
 def _bias(matmul: Node, add: Node, constants: Mapping, ranks: Mapping[str, int]) -> str | None:
     """The name of the bias ``add`` adds to ``matmul``'s product, if the two fuse."""
-    if (matmul.op_type != "MatMul" or matmul.kernel is None
-            or add.op_type != "Add" or add.kernel is None
-            or matmul.element_type not in FUSED_TYPES or add.element_type != matmul.element_type
-            or ranks.get(matmul.inputs[0], 0) < 2):
+    element_type = matmul.element_type
+    if (not _computes(matmul, "MatMul", element_type) or not _computes(add, "Add", element_type)
+            or element_type not in FUSED_TYPES or ranks.get(matmul.inputs[0], 0) < 2):
         return None
     weight = constants.get(matmul.inputs[1])
     (bias,) = [name for name in add.inputs if name != matmul.output] or [None]
