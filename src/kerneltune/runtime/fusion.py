@@ -182,7 +182,7 @@ def _normalised_probabilities(div: Node, producer: Mapping[str, Node],
     before ``div`` (the ReduceSum, the Casts and Not, the Adds and Mul: the sum and the zero
     indicator first and fourth), or None where ``div`` ends none."""
     element_type = div.element_type
-    if div.op_type != "Div" or div.kernel is None or element_type not in FUSED_TYPES:
+    if not _computes(div, "Div", element_type) or element_type not in FUSED_TYPES:
         return None
     shifted, divisor = (producer.get(name) for name in div.inputs)
     if not (_computes(shifted, "Add", element_type) and _computes(divisor, "Add", element_type)):
