@@ -478,17 +478,23 @@ def test_blas_products_take_c_and_relu_as_an_add_and_a_relu_after_them(columns, 
 @pytest.mark.parametrize("export,m,n", [("blocked", 37, 70), ("panel", 37, 20),
                                         ("skinny", 3, 70), ("column", 37, 3), ("row", 2, 20)])
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias", [False, True])
 def test_each_path_s_export_applies_relu_to_the_sums_it_stores(element_type, dtype, export, m,
-                                                                n, threads):
+                                                                n, threads, bias):
     """``relu``: each compiled path's export applies Relu to each block of sums it has just
     stored with alpha and C: the bits of the export without it followed by the Relu kernel,
-    NaN kept, -0.0 (a zero sum times a negative alpha) and -inf made 0."""
+    NaN kept, -0.0 (a zero sum times a negative alpha) and -inf made 0. With a bias row
+    (a hidden layer's), blocks of ``RELU_STORED_COLUMNS`` columns or more apply it as they
+    store, narrower ones after: the same bits either way."""
     k = 9
     a, b, _ = operands(m, k, n, 0, 0, None, dtype)
     a[0] = 0  # zero sums: -0.0 once scaled by alpha
     a[1, 0] = np.inf  # +-inf, and NaN where B's element is 0
     b[0, 1] = 0
     c, alpha = np.zeros((0, 0), dtype), dtype(-1)
+    if bias:
+        c = np.linspace(-2, 2, n, dtype=dtype).reshape(1, n)
+        c[0, :3] = -0.0  # the zero sums stay -0.0 there
     module = load_module("gemm" if threads > 1 else "gemm_serial", selected_variant())
     layout = {"blocked": (8, 64, 16, False, threads), "panel": (threads,),
               "skinny": (64, threads), "column": (threads,), "row": ()}[export]

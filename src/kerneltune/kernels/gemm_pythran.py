@@ -181,6 +181,8 @@ SW = 256
 STRIP_ROWS = 2
 #: rows of one block of the column path, whose sums are side by side along the rows
 CB = 64
+#: columns of a block from which ``_finish`` applies the Relu of a bias row as it stores
+RELU_STORED_COLUMNS = 16
 #: bytes of the skinny path's block of sums for MR rows: its columns are those of B it reads
 #: per row of B (256 of float32, 128 of float64)
 GROUP_SUM_BYTES = 4096
@@ -226,7 +228,9 @@ def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta, relu):
     here scalar. The ``max`` tells pythran the offsets are non-negative, so that it
     compiles the indices without the negative-index check. The Relu is a loop of its own:
     as a select in the loops above, it made them several times slower where they are short
-    (the column path's few columns).
+    (the column path's few columns). A bias row (C of shape [1, N], a hidden layer's) over
+    ``RELU_STORED_COLUMNS`` columns or more applies it as each value is stored instead,
+    which saves the second pass over a block where the loops are long.
     """
     i0 = max(i0, 0)
     j0 = max(j0, 0)
@@ -241,6 +245,13 @@ def _finish(acc, out, c, i0, j0, rows, nw, alpha, beta, relu):
             for jj in range(nw):
                 out[i0 + r, j0 + jj] = alpha * acc[r, jj] + t
     elif cm == 1:
+        if relu and nw >= RELU_STORED_COLUMNS:
+            for r in range(rows):
+                for jj in range(nw):
+                    t = beta * c[0, j0 + jj]
+                    v = alpha * acc[r, jj] + t
+                    out[i0 + r, j0 + jj] = v if (v > 0 or v != v) else 0
+            return
         for r in range(rows):
             for jj in range(nw):
                 t = beta * c[0, j0 + jj]
