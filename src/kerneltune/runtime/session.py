@@ -166,12 +166,13 @@ class RuntimeSession:
         #: each kernel node's prepared kernel, in the model's order (for plans); on BLAS's
         #: pool, those of the runs whose products take no BLAS (else None)
         self._prepared = tuple(prepared.values())
-        self._prepared_beside = None
         self._uses_blas = any(p.uses_blas for p in self._prepared)
         self._steps = self._steps_of(prepared)
+        run, beside = self._program(prepared, self._steps, self.threads)
+        self._prepared_beside = None if beside is None else tuple(beside.values())
         #: the steps' program per thread count: fewer than ``threads`` are prepared when
         #: first needed
-        self._programs = {self.threads: self._program(prepared, self.threads)}
+        self._programs = {self.threads: run}
         self._template = [None] * len(slots)
         for name, value in model.constants.items():
             self._template[slots[name]] = value
@@ -264,26 +265,29 @@ class RuntimeSession:
                           self._slots[node.output], intermediate))
         return tuple(steps)
 
-    def _program(self, prepared: Mapping[str, PreparedKernel],
-                 threads: int) -> Callable[[list], None]:
-        """The program of a run on ``threads`` of ``prepared`` kernels; on BLAS's pool, one
-        for each work (docs/kernels.md, "One pool per run")."""
-        on_blas = program(self._steps_of(prepared))
+    def _program(self, prepared: Mapping[str, PreparedKernel], steps: Sequence,
+                 threads: int) -> tuple[Callable[[list], None], dict | None]:
+        """The program of a run on ``threads`` of ``prepared`` kernels (whose ``steps`` are
+        given), and on BLAS's pool, where it is one for each work (docs/kernels.md, "One pool
+        per run"), the prepared kernels of the works whose products take no BLAS (else
+        None)."""
+        on_blas = program(steps)
         if self._pool(threads) != BLAS_POOL:
-            return on_blas
+            return on_blas, None
         beside = self._prepare(threads, prepared)
-        if threads == self.threads:
-            self._prepared_beside = tuple(beside.values())
         products = [(prepared[node.output], tuple(self._slots[i] for i in node.inputs))
                     for node in self._model.nodes
                     if node.kernel is not None and node.kernel.uses_blas]
-        return PerWork(on_blas, program(self._steps_of(beside)), products, self._feed_slots)
+        return (PerWork(on_blas, program(self._steps_of(beside)), products, self._feed_slots),
+                beside)
 
     def _program_on(self, threads: int) -> Callable[[list], None]:
         """The program of a run on ``threads``."""
         run = self._programs.get(threads)
         if run is None:
-            run = self._programs[threads] = self._program(self._prepare(threads), threads)
+            prepared = self._prepare(threads)
+            run, _ = self._program(prepared, self._steps_of(prepared), threads)
+            self._programs[threads] = run
         return run
 
     # -- onnxruntime's interface ---------------------------------------------------------------
