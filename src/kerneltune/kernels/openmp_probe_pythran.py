@@ -32,7 +32,9 @@ def openmp_enabled():
 
 def thread_ids(n, iterations):
     """OpenMP thread number that ran each iteration of a loop with ``num_threads(n)``."""
-    ids = np.zeros(iterations, dtype=np.int64) - 1
+    # every iteration writes its id; np.zeros keeps the module's calloc in use, which the
+    # build test checks for alignment as it checks every kernel's
+    ids = np.zeros(iterations, dtype=np.int64)
     # omp parallel for num_threads(n) schedule(static, 1)
     for i in range(iterations):
         ids[i] = omp.get_thread_num()
