@@ -106,9 +106,9 @@ def test_one_thread_runs_serially(probe) -> None:
 
 
 def test_compiled_modules_zero_their_larger_arrays_on_a_cache_line(probe) -> None:
-    # np.zeros in a kernel is calloc, which the build wraps as it wraps malloc: the panel
-    # path's accumulators and zero-padded B moved it by up to half with where the heap put
-    # them (docs/kernels.md, aligned_malloc). 128 int64 ids are 1 KiB, the smallest aligned.
+    # np.zeros in a kernel is calloc, which the build wraps as it wraps malloc: where the
+    # heap put the panel path's accumulators made it up to twice as slow (docs/kernels.md,
+    # aligned_malloc). 128 int64 ids are 1 KiB, the smallest block aligned.
     for iterations in range(128, 160):
         ids = probe.thread_ids(1, iterations)
         assert ids.ctypes.data % ALIGNMENT == 0, iterations
