@@ -372,8 +372,9 @@ def narrow(rounds: int, recorder: Recorder) -> list[str]:
     """Narrow products on one thread (numpy's BLAS too), BLAS off: the default plan against
     the blocked path."""
     gemm = library()["Gemm"]
-    never_blas = {"algorithm.blas_minimum_fmas": 2**62, "algorithm.vector_blas_minimum_fmas":
-                  2**62, "algorithm.skinny_blas_minimum_fmas": 2**62}
+    never_blas = dict.fromkeys(
+        ("algorithm.blas_minimum_fmas", "algorithm.vector_blas_minimum_fmas",
+         "algorithm.skinny_blas_minimum_fmas", "algorithm.panel_blas_minimum_fmas"), 2**62)
     default = gemm.prepare("FLOAT", gemm.configure("FLOAT", never_blas), 1)
     blocked = gemm.prepare("FLOAT", gemm.configure(
         "FLOAT", {**never_blas, "algorithm.column_n_limit": 0, "algorithm.panel_n_limit": 0}),

@@ -31,7 +31,8 @@ MATMUL = MatMul(selected_variant())
 SMALL_TILES = {"algorithm.tile_m": 8, "algorithm.tile_n": 64, "algorithm.tile_k": 16,
                "algorithm.skinny_m_limit": 8, "algorithm.blas_minimum_fmas": 10**15,
                "algorithm.packed_blas_minimum_fmas": 10**15,
-               "algorithm.column_blas_minimum_fmas": 10**15}
+               "algorithm.column_blas_minimum_fmas": 10**15,
+               "algorithm.panel_blas_minimum_fmas": 10**15}
 #: ... and a thread for every task (the row path off: it runs one thread, one or two rows)
 PARALLEL = {**SMALL_TILES, "parallel.fmas_per_work_unit": 1, "parallel.minimum_tasks": 2,
             "algorithm.row_m_limit": 0}
@@ -465,8 +466,8 @@ def test_blas_products_take_c_and_relu_as_an_add_and_a_relu_after_them(columns, 
     """On the BLAS path, C and a fused Relu (compiled, in one call) give the bits of BLAS's
     product followed by an Add and a Relu, a session's unfused nodes: one column or many."""
     a, b, c = operands(300, 32, columns, 0, 0, bias)
-    prepared = prepare({"algorithm.blas_minimum_fmas": 0,
-                        "algorithm.column_blas_minimum_fmas": 0}, threads=1, activation="Relu")
+    prepared = prepare({"algorithm.blas_minimum_fmas": 0, "algorithm.column_blas_minimum_fmas": 0,
+                        "algorithm.panel_blas_minimum_fmas": 0}, threads=1, activation="Relu")
     inputs = (a, b) if c is None else (a, b, c)
     assert prepared.plan(*inputs).path == "blas"
     product = np.matmul(a, b) if c is None else np.matmul(a, b) + c
@@ -554,7 +555,7 @@ def check_plan(values, shape, path, threads=None, **attributes):
 
 def test_defaults_take_the_compiled_paths_for_small_products_and_blas_above():
     defaults = GEMM.configure("FLOAT", {})
-    check_plan({}, (64, 64, 32), "panel", threads=1)
+    check_plan({}, (64, 32, 16), "panel", threads=1)
     check_plan({}, (64, 64, 64), "blocked", threads=1)
     # few rows: a B that stays in cache goes through the blocked path, a larger B streams
     check_plan({}, (3, 64, 64), "blocked", threads=1)
@@ -621,7 +622,36 @@ def test_column_path_products_have_their_own_blas_threshold():
     check_plan({"algorithm.column_blas_minimum_fmas": fmas, "algorithm.blas_minimum_fmas": 0},
                shape, "blas", transA=1, transB=1)
     check_plan({"algorithm.column_blas_minimum_fmas": 0, "algorithm.column_n_limit": 2}, shape,
-               "panel")  # not the column path's: the square threshold, not reached
+               "panel")  # not the column path's: the panel path's threshold, not reached
+
+
+def test_panel_path_products_have_their_own_blas_threshold():
+    """The panel path's narrow op(B) meets algorithm.panel_blas_minimum_fmas, whatever the
+    square threshold; a product of more columns than the panel path takes meets the square
+    one."""
+    shape = (64, 32, 16)
+    fmas = 64 * 32 * 16
+    check_plan({"algorithm.panel_blas_minimum_fmas": fmas}, shape, "blas")
+    check_plan({"algorithm.panel_blas_minimum_fmas": fmas + 1}, shape, "panel")
+    check_plan({"algorithm.panel_blas_minimum_fmas": fmas + 1, "algorithm.blas_minimum_fmas": 0},
+               shape, "panel")
+    check_plan({"algorithm.panel_blas_minimum_fmas": fmas, "algorithm.blas_minimum_fmas": 0},
+               shape, "blas", transA=1, transB=1)
+    check_plan({"algorithm.panel_blas_minimum_fmas": 0, "algorithm.panel_n_limit": 8}, shape,
+               "blocked")  # not the panel path's: the square threshold, not reached
+    check_plan({"algorithm.panel_blas_minimum_fmas": 0, "algorithm.tile_k": 16}, shape,
+               "blocked")  # a K of more than one panel's rows is not the panel path's
+
+
+def test_each_variant_meets_blas_on_the_panel_path_where_it_was_measured_to():
+    """Where BLAS overtakes the panel path on one thread depends on the instruction set:
+    early on the baseline, later on x86_64_v3, not within the sizes measured on x86_64_v4."""
+    expected = {"baseline": 2 ** 16, "x86_64_v3": 2 ** 17, "x86_64_v4": 2 ** 26}
+    for variant, fmas in expected.items():
+        for kernel in (Gemm(variant), MatMul(variant)):
+            assert kernel.schema("FLOAT").defaults.panel_blas_minimum_fmas == fmas
+    shape = (1024, 32, 16)  # 2**19 multiply-adds
+    check_plan({}, shape, "panel" if selected_variant() == "x86_64_v4" else "blas")
 
 
 def test_column_path_products_on_the_openmp_pool_take_blas_on_the_calling_thread():
@@ -980,8 +1010,8 @@ def test_the_panel_limit_and_tile_k_say_which_products_take_the_panel_path(
         limit, columns, depth, path):
     """An MLP's hidden layer: the panel path up to algorithm.panel_n_limit columns of op(B)
     and algorithm.tile_k (256) rows of it."""
-    values = {"algorithm.blas_minimum_fmas": 10**15, "algorithm.column_n_limit": 0,
-              "algorithm.panel_n_limit": limit}
+    values = {"algorithm.blas_minimum_fmas": 10**15, "algorithm.panel_blas_minimum_fmas": 10**15,
+              "algorithm.column_n_limit": 0, "algorithm.panel_n_limit": limit}
     assert prepare(values, kernel=MATMUL).plan(
         matrix((4096, depth)), matrix((depth, columns))).path == path
     assert GEMM.configure("FLOAT", {}).panel_n_limit == 32

@@ -675,6 +675,39 @@ def test_the_column_blas_threshold_is_where_blas_beats_the_column_path_on_tall_p
     assert set(decision.units) == {"M x 32 x 1", "M x 32 x 8"}
 
 
+def test_the_panel_blas_threshold_is_where_blas_beats_the_panel_path_on_tall_products():
+    """One threshold serves the panel path's narrowest op(B) (a column past the column
+    limit) and its widest (the panel limit): with both crossovers below the value in use it
+    moves toward the higher, in multiply-adds, and stops an octave short of it."""
+    kernel, element_type, context = _calibration_context(
+        "MatMul", 1, {"algorithm.column_n_limit": 8, "algorithm.panel_n_limit": 32,
+                      "algorithm.panel_blas_minimum_fmas": 1 << 40}, **QUICK,
+        memory_budget=20_000_000)
+    _timed_by_point(context, lambda name, rows: 1.0 if (name == "BLAS") == (rows >= 1024)
+                    else 2.0)
+    calibration = GemmCalibration(kernel, element_type)
+    compiled = {"algorithm.panel_blas_minimum_fmas": 1 << 62}
+    calibration._panel_blas(context, ("compiled", calibration._runner(context, compiled)),
+                            ("BLAS", calibration._runner(
+                                context, {"algorithm.panel_blas_minimum_fmas": 0})))
+    (decision,) = context.decisions
+    assert decision.parameter == "algorithm.panel_blas_minimum_fmas"
+    assert decision.measured == 1024 * 32 * 32 and decision.value == 2048 * 32 * 32
+    assert set(decision.units) == {"M x 32 x 9", "M x 32 x 32"}
+    config = context.configure(compiled)
+    assert calibration.plan_of(config, 1, calibration._tall(context, 9), 4096).path == "panel"
+
+
+def test_the_panel_blas_threshold_is_kept_when_no_product_takes_the_panel_path():
+    kernel, element_type, context = _calibration_context(
+        "MatMul", 1, {"algorithm.column_n_limit": 8, "algorithm.panel_n_limit": 8}, **QUICK)
+    calibration = GemmCalibration(kernel, element_type)
+    calibration._panel_blas(context, ("compiled", None), ("BLAS", None))
+    (decision,) = context.decisions
+    assert decision.parameter == "algorithm.panel_blas_minimum_fmas" and not decision.changed
+    assert "no product of 32 rows of op(B) takes the panel path" in decision.reason
+
+
 @pytest.mark.parametrize("kernel_name", ["Gemm", "MatMul"])
 def test_the_packed_blas_threshold_is_where_blas_beats_the_packed_path_on_a_weight(
         kernel_name):

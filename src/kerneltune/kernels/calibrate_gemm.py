@@ -63,6 +63,7 @@ BLAS = "algorithm.blas_minimum_fmas"
 SKINNY_BLAS = "algorithm.skinny_blas_minimum_fmas"
 VECTOR_BLAS = "algorithm.vector_blas_minimum_fmas"
 COLUMN_BLAS = "algorithm.column_blas_minimum_fmas"
+PANEL_BLAS = "algorithm.panel_blas_minimum_fmas"
 PACKED_BLAS = "algorithm.packed_blas_minimum_fmas"
 FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
 SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
@@ -78,7 +79,7 @@ ROW_SIZES = (32, 96)
 #: rows and depth of the narrow-N family (a classifier's scores over a batch)
 NARROW_ROWS, NARROW_DEPTH = 1024, 64
 #: depth of the tall family, on which BLAS races the column path (the last layer of an MLP,
-#: a linear model's features)
+#: a linear model's features) and the panel path (its hidden layers)
 TALL_DEPTH = 32
 #: the cache sizes assumed when the descriptor does not know them
 DEFAULT_L1, DEFAULT_L2 = 32 * 1024, 512 * 1024
@@ -269,7 +270,7 @@ class GemmCalibration(KernelCalibration):
 
     def __call__(self, context: CalibrationContext) -> None:
         compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER, COLUMN_BLAS: NEVER,
-                    PACKED_BLAS: NEVER}
+                    PANEL_BLAS: NEVER, PACKED_BLAS: NEVER}
         self._tiles(context, compiled)
         square = self._square(context)
         steps = context.options.level.steps_per_octave
@@ -430,10 +431,11 @@ class GemmCalibration(KernelCalibration):
 
     def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
               compiled: dict) -> None:
-        """The BLAS crossovers, in multiply-adds: square, one-row, column-path and skinny
-        products."""
+        """The BLAS crossovers, in multiply-adds: square, one-row, column-path, panel-path and
+        skinny products."""
         on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0, VECTOR_BLAS: 0,
-                                                  COLUMN_BLAS: 0, PACKED_BLAS: 0}))
+                                                  COLUMN_BLAS: 0, PANEL_BLAS: 0,
+                                                  PACKED_BLAS: 0}))
         compiled_run = ("compiled", self._runner(context, compiled))
         decide_crossover(context, Crossover(
             BLAS, square, squares, compiled_run, on_blas,
@@ -444,6 +446,7 @@ class GemmCalibration(KernelCalibration):
             lambda s: s * s, max(1, math.isqrt(int(context.values[VECTOR_BLAS]))),
             self._tolerance(), VECTOR_BLAS_RESOLUTION_OCTAVES))
         self._column_blas(context, compiled_run, on_blas)
+        self._panel_blas(context, compiled_run, on_blas)
         self._packed_blas(context, compiled_run, on_blas)
         limit = int(context.values[SKINNY])
         if limit < 2:
@@ -474,13 +477,33 @@ class GemmCalibration(KernelCalibration):
             context.keep(COLUMN_BLAS, f"kept: algorithm.column_n_limit is {limit}, no product "
                                       f"takes the column path")
             return
+        self._tall_blas(context, COLUMN_BLAS, sorted({1, limit}), compiled_run, on_blas)
+
+    def _panel_blas(self, context: CalibrationContext, compiled_run: tuple,
+                    on_blas: tuple) -> None:
+        """Where BLAS beats the panel path, in multiply-adds, on tall products of the panel
+        path's narrowest and widest op(B) together: one threshold serves both."""
+        narrowest, widest = int(context.values[COLUMN]) + 1, int(context.values[PANEL])
+        if widest < narrowest or int(context.values[TILE_K]) < TALL_DEPTH:
+            context.keep(PANEL_BLAS, f"kept: no product of {TALL_DEPTH} rows of op(B) takes "
+                                     f"the panel path (algorithm.panel_n_limit {widest}, "
+                                     f"algorithm.column_n_limit {narrowest - 1}, "
+                                     f"algorithm.tile_k {int(context.values[TILE_K])})")
+            return
+        self._tall_blas(context, PANEL_BLAS, sorted({narrowest, widest}), compiled_run,
+                        on_blas)
+
+    def _tall_blas(self, context: CalibrationContext, parameter: str, widths: list[int],
+                   compiled_run: tuple, on_blas: tuple) -> None:
+        """``parameter``, a BLAS crossover in multiply-adds, shared by the tall products of
+        each of ``widths`` columns, on their rows."""
         rows = geometric_grid(16, 16384, context.options.level.steps_per_octave)
-        in_use = int(context.values[COLUMN_BLAS])
+        in_use = int(context.values[parameter])
         decide_shared_crossover(context, [
-            Crossover(COLUMN_BLAS, self._tall(context, columns), rows, compiled_run, on_blas,
+            Crossover(parameter, self._tall(context, columns), rows, compiled_run, on_blas,
                       lambda s, columns=columns: s * TALL_DEPTH * columns,
                       max(1, in_use // (TALL_DEPTH * columns)), self._tolerance())
-            for columns in sorted({1, limit})])
+            for columns in widths])
 
     def _packed_blas(self, context: CalibrationContext, compiled_run: tuple,
                      on_blas: tuple) -> None:
@@ -531,12 +554,13 @@ class GemmCalibration(KernelCalibration):
 
     def workload(self, context: CalibrationContext) -> Workload:
         """The tile families, skinny products of a few row counts, narrow ones of a few
-        column counts, tall one-column ones of a few row counts, and the square, one-row
+        column counts, tall ones of one and 16 columns, and the square, one-row
         and two-row products an octave apart, on which the thresholds between paths move."""
         cases = [*self.families(context),
                  *((self._skinny_m(context), rows) for rows in (4, 12, 24)),
                  *((self._narrow(context), columns) for columns in (3, 16, 48)),
-                 *((self._tall(context, 1), rows) for rows in (256, 1024, 4096)),
+                 *((self._tall(context, columns), rows) for columns in (1, 16)
+                   for rows in (256, 1024, 4096)),
                  *((self._weight(context), rows) for rows in (64, 512, 4096)),
                  *((self._square(context), size) for size in whole_block_grid(16, 724, 1)),
                  *((self._rows(context, rows), size) for rows in (1, 2)

@@ -26,7 +26,9 @@ Six algorithms compute ``alpha * op(A) @ op(B) + beta * C`` (see :mod:`.gemm_pyt
   matrix-vector products, with kernels of their own), and for products of the column path's
   few columns from ``algorithm.column_blas_minimum_fmas`` on (the column path transposes
   each block of rows of A, which costs more than BLAS's whole product once there are a few
-  hundred rows).
+  hundred rows), and for products the panel path takes from
+  ``algorithm.panel_blas_minimum_fmas`` on (where BLAS overtakes it depends on the
+  instruction set far more than the blocked path's crossover does).
 
 Those are the algorithm decisions. The parallel decision is separate: the compiled paths
 cut the output into tasks (``tile_m x tile_n`` tiles, halved while there are fewer than
@@ -80,6 +82,7 @@ from .gemm_pythran import (
     T_FMAS_PER_UNIT,
     T_MINIMUM_TASKS,
     T_PACK_MINIMUM,
+    T_PANEL_BLAS,
     T_PANEL_LIMIT,
     T_RELU,
     T_ROW_LIMIT,
@@ -186,6 +189,11 @@ class GemmConfig:
         "algorithm.column_blas_minimum_fmas", 16_384, minimum=0,
         doc="M * N * K from which a product of at most algorithm.column_n_limit columns of "
             "op(B) is computed by numpy.matmul (BLAS) instead of the column path")
+    panel_blas_minimum_fmas: int = tunable(
+        "algorithm.panel_blas_minimum_fmas", 2_097_152, minimum=0,
+        doc="M * N * K from which a product of at most algorithm.panel_n_limit columns of "
+            "op(B) and at most algorithm.tile_k rows of it is computed by numpy.matmul "
+            "(BLAS) instead of the panel path")
     fmas_per_work_unit: int = tunable(
         "parallel.fmas_per_work_unit", 524_288, minimum=1,
         doc="multiply-adds (M * N * K) each thread must have at least: a product runs on at "
@@ -228,11 +236,14 @@ class HalfGemmConfig(GemmConfig):
 #: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread;
 #: the AVX variants' packed path on a constant B's panels beats BLAS, which packs B at every
 #: call, up to 2**26 multiply-adds on one and two threads (docs/kernels.md, "A product in a
-#: model")
+#: model"); the panel path meets BLAS on one thread from 2**16 multiply-adds on the
+#: baseline and 2**17 on ``x86_64_v3``, and on ``x86_64_v4`` beat it up to 2**25, the largest
+#: measured (docs/kernels.md, "The panel path")
 VARIANT_DEFAULTS: Mapping[str, Mapping[str, int]] = {
-    "baseline": {"vector_blas_minimum_fmas": 262_144},
-    "x86_64_v3": {"packed_blas_minimum_fmas": 67_108_864},
-    "x86_64_v4": {"packed_blas_minimum_fmas": 67_108_864},
+    "baseline": {"vector_blas_minimum_fmas": 262_144, "panel_blas_minimum_fmas": 65_536},
+    "x86_64_v3": {"packed_blas_minimum_fmas": 67_108_864, "panel_blas_minimum_fmas": 131_072},
+    "x86_64_v4": {"packed_blas_minimum_fmas": 67_108_864,
+                  "panel_blas_minimum_fmas": 67_108_864},
 }
 
 
@@ -413,6 +424,7 @@ class PreparedGemm(PreparedKernel):
                   T_SKINNY_BLAS: INT64_MAX if compiled_rows else config.skinny_blas_minimum_fmas,
                   T_BLAS: INT64_MAX if compiled_rows else config.blas_minimum_fmas,
                   T_COLUMN_BLAS: config.column_blas_minimum_fmas,
+                  T_PANEL_BLAS: INT64_MAX if compiled_rows else config.panel_blas_minimum_fmas,
                   T_TILE_M: config.tile_m, T_TILE_N: config.tile_n, T_TILE_K: config.tile_k,
                   T_PACK_MINIMUM: config.pack_b_minimum_elements,
                   T_MINIMUM_TASKS: config.minimum_tasks,
@@ -505,7 +517,7 @@ class PreparedGemm(PreparedKernel):
             return False
         for thresholds in (self._thresholds, self._packed_thresholds):
             thresholds.flags.writeable = True
-            thresholds[[T_BLAS, T_SKINNY_BLAS]] = INT64_MAX
+            thresholds[[T_BLAS, T_SKINNY_BLAS, T_PANEL_BLAS]] = INT64_MAX
             thresholds.flags.writeable = False
         return True
 

@@ -208,7 +208,8 @@ T_PANEL_LIMIT = 16
 T_RELU = 17
 T_COLUMN_BLAS = 18
 T_ROW_LIMIT = 19
-T_FIELDS = 20
+T_PANEL_BLAS = 20
+T_FIELDS = 21
 #: paths that ``decide`` names
 BLAS_PATH = 0
 SKINNY_PATH = 1
@@ -982,8 +983,10 @@ def decide(m, k, n, serial, t):
     in_cache = k * n < t[T_SKINNY_MINIMUM_B]  # a B the skinny path leaves
     skinny_rows = m <= t[T_SKINNY_LIMIT] and not in_cache
     column = n <= t[T_COLUMN_LIMIT]
+    panel = n <= t[T_PANEL_LIMIT] and k <= t[T_TILE_K]
     if fmas >= (t[T_VECTOR_BLAS] if m == 1 else t[T_SKINNY_BLAS] if skinny_rows
-                else t[T_COLUMN_BLAS] if column else t[T_BLAS]):
+                else t[T_COLUMN_BLAS] if column else t[T_PANEL_BLAS] if panel
+                else t[T_BLAS]):
         return BLAS_PATH, 0
     if m <= t[T_ROW_LIMIT] and in_cache:
         return ROW_PATH, 1
@@ -996,7 +999,7 @@ def decide(m, k, n, serial, t):
     unit = t[T_FMAS_PER_UNIT]
     tiles = _grid(m, n, t[T_TILE_M], tile_n, _wanted(fmas, unit, t))
     threads = _threads(_tasks(m, n, tiles[0], tiles[1]), fmas, unit, t)
-    if n <= t[T_PANEL_LIMIT] and k <= t[T_TILE_K]:
+    if panel:
         return PANEL_PATH, threads
     return blocked_path, threads
 
