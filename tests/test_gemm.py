@@ -4,6 +4,7 @@ the thresholds choose, bit-identical serial and parallel runs, and clear errors.
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 
 import numpy as np
@@ -610,37 +611,22 @@ def test_one_row_products_have_their_own_blas_threshold():
     check_plan({"algorithm.vector_blas_minimum_fmas": 0}, (2, 300, 400), "skinny")
 
 
-def test_column_path_products_have_their_own_blas_threshold():
-    """The column path's few columns meet algorithm.column_blas_minimum_fmas, whatever the
-    square threshold; a product of more columns meets the square one."""
-    shape = (64, 32, 3)
-    fmas = 64 * 32 * 3
-    check_plan({"algorithm.column_blas_minimum_fmas": fmas}, shape, "blas")
-    check_plan({"algorithm.column_blas_minimum_fmas": fmas + 1}, shape, "column")
-    check_plan({"algorithm.column_blas_minimum_fmas": fmas + 1, "algorithm.blas_minimum_fmas": 0},
-               shape, "column")
-    check_plan({"algorithm.column_blas_minimum_fmas": fmas, "algorithm.blas_minimum_fmas": 0},
-               shape, "blas", transA=1, transB=1)
-    check_plan({"algorithm.column_blas_minimum_fmas": 0, "algorithm.column_n_limit": 2}, shape,
-               "panel")  # not the column path's: the panel path's threshold, not reached
-
-
-def test_panel_path_products_have_their_own_blas_threshold():
-    """The panel path's narrow op(B) meets algorithm.panel_blas_minimum_fmas, whatever the
-    square threshold; a product of more columns than the panel path takes meets the square
-    one."""
-    shape = (64, 32, 16)
-    fmas = 64 * 32 * 16
-    check_plan({"algorithm.panel_blas_minimum_fmas": fmas}, shape, "blas")
-    check_plan({"algorithm.panel_blas_minimum_fmas": fmas + 1}, shape, "panel")
-    check_plan({"algorithm.panel_blas_minimum_fmas": fmas + 1, "algorithm.blas_minimum_fmas": 0},
-               shape, "panel")
-    check_plan({"algorithm.panel_blas_minimum_fmas": fmas, "algorithm.blas_minimum_fmas": 0},
-               shape, "blas", transA=1, transB=1)
-    check_plan({"algorithm.panel_blas_minimum_fmas": 0, "algorithm.panel_n_limit": 8}, shape,
-               "blocked")  # not the panel path's: the square threshold, not reached
-    check_plan({"algorithm.panel_blas_minimum_fmas": 0, "algorithm.tile_k": 16}, shape,
-               "blocked")  # a K of more than one panel's rows is not the panel path's
+@pytest.mark.parametrize(("path", "shape", "elsewhere", "other"), [
+    ("column", (64, 32, 3), {"algorithm.column_n_limit": 2}, "panel"),
+    ("panel", (64, 32, 16), {"algorithm.panel_n_limit": 8}, "blocked")])
+def test_column_and_panel_path_products_have_their_own_blas_thresholds(path, shape, elsewhere,
+                                                                     other):
+    """The column and panel paths' narrow op(B) meets the path's own BLAS threshold, whatever
+    the square one; a product the path does not take meets the threshold of the path that
+    takes it."""
+    parameter = f"algorithm.{path}_blas_minimum_fmas"
+    fmas = math.prod(shape)
+    check_plan({parameter: fmas}, shape, "blas")
+    check_plan({parameter: fmas + 1}, shape, path)
+    check_plan({parameter: fmas + 1, "algorithm.blas_minimum_fmas": 0}, shape, path)
+    check_plan({parameter: fmas, "algorithm.blas_minimum_fmas": 0}, shape, "blas", transA=1,
+               transB=1)
+    check_plan({parameter: 0, **elsewhere}, shape, other)  # that path's threshold, not reached
 
 
 def test_each_variant_meets_blas_on_the_panel_path_where_it_was_measured_to():
