@@ -1,5 +1,6 @@
 """A BLAS behind the processor: where numpy's OpenBLAS runs kernels for fewer instructions
-than the ISA variant (OPENBLAS_CORETYPE=Haswell on an AVX-512 processor, say), a session
+than the ISA variant's defaults assume (OPENBLAS_CORETYPE=Haswell on an AVX-512 processor,
+Nehalem's SSE kernels under the baseline, whose defaults assume AVX kernels), a session
 whose values are the portable defaults (and a kernel prepared without a config) keeps its
 products of several rows on the compiled paths; values from a profile, a calibration or an
 override keep their BLAS crossovers.
@@ -28,9 +29,15 @@ from kerneltune.machine.blas import narrower_than
     ("openblas", "SkylakeX", "x86_64_v4", False),
     ("openblas", "Cooperlake", "x86_64_v4", False),
     ("openblas", "SapphireRapids", "x86_64_v3", False),
-    # what cannot be told is not narrower: the portable variant, an unknown family, another
-    # library, no architecture
+    # the baseline's defaults assume AVX kernels, whatever the family's lineage
+    ("openblas", "Nehalem", "baseline", True),
+    ("openblas", "Core2", "baseline", True),
+    ("openblas", "Sandybridge", "baseline", False),
+    ("openblas", "Zen", "baseline", False),
     ("openblas", "Haswell", "baseline", False),
+    # what cannot be told is not narrower: an unknown family, another library, no
+    # architecture, a variant of no known target
+    ("openblas", "Haswell", "riscv_v", False),
     ("openblas", "Neoversen1", "x86_64_v4", False),
     ("mkl", "Haswell", "x86_64_v4", False),
     ("openblas", None, "x86_64_v4", False),
@@ -119,8 +126,10 @@ needs_avx512_openblas = pytest.mark.skipif(_openblas_with_avx512() is not None,
 
 
 @needs_avx512_openblas
-def test_defaults_keep_products_off_a_blas_of_narrower_kernels():
-    found = _sessions("Haswell", "x86_64_v4")
+@pytest.mark.parametrize(("coretype", "variant"), [("Haswell", "x86_64_v4"),
+                                                    ("Nehalem", "baseline")])
+def test_defaults_keep_products_off_a_blas_of_narrower_kernels(coretype, variant):
+    found = _sessions(coretype, variant)
     # the product of several rows on the compiled path, and a model of a large weight on
     # the OpenMP pool, whose products all keep off BLAS
     assert (found["defaults"]["path"], found["defaults"]["pool"]) == ("blocked_packed",
@@ -136,7 +145,8 @@ def test_defaults_keep_products_off_a_blas_of_narrower_kernels():
     # and an explanation of the Gemm key says why
     (explained,) = found["explained"]
     assert explained.startswith("BLAS thresholds are the portable defaults, and openblas ")
-    assert "(Haswell) runs kernels for fewer instructions than x86_64_v4" in explained
+    assert (f"({coretype}) runs kernels for fewer instructions than the defaults of "
+            f"{variant} assume") in explained
     # the compiled path's sums are the BLAS path's, within rounding
     for name in ("defaults", "override"):
         np.testing.assert_allclose(found[name]["result"], found["numpy"], rtol=1e-4, atol=1e-3)
@@ -144,7 +154,8 @@ def test_defaults_keep_products_off_a_blas_of_narrower_kernels():
 
 @needs_avx512_openblas
 @pytest.mark.parametrize(("coretype", "variant"), [("SkylakeX", "x86_64_v4"),
-                                                    ("Haswell", "x86_64_v3")])
+                                                    ("Haswell", "x86_64_v3"),
+                                                    ("Sandybridge", "baseline")])
 def test_defaults_take_blas_where_its_kernels_use_the_variant_s_instructions(coretype,
                                                                              variant):
     found = _sessions(coretype, variant)

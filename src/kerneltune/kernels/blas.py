@@ -65,7 +65,7 @@ def matmul(a, b, threads: int):
 @functools.cache
 def narrower_than(variant: str) -> str | None:
     """numpy's BLAS (:func:`~kerneltune.machine.blas.blas_label`) where it runs kernels for
-    fewer instructions than ISA variant ``variant``, else None."""
+    fewer instructions than ISA variant ``variant``'s defaults assume, else None."""
     controller = _controller()
     if controller is None:
         return None

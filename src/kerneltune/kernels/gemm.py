@@ -233,14 +233,17 @@ class HalfGemmConfig(GemmConfig):
 
 #: defaults of the variants whose compiled paths meet BLAS (built for every instruction set,
 #: whatever the variant) at other sizes: baseline's, without FMA or wide vectors, lose
-#: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread;
+#: one-row products to BLAS's matrix-vector kernel from 512**2 multiply-adds on one thread
+#: and products of several rows, on every path, to BLAS's AVX kernels from 2**16
+#: (``machine.blas.ASSUMED_FEATURES``; docs/kernels.md, "The BLAS path");
 #: the AVX variants' packed path on a constant B's panels beats BLAS, which packs B at every
 #: call, up to 2**26 multiply-adds on one and two threads (docs/kernels.md, "A product in a
-#: model"); the panel path meets BLAS on one thread from 2**16 multiply-adds on the
-#: baseline and 2**17 on ``x86_64_v3``, and on ``x86_64_v4`` beat it up to 2**25, the largest
-#: measured (docs/kernels.md, "The panel path")
+#: model"); the panel path meets BLAS on one thread from 2**17 multiply-adds on
+#: ``x86_64_v3``, and on ``x86_64_v4`` beat it up to 2**25, the largest measured
+#: (docs/kernels.md, "The panel path")
 VARIANT_DEFAULTS: Mapping[str, Mapping[str, int]] = {
-    "baseline": {"vector_blas_minimum_fmas": 262_144, "panel_blas_minimum_fmas": 65_536},
+    "baseline": {"vector_blas_minimum_fmas": 262_144, "panel_blas_minimum_fmas": 65_536,
+                 "blas_minimum_fmas": 65_536, "packed_blas_minimum_fmas": 65_536},
     "x86_64_v3": {"packed_blas_minimum_fmas": 67_108_864, "panel_blas_minimum_fmas": 131_072},
     "x86_64_v4": {"packed_blas_minimum_fmas": 67_108_864,
                   "panel_blas_minimum_fmas": 67_108_864},
@@ -507,11 +510,12 @@ class PreparedGemm(PreparedKernel):
 
     def check_blas(self) -> bool:
         """At the first product past a BLAS crossover of the portable defaults: whether numpy's
-        BLAS runs kernels for fewer instructions than this variant (OPENBLAS_CORETYPE=Haswell
-        on an AVX-512 processor, an OpenBLAS older than the processor), and if so the products
-        of several rows take the compiled paths from then on. The defaults assume kernels for
-        the processor; a profile's crossovers were measured (docs/kernels.md, "A BLAS behind
-        the processor"). The thresholds change in place, for every run that holds them."""
+        BLAS runs kernels for fewer instructions than this variant's defaults assume
+        (OPENBLAS_CORETYPE=Haswell on an AVX-512 processor, an OpenBLAS older than the
+        processor, SSE kernels under the baseline), and if so the products of several rows
+        take the compiled paths from then on. The defaults assume kernels for the processor;
+        a profile's crossovers were measured (docs/kernels.md, "A BLAS behind the
+        processor"). The thresholds change in place, for every run that holds them."""
         self.blas_unchecked = False
         if blas.narrower_than(self.key.implementation) is None:
             return False

@@ -6,7 +6,8 @@ moves them. A profile records the calibrating process's libraries; import and
 :func:`kerneltune.explain` compare them with this process's through
 :func:`blas_difference`, the one rule for when a value may be wrong here. The
 portable defaults assume a BLAS with kernels for the processor:
-:func:`narrower_than` says when one runs kernels for fewer instructions.
+:func:`narrower_than` says when one runs kernels for fewer instructions than
+they assume.
 """
 
 from __future__ import annotations
@@ -61,15 +62,26 @@ OPENBLAS_TARGETS = {
 }
 
 
+#: what the portable defaults of a variant that is no archspec target assume of BLAS's
+#: kernels: the baseline's meet BLAS where kernels of 256-bit vectors overtake its SSE2 paths,
+#: which every x86-64 processor since 2011 runs (docs/kernels.md, "A BLAS behind the processor")
+ASSUMED_FEATURES = {"baseline": frozenset({"avx"})}
+
+
 def narrower_than(blas: Mapping[str, object], variant: str) -> bool:
     """Whether ``blas`` (a :func:`blas_of` record) runs kernels for fewer instructions than
-    ISA variant ``variant`` compiles for: an OpenBLAS whose kernel family (its own choice or
-    OPENBLAS_CORETYPE's) is not ``variant``'s target or a descendant of it. False for what
-    this cannot tell: another library, an unknown family, a variant no archspec target.
+    ISA variant ``variant``'s portable defaults assume: an OpenBLAS whose kernel family (its
+    own choice or OPENBLAS_CORETYPE's) is not ``variant``'s target or a descendant of it, or
+    lacks the features :data:`ASSUMED_FEATURES` names for it. False for what this cannot
+    tell: another library, an unknown family, a variant neither names.
     """
     architecture = blas.get("architecture")
     target = (OPENBLAS_TARGETS.get(architecture.lower())
               if blas.get("name") == "openblas" and isinstance(architecture, str) else None)
-    if target is None or variant not in archspec.cpu.TARGETS:
+    if target is None:
+        return False
+    if variant in ASSUMED_FEATURES:
+        return not ASSUMED_FEATURES[variant] <= archspec.cpu.TARGETS[target].features
+    if variant not in archspec.cpu.TARGETS:
         return False
     return not archspec.cpu.TARGETS[target] >= archspec.cpu.TARGETS[variant]

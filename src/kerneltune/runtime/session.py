@@ -227,7 +227,7 @@ class RuntimeSession:
 
     def _narrower_blas(self, resolutions: Mapping[KernelTuningKey, Resolution]) -> bool:
         """Whether every product's values are the portable defaults and numpy's BLAS runs
-        kernels for fewer instructions than their variant: then they keep their products of
+        kernels for fewer instructions than those assume: then they keep their products of
         several rows off BLAS (Gemm's ``portable_defaults``), whose threads no run needs
         (docs/kernels.md, "A BLAS behind the processor")."""
         products = {node.kernel.tuning_key(node.element_type) for node in self._model.nodes

@@ -186,8 +186,8 @@ def _version_note(profile: KernelTuningProfile, installed: str | None) -> tuple[
 def _narrower_blas_note(key: KernelTuningKey, resolution: Resolution,
                         loaded_blas: Callable[[], list[dict[str, object]]]) -> tuple[str, ...]:
     """A note where the defaults decide BLAS thresholds and a BLAS this process loaded runs
-    kernels for fewer instructions than the key's variant: the defaults assume kernels for
-    the processor, so a session keeps such a key's products of several rows off BLAS
+    kernels for fewer instructions than the key's variant's defaults assume (kernels for
+    the processor), so a session keeps such a key's products of several rows off BLAS
     (docs/kernels.md, A BLAS behind the processor)."""
     if not any("blas" in name for name in resolution.values):
         return ()
@@ -196,7 +196,8 @@ def _narrower_blas_note(key: KernelTuningKey, resolution: Resolution,
     if not narrower:
         return ()
     return (f"BLAS thresholds are the portable defaults, and {', '.join(narrower)} runs "
-            f"kernels for fewer instructions than {key.implementation}: a session takes the "
+            f"kernels for fewer instructions than the defaults of {key.implementation} "
+            f"assume: a session takes the "
             f"compiled paths for the products of several rows",)
 
 
