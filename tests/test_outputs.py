@@ -160,7 +160,7 @@ def test_a_compiled_product_s_large_intermediate_comes_from_the_pool(op_type):
 
     from kerneltune.runtime import RuntimeSession
 
-    rows, depth, columns = 512, 4, 256  # 512 KiB out, far below the BLAS threshold
+    rows, depth, columns = 512, 4, 256  # 512 KiB out, kept off BLAS
     weight = np.random.default_rng(0).standard_normal((depth, columns)).astype(np.float32)
     # p is read twice, so that no step writes over it
     nodes = [helper.make_node(op_type, ["x", "w"], ["p"]),
@@ -169,7 +169,9 @@ def test_a_compiled_product_s_large_intermediate_comes_from_the_pool(op_type):
         nodes, "product", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, depth])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, columns])],
         [numpy_helper.from_array(weight, "w")])
-    session = RuntimeSession(helper.make_model(graph), threads=1)
+    compiled = dict.fromkeys(("algorithm.blas_minimum_fmas",
+                              "algorithm.packed_blas_minimum_fmas"), 1 << 62)
+    session = RuntimeSession(helper.make_model(graph), threads=1, overrides={op_type: compiled})
     x = np.random.default_rng(1).standard_normal((rows, depth)).astype(np.float32)
     block = outputs.block_bytes(rows * columns * 4)
     for _ in range(2):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,9 @@ PACKED_BLAS = "algorithm.packed_blas_minimum_fmas"
 FMAS_PER_UNIT = "parallel.fmas_per_work_unit"
 SKINNY_UNIT = "parallel.skinny_fmas_per_work_unit"
 MINIMUM_TASKS = "parallel.minimum_tasks"
+#: thresholds that keep every product off BLAS: the compiled paths are compared under them
+COMPILED = MappingProxyType(dict.fromkeys(
+    (BLAS, SKINNY_BLAS, VECTOR_BLAS, COLUMN_BLAS, PANEL_BLAS, PACKED_BLAS), NEVER))
 #: depth and width of the skinny-M family
 SKINNY_DEPTH = 512
 #: the weight family: rows by a constant B of this depth and width, bound as a session binds
@@ -269,8 +273,7 @@ class GemmCalibration(KernelCalibration):
         return prepared.plan(*inputs)
 
     def __call__(self, context: CalibrationContext) -> None:
-        compiled = {BLAS: NEVER, SKINNY_BLAS: NEVER, VECTOR_BLAS: NEVER, COLUMN_BLAS: NEVER,
-                    PANEL_BLAS: NEVER, PACKED_BLAS: NEVER}
+        compiled = COMPILED
         self._tiles(context, compiled)
         square = self._square(context)
         steps = context.options.level.steps_per_octave
@@ -295,7 +298,7 @@ class GemmCalibration(KernelCalibration):
         if CONVERSION_MINIMUM in context.schema.parameters:
             self._conversion(context, compiled)
 
-    def _tiles(self, context: CalibrationContext, compiled: dict) -> None:
+    def _tiles(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
         """The tile set, judged on one thread whatever the batch's thread count.
 
         Tiles size the blocks one core's caches hold, as BLAS libraries' blocking
@@ -320,7 +323,7 @@ class GemmCalibration(KernelCalibration):
             context.decide(parameter, result.chosen.values[parameter], reason,
                            result.candidates if parameter == TILE_M else ())
 
-    def _skinny(self, context: CalibrationContext, compiled: dict) -> None:
+    def _skinny(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
         """The rows up to which the skinny path beats the blocked one on a large B, then the
         size of B from which it does so for half that many rows.
 
@@ -353,7 +356,7 @@ class GemmCalibration(KernelCalibration):
             whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
             lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
 
-    def _row(self, context: CalibrationContext, compiled: dict) -> None:
+    def _row(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
         """The rows (at most ``STRIP_ROWS``) up to which the row path takes a product of a
         B in cache: each limit's run compared on one and two rows, the limit in use kept
         unless another is faster on the whole and slower on no case."""
@@ -374,7 +377,7 @@ class GemmCalibration(KernelCalibration):
         context.comparison.extend(result.table)
         context.decide(ROW, result.chosen.values[ROW], result.reason, result.candidates)
 
-    def _panel(self, context: CalibrationContext, compiled: dict) -> None:
+    def _panel(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
         """The columns of op(B) up to which the panel path beats the blocked one (the
         column path out of the race)."""
         widths = geometric_grid(1, NR, context.options.level.steps_per_octave)
@@ -385,7 +388,7 @@ class GemmCalibration(KernelCalibration):
             functools.partial(_grid_below, widths),
             next((n for n in widths if n > int(context.values[PANEL])), widths[-1])))
 
-    def _column(self, context: CalibrationContext, compiled: dict) -> None:
+    def _column(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
         """The columns of op(B) up to which the column path beats the path that takes the
         product otherwise: the panel path up to ``NR`` columns, the blocked one beyond."""
         widths = geometric_grid(1, 2 * NR, context.options.level.steps_per_octave)
@@ -409,7 +412,7 @@ class GemmCalibration(KernelCalibration):
             return None
         return sizes
 
-    def _skinny_parallel(self, context: CalibrationContext, compiled: dict) -> None:
+    def _skinny_parallel(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
         """The skinny path's work unit, on one-row products (a batch of one through a dense
         layer), before the one-row BLAS threshold is measured against the path it sets."""
         if context.threads == 1:
@@ -430,7 +433,7 @@ class GemmCalibration(KernelCalibration):
             max(1, math.isqrt(2 * int(context.values[SKINNY_UNIT]))), parallel_above=True))
 
     def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
-              compiled: dict) -> None:
+              compiled: Mapping[str, int]) -> None:
         """The BLAS crossovers, in multiply-adds: square, one-row, column-path, panel-path and
         skinny products."""
         on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0, VECTOR_BLAS: 0,
@@ -519,7 +522,7 @@ class GemmCalibration(KernelCalibration):
             self._tolerance()))
 
     def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
-                  compiled: dict) -> None:
+                  compiled: Mapping[str, int]) -> None:
         if context.threads == 1:
             context.keep(FMAS_PER_UNIT, "kept: one thread, so no parallel path to tune")
             return
@@ -533,7 +536,7 @@ class GemmCalibration(KernelCalibration):
             max(1, round((2 * int(context.values[FMAS_PER_UNIT])) ** (1 / 3))),
             parallel_above=True))
 
-    def _conversion(self, context: CalibrationContext, compiled: dict) -> None:
+    def _conversion(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
         if context.threads == 1:
             context.keep(CONVERSION_MINIMUM, "kept: one thread, so no parallel path to tune")
             return
