@@ -273,12 +273,11 @@ class GemmCalibration(KernelCalibration):
         return prepared.plan(*inputs)
 
     def __call__(self, context: CalibrationContext) -> None:
-        compiled = COMPILED
-        self._tiles(context, compiled)
+        self._tiles(context, COMPILED)
         square = self._square(context)
         steps = context.options.level.steps_per_octave
         squares = whole_block_grid(16, 724, steps)
-        blocked = {**compiled, SKINNY: 0}
+        blocked = {**COMPILED, SKINNY: 0}
         never_pack, always_pack = ({**blocked, PACK_B: NEVER}, {**blocked, PACK_B: 0})
         tile_k, tile_n = int(context.values[TILE_K]), int(context.values[TILE_N])
         decide_crossover(context, Crossover(
@@ -286,17 +285,17 @@ class GemmCalibration(KernelCalibration):
             ("B packed", self._runner(context, always_pack)),
             lambda s: min(s, tile_k) * min(s, tile_n),
             max(1, math.isqrt(int(context.values[PACK_B])))))
-        self._skinny(context, compiled)
-        self._skinny_parallel(context, compiled)
-        self._row(context, compiled)
-        self._panel(context, compiled)
-        self._column(context, compiled)
-        self._blas(context, square, squares, compiled)
-        self._parallel(context, square, squares, compiled)
+        self._skinny(context, COMPILED)
+        self._skinny_parallel(context, COMPILED)
+        self._row(context, COMPILED)
+        self._panel(context, COMPILED)
+        self._column(context, COMPILED)
+        self._blas(context, square, squares, COMPILED)
+        self._parallel(context, square, squares, COMPILED)
         context.keep(MINIMUM_TASKS, "kept: parallel.fmas_per_work_unit decides when a product "
                                     "is worth threads; the task count is not searched")
         if CONVERSION_MINIMUM in context.schema.parameters:
-            self._conversion(context, compiled)
+            self._conversion(context, COMPILED)
 
     def _tiles(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
         """The tile set, judged on one thread whatever the batch's thread count.

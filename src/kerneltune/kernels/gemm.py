@@ -238,14 +238,14 @@ class HalfGemmConfig(GemmConfig):
 #: (``machine.blas.ASSUMED_FEATURES``; docs/kernels.md, "The BLAS path");
 #: the AVX variants' packed path on a constant B's panels beats BLAS, which packs B at every
 #: call, up to 2**26 multiply-adds on one and two threads (docs/kernels.md, "A product in a
-#: model"); ``x86_64_v3``'s blocked path loses to BLAS's AVX2 kernels from 2**18 and its
-#: panel path from 2**17; ``x86_64_v4``'s panel path beat BLAS up to 2**25, the largest
-#: measured (docs/kernels.md, "The BLAS path", "The panel path")
+#: model"); ``x86_64_v3``'s blocked path loses to BLAS's AVX2 kernels between 64**3 and
+#: 72**3 and its panel path from 2**17; ``x86_64_v4``'s panel path beat BLAS up to 2**25,
+#: the largest measured (docs/kernels.md, "The BLAS path", "The panel path")
 VARIANT_DEFAULTS: Mapping[str, Mapping[str, int]] = {
     "baseline": {"vector_blas_minimum_fmas": 262_144, "panel_blas_minimum_fmas": 65_536,
                  "blas_minimum_fmas": 65_536, "packed_blas_minimum_fmas": 65_536},
     "x86_64_v3": {"packed_blas_minimum_fmas": 67_108_864, "panel_blas_minimum_fmas": 131_072,
-                  "blas_minimum_fmas": 262_144},
+                  "blas_minimum_fmas": 68 ** 3},
     "x86_64_v4": {"packed_blas_minimum_fmas": 67_108_864,
                   "panel_blas_minimum_fmas": 67_108_864},
 }

@@ -64,7 +64,8 @@ OPENBLAS_TARGETS = {
 
 #: what the portable defaults of a variant that is no archspec target assume of BLAS's
 #: kernels: the baseline's meet BLAS where kernels of 256-bit vectors overtake its SSE2 paths,
-#: which every x86-64 processor since 2011 runs (docs/kernels.md, "A BLAS behind the processor")
+#: which the Core and AMD processors since 2011 run (not every Pentium, Celeron or Atom;
+#: docs/kernels.md, "A BLAS behind the processor")
 ASSUMED_FEATURES = {"baseline": frozenset({"avx"})}
 
 
