@@ -27,13 +27,14 @@ from kerneltune.calibration.search import (
 from kerneltune.machine.detect import current_execution
 
 
-def _context(registry_key=None, **options) -> CalibrationContext:
+def _context(registry_key=None, values=None, **options) -> CalibrationContext:
     from kerneltune.tuning.schema import KernelTuningSchema
 
     key = registry_key or toy_key()
     schema = KernelTuningSchema.from_config(key, ToyConfig)
     return CalibrationContext(key, schema, current_execution(1),
-                              CalibrationOptions(**options), schema.default_values(),
+                              CalibrationOptions(**options),
+                              {**schema.default_values(), **(values or {})},
                               Deadline(float("inf"), "per-key"))
 
 
@@ -415,6 +416,20 @@ def test_serial_winning_everywhere_takes_the_crossover_at_the_largest_size():
     decision = decide_crossover(context, _crossover_problem(context, SIZES, 65536))
     assert decision.measured == SIZES[-1] // 2 and "up to the largest size" in decision.reason
     assert decision.value == SIZES[-2] // 2 and "short of it (262144)" in decision.reason
+
+
+def test_a_value_in_use_below_the_sizes_searched_is_kept_where_above_wins_from_the_smallest():
+    """Parallel wins at every size searched, and the value in use already runs them all in
+    parallel: moving it to the smallest size would run the sizes below on the serial path,
+    which no measurement favoured."""
+    context = _context(values={"parallel.minimum_elements": SIZES[0] // 8})
+    _synthetic(context, lambda name, n: 1.0 if name == "serial" else 0.5)
+    decision = decide_crossover(context, _crossover_problem(context, SIZES, SIZES[0] // 4))
+    assert (decision.value, decision.changed) == (SIZES[0] // 8, False)
+    assert decision.measured == SIZES[0] // 2
+    assert decision.reason.startswith("kept: the value in use switches below the sizes "
+                                      "searched")
+    assert "parallel beats serial on unary (margin 5%) from size 1024 on" in decision.reason
 
 
 @pytest.mark.parametrize(("crossover", "value"), [

@@ -306,7 +306,8 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
 
     A value in use that switches within the problem's ``resolution`` of the
     measured crossover (either side) is as good as the measurements can tell,
-    and is kept. A crossover farther away moves the value to the grid size as
+    and is kept; so is one below the sizes searched when ``above`` wins from the
+    smallest on. A crossover farther away moves the value to the grid size as
     far short of it, toward the value in use. Stopping short keeps the
     decision continuous: crossovers measured one grid step apart give values
     at most one step apart, where keeping the whole band around the value in
@@ -327,6 +328,11 @@ def record_crossover(context: CalibrationContext, problem: Crossover, size: int 
     octaves = math.log2(problem.baseline_size / size)
     band = problem.resolution
     unit = "octave" if band == 1 else "octaves"
+    if size == problem.sizes[0] and problem.baseline_size < size:
+        return context.keep(problem.parameter,
+                            f"kept: the value in use switches below the sizes searched, so it "
+                            f"runs each on the side that won there; {reason}", candidates,
+                            measured, in_use + crossovers)
     if abs(octaves) <= band + _ROUNDING_OCTAVES:
         return context.keep(problem.parameter,
                             f"kept: the value in use switches within {band:g} {unit} of the "
