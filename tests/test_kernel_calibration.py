@@ -28,7 +28,6 @@ from kerneltune.cli import PARTIAL
 from kerneltune.kernels import LIBRARY, library, register_library
 from kerneltune.kernels.calibrate import ElementwiseCalibration
 from kerneltune.kernels.calibrate_gemm import (
-    COMPILED,
     WEIGHT_DEPTH,
     GemmCalibration,
     tile_candidates,
@@ -559,7 +558,7 @@ def test_tiles_are_judged_on_one_thread_whatever_the_batch_threads(kernel_name):
         return runners(config, count, weight)
 
     calibration._runner_for = runner_for
-    calibration._tiles(context, {})
+    calibration._tiles(context)
     decided = {d.parameter: d for d in context.decisions}
     assert threads and set(threads) == {1}
     assert [decided[p].value for p in ("algorithm.tile_m", "algorithm.tile_n",
@@ -585,7 +584,7 @@ def test_the_skinny_row_limit_stays_on_the_grid_of_row_counts(threads, blocked_f
     kernel, element_type, context = _calibration_context("MatMul", threads, **QUICK)
     _timed_by_point(context, lambda name, rows: 1.0 if (name == "blocked") == (
         rows >= blocked_from) else 2.0)
-    GemmCalibration(kernel, element_type)._skinny(context, COMPILED)
+    GemmCalibration(kernel, element_type)._skinny(context)
     decision = next(d for d in context.decisions if d.parameter == "algorithm.skinny_m_limit")
     assert (decision.value, decision.measured) == (limit, measured)
 
@@ -610,7 +609,7 @@ def test_the_row_limit_is_the_fastest_of_none_one_and_two_rows(two_rows_faster, 
     context.check = check
     context.measure = lambda runs: {name: Measurement((seconds(name),) * 5, (), 1)
                                     for name in runs}
-    GemmCalibration(kernel, element_type)._row(context, COMPILED)
+    GemmCalibration(kernel, element_type)._row(context)
     decision = next(d for d in context.decisions if d.parameter == "algorithm.row_m_limit")
     assert decision.value == limit and decision.changed == (limit != 2)
     assert {"1 x N x N", "2 x N x N"} <= set(cases)
@@ -619,7 +618,7 @@ def test_the_row_limit_is_the_fastest_of_none_one_and_two_rows(two_rows_faster, 
 def test_the_row_limit_is_kept_when_the_skinny_path_takes_every_b():
     kernel, element_type, context = _calibration_context(
         "Gemm", 1, {"algorithm.skinny_minimum_b_elements": 32 * 32})
-    GemmCalibration(kernel, element_type)._row(context, COMPILED)
+    GemmCalibration(kernel, element_type)._row(context)
     (decision,) = context.decisions
     assert decision.parameter == "algorithm.row_m_limit" and not decision.changed
     assert "skinny_minimum_b_elements is 1024" in decision.reason and not decision.candidates
@@ -630,7 +629,7 @@ def test_the_skinny_blas_search_keeps_its_value_when_no_searched_b_is_skinny():
     kernel, element_type, context = _calibration_context(
         "Gemm", 1, {"algorithm.skinny_minimum_b_elements": 10**12}, memory_budget=1)
     calibration = GemmCalibration(kernel, element_type)
-    calibration._blas(context, calibration._square(context), [16, 32], {})
+    calibration._blas(context, calibration._square(context), [16, 32])
     decided = {d.parameter: d for d in context.decisions}
     skinny_blas = decided["algorithm.skinny_blas_minimum_fmas"]
     assert not skinny_blas.changed and not skinny_blas.candidates
@@ -650,7 +649,7 @@ def test_the_one_row_blas_threshold_keeps_a_crossover_within_two_octaves_of_n(bl
     _timed_by_point(context, lambda name, n: 1.5 if name == "BLAS" else 1.0 if n < blas_from
                     else 2.0)
     calibration = GemmCalibration(kernel, element_type)
-    calibration._blas(context, calibration._square(context), [16, 32], {})
+    calibration._blas(context, calibration._square(context), [16, 32])
     decision = next(d for d in context.decisions
                     if d.parameter == "algorithm.vector_blas_minimum_fmas")
     default = kernel.schema(element_type).defaults.vector_blas_minimum_fmas

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -273,7 +273,7 @@ class GemmCalibration(KernelCalibration):
         return prepared.plan(*inputs)
 
     def __call__(self, context: CalibrationContext) -> None:
-        self._tiles(context, COMPILED)
+        self._tiles(context)
         square = self._square(context)
         steps = context.options.level.steps_per_octave
         squares = whole_block_grid(16, 724, steps)
@@ -285,19 +285,19 @@ class GemmCalibration(KernelCalibration):
             ("B packed", self._runner(context, always_pack)),
             lambda s: min(s, tile_k) * min(s, tile_n),
             max(1, math.isqrt(int(context.values[PACK_B])))))
-        self._skinny(context, COMPILED)
-        self._skinny_parallel(context, COMPILED)
-        self._row(context, COMPILED)
-        self._panel(context, COMPILED)
-        self._column(context, COMPILED)
-        self._blas(context, square, squares, COMPILED)
-        self._parallel(context, square, squares, COMPILED)
+        self._skinny(context)
+        self._skinny_parallel(context)
+        self._row(context)
+        self._panel(context)
+        self._column(context)
+        self._blas(context, square, squares)
+        self._parallel(context, square, squares)
         context.keep(MINIMUM_TASKS, "kept: parallel.fmas_per_work_unit decides when a product "
                                     "is worth threads; the task count is not searched")
         if CONVERSION_MINIMUM in context.schema.parameters:
-            self._conversion(context, COMPILED)
+            self._conversion(context)
 
-    def _tiles(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
+    def _tiles(self, context: CalibrationContext) -> None:
         """The tile set, judged on one thread whatever the batch's thread count.
 
         Tiles size the blocks one core's caches hold, as BLAS libraries' blocking
@@ -312,7 +312,7 @@ class GemmCalibration(KernelCalibration):
             processor.l1_data_bytes, processor.l2_bytes, self._compute_itemsize())
             if t != current and t[0] >= skinny]
         settings = [Setting(f"tiles {m}x{n}x{k}", {TILE_M: m, TILE_N: n, TILE_K: k},
-                            self._runner(context, {**compiled, TILE_M: m, TILE_N: n, TILE_K: k},
+                            self._runner(context, {**COMPILED, TILE_M: m, TILE_N: n, TILE_K: k},
                                          threads=1))
                     for m, n, k in candidates]
         result = compare_settings(context, Comparison(self.families(context), settings))
@@ -322,7 +322,7 @@ class GemmCalibration(KernelCalibration):
             context.decide(parameter, result.chosen.values[parameter], reason,
                            result.candidates if parameter == TILE_M else ())
 
-    def _skinny(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
+    def _skinny(self, context: CalibrationContext) -> None:
         """The rows up to which the skinny path beats the blocked one on a large B, then the
         size of B from which it does so for half that many rows.
 
@@ -334,8 +334,8 @@ class GemmCalibration(KernelCalibration):
         steps = context.options.level.steps_per_octave
         rows = geometric_grid(1, tile_m, steps)
         case = self._skinny_m(context)
-        skinny = self._runner(context, {**compiled, SKINNY: tile_m, SKINNY_B: 0})
-        blocked = self._runner(context, {**compiled, SKINNY: 0})
+        skinny = self._runner(context, {**COMPILED, SKINNY: tile_m, SKINNY_B: 0})
+        blocked = self._runner(context, {**COMPILED, SKINNY: 0})
         decide_crossover(context, Crossover(
             SKINNY, case, rows, ("skinny", skinny), ("blocked", blocked),
             functools.partial(_grid_below, rows),
@@ -355,7 +355,7 @@ class GemmCalibration(KernelCalibration):
             whole_block_grid(NR, SKINNY_DEPTH, steps), ("blocked", blocked), ("skinny", skinny),
             lambda s: s * s, max(1, math.isqrt(int(context.values[SKINNY_B])))))
 
-    def _row(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
+    def _row(self, context: CalibrationContext) -> None:
         """The rows (at most ``STRIP_ROWS``) up to which the row path takes a product of a
         B in cache: each limit's run compared on one and two rows, the limit in use kept
         unless another is faster on the whole and slower on no case."""
@@ -368,7 +368,7 @@ class GemmCalibration(KernelCalibration):
         in_use = int(context.values[ROW])
         limits = [in_use] + [limit for limit in range(STRIP_ROWS + 1) if limit != in_use]
         settings = [Setting(f"row path up to {limit} rows", {ROW: limit},
-                            self._runner(context, {**compiled, ROW: limit}))
+                            self._runner(context, {**COMPILED, ROW: limit}))
                     for limit in limits]
         cases = [(self._rows(context, rows), size)
                  for rows in range(1, STRIP_ROWS + 1) for size in sizes]
@@ -376,25 +376,25 @@ class GemmCalibration(KernelCalibration):
         context.comparison.extend(result.table)
         context.decide(ROW, result.chosen.values[ROW], result.reason, result.candidates)
 
-    def _panel(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
+    def _panel(self, context: CalibrationContext) -> None:
         """The columns of op(B) up to which the panel path beats the blocked one (the
         column path out of the race)."""
         widths = geometric_grid(1, NR, context.options.level.steps_per_octave)
         decide_crossover(context, Crossover(
             PANEL, self._narrow(context), widths,
-            ("panel", self._runner(context, {**compiled, COLUMN: 0, PANEL: NR})),
-            ("blocked", self._runner(context, {**compiled, COLUMN: 0, PANEL: 0})),
+            ("panel", self._runner(context, {**COMPILED, COLUMN: 0, PANEL: NR})),
+            ("blocked", self._runner(context, {**COMPILED, COLUMN: 0, PANEL: 0})),
             functools.partial(_grid_below, widths),
             next((n for n in widths if n > int(context.values[PANEL])), widths[-1])))
 
-    def _column(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
+    def _column(self, context: CalibrationContext) -> None:
         """The columns of op(B) up to which the column path beats the path that takes the
         product otherwise: the panel path up to ``NR`` columns, the blocked one beyond."""
         widths = geometric_grid(1, 2 * NR, context.options.level.steps_per_octave)
         decide_crossover(context, Crossover(
             COLUMN, self._narrow(context), widths,
-            ("column", self._runner(context, {**compiled, COLUMN: 2 * NR})),
-            ("panel or blocked", self._runner(context, {**compiled, COLUMN: 0})),
+            ("column", self._runner(context, {**COMPILED, COLUMN: 2 * NR})),
+            ("panel or blocked", self._runner(context, {**COMPILED, COLUMN: 0})),
             functools.partial(_grid_below, widths),
             next((n for n in widths if n > int(context.values[COLUMN])), widths[-1])))
 
@@ -411,7 +411,7 @@ class GemmCalibration(KernelCalibration):
             return None
         return sizes
 
-    def _skinny_parallel(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
+    def _skinny_parallel(self, context: CalibrationContext) -> None:
         """The skinny path's work unit, on one-row products (a batch of one through a dense
         layer), before the one-row BLAS threshold is measured against the path it sets."""
         if context.threads == 1:
@@ -426,19 +426,16 @@ class GemmCalibration(KernelCalibration):
             return
         decide_crossover(context, Crossover(
             SKINNY_UNIT, self._rows(context, 1), sizes,
-            ("serial", self._runner(context, {**compiled, SKINNY_UNIT: NEVER})),
-            ("parallel", self._runner(context, {**compiled, SKINNY_UNIT: 1}, 2)),
+            ("serial", self._runner(context, {**COMPILED, SKINNY_UNIT: NEVER})),
+            ("parallel", self._runner(context, {**COMPILED, SKINNY_UNIT: 1}, 2)),
             lambda s: max(1, s * s // 2),
             max(1, math.isqrt(2 * int(context.values[SKINNY_UNIT]))), parallel_above=True))
 
-    def _blas(self, context: CalibrationContext, square: Case, squares: list[int],
-              compiled: Mapping[str, int]) -> None:
+    def _blas(self, context: CalibrationContext, square: Case, squares: list[int]) -> None:
         """The BLAS crossovers, in multiply-adds: square, one-row, column-path, panel-path and
         skinny products."""
-        on_blas = ("BLAS", self._runner(context, {BLAS: 0, SKINNY_BLAS: 0, VECTOR_BLAS: 0,
-                                                  COLUMN_BLAS: 0, PANEL_BLAS: 0,
-                                                  PACKED_BLAS: 0}))
-        compiled_run = ("compiled", self._runner(context, compiled))
+        on_blas = ("BLAS", self._runner(context, dict.fromkeys(COMPILED, 0)))
+        compiled_run = ("compiled", self._runner(context, COMPILED))
         decide_crossover(context, Crossover(
             BLAS, square, squares, compiled_run, on_blas,
             lambda s: s ** 3, max(1, round(int(context.values[BLAS]) ** (1 / 3))),
@@ -461,7 +458,7 @@ class GemmCalibration(KernelCalibration):
         skinny_sizes = self._skinny_sizes(context, SKINNY_BLAS)
         if skinny_sizes is None:
             return
-        skinny = self._runner(context, compiled)
+        skinny = self._runner(context, COMPILED)
         decide_shared_crossover(context, [
             Crossover(SKINNY_BLAS, self._rows(context, rows), skinny_sizes,
                       ("skinny", skinny), on_blas,
@@ -520,8 +517,7 @@ class GemmCalibration(KernelCalibration):
             lambda s: s * area, max(1, int(context.values[PACKED_BLAS]) // area),
             self._tolerance()))
 
-    def _parallel(self, context: CalibrationContext, square: Case, squares: list[int],
-                  compiled: Mapping[str, int]) -> None:
+    def _parallel(self, context: CalibrationContext, square: Case, squares: list[int]) -> None:
         if context.threads == 1:
             context.keep(FMAS_PER_UNIT, "kept: one thread, so no parallel path to tune")
             return
@@ -529,13 +525,13 @@ class GemmCalibration(KernelCalibration):
         below_blas = [s for s in squares if s ** 3 < blas] or squares
         decide_crossover(context, Crossover(
             FMAS_PER_UNIT, square, below_blas,
-            ("serial", self._runner(context, {**compiled, FMAS_PER_UNIT: NEVER})),
-            ("parallel", self._runner(context, {**compiled, FMAS_PER_UNIT: 1}, 2)),
+            ("serial", self._runner(context, {**COMPILED, FMAS_PER_UNIT: NEVER})),
+            ("parallel", self._runner(context, {**COMPILED, FMAS_PER_UNIT: 1}, 2)),
             lambda s: max(1, s ** 3 // 2),
             max(1, round((2 * int(context.values[FMAS_PER_UNIT])) ** (1 / 3))),
             parallel_above=True))
 
-    def _conversion(self, context: CalibrationContext, compiled: Mapping[str, int]) -> None:
+    def _conversion(self, context: CalibrationContext) -> None:
         if context.threads == 1:
             context.keep(CONVERSION_MINIMUM, "kept: one thread, so no parallel path to tune")
             return
@@ -546,8 +542,8 @@ class GemmCalibration(KernelCalibration):
         sizes = geometric_grid(1 << 12, min(1 << 20, context.options.level.largest_elements),
                                context.options.level.steps_per_octave, width)
         # pure modes on both sides, as for the elementwise kernels (see _pure_modes there)
-        serial = {**compiled, FMAS_PER_UNIT: NEVER, CONVERSION_MINIMUM: NEVER}
-        parallel = {**compiled, FMAS_PER_UNIT: 1, CONVERSION_MINIMUM: 1}
+        serial = {**COMPILED, FMAS_PER_UNIT: NEVER, CONVERSION_MINIMUM: NEVER}
+        parallel = {**COMPILED, FMAS_PER_UNIT: 1, CONVERSION_MINIMUM: 1}
         decide_crossover(context, Crossover(
             CONVERSION_MINIMUM, case, sizes, ("serial", self._runner(context, serial, 2)),
             ("parallel", self._runner(context, parallel, 2)),

@@ -72,17 +72,15 @@ ASSUMED_FEATURES = {"baseline": frozenset({"avx"})}
 def narrower_than(blas: Mapping[str, object], variant: str) -> bool:
     """Whether ``blas`` (a :func:`blas_of` record) runs kernels for fewer instructions than
     ISA variant ``variant``'s portable defaults assume: an OpenBLAS whose kernel family (its
-    own choice or OPENBLAS_CORETYPE's) is not ``variant``'s target or a descendant of it, or
-    lacks the features :data:`ASSUMED_FEATURES` names for it. False for what this cannot
+    own choice or OPENBLAS_CORETYPE's) lacks a feature of ``variant``'s archspec target, or
+    of :data:`ASSUMED_FEATURES` for a variant that is none. False for what this cannot
     tell: another library, an unknown family, a variant neither names.
     """
     architecture = blas.get("architecture")
     target = (OPENBLAS_TARGETS.get(architecture.lower())
               if blas.get("name") == "openblas" and isinstance(architecture, str) else None)
-    if target is None:
+    assumed = ASSUMED_FEATURES.get(variant) or (
+        archspec.cpu.TARGETS[variant].features if variant in archspec.cpu.TARGETS else None)
+    if target is None or assumed is None:
         return False
-    if variant in ASSUMED_FEATURES:
-        return not ASSUMED_FEATURES[variant] <= archspec.cpu.TARGETS[target].features
-    if variant not in archspec.cpu.TARGETS:
-        return False
-    return not archspec.cpu.TARGETS[target] >= archspec.cpu.TARGETS[variant]
+    return not assumed <= archspec.cpu.TARGETS[target].features
