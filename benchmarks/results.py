@@ -37,14 +37,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import instructions
+
 # kerneltune and threadpoolctl are imported by the functions that describe and write a run,
 # so that report.py renders the results (and `nox -s lint` checks them) without the package.
 
 FORMAT = "kerneltune-benchmark-results"
 SCHEMA_VERSION = 1
 FOLDER = Path(__file__).resolve().parent / "results"
-#: variables that change how the peers' and our thread pools behave, and our ISA variant
-ENVIRONMENT_PREFIXES = ("OMP_", "GOMP_", "OPENBLAS_", "KERNELTUNE_ISA")
+#: variables that change how the peers' and our thread pools behave, our ISA variant and
+#: the instructions the processes saw
+ENVIRONMENT_PREFIXES = ("OMP_", "GOMP_", "OPENBLAS_", "KERNELTUNE_ISA",
+                        instructions.LEVEL_VARIABLE)
 #: the variable that forces kerneltune's ISA variant
 VARIANT_VARIABLE = "KERNELTUNE_ISA"
 #: peer module -> its distribution, recorded when the benchmark imported it
@@ -76,12 +80,17 @@ def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def in_variant(variant: str | None) -> str:
-    """Start this script again with ``KERNELTUNE_ISA=variant`` unless the environment says so
-    (kerneltune picks its variant when imported, and the results describe this process);
-    the variant this process runs."""
-    if variant is not None and os.environ.get(VARIANT_VARIABLE) != variant:
-        os.execve(sys.executable, [sys.executable, *sys.argv],
-                  {**os.environ, VARIANT_VARIABLE: variant})
+    """Start this script again with ``KERNELTUNE_ISA=variant``, and on the instructions of
+    the variant's processors (:mod:`instructions`), unless the environment says so already
+    (kerneltune picks its variant when imported, the peers their kernels when they load,
+    and the results describe this process); the variant this process runs."""
+    if variant is not None and (os.environ.get(VARIANT_VARIABLE) != variant
+                                or instructions.CLEAR_VARIABLE not in os.environ):
+        masked = instructions.masked_environment(variant, own_variant())
+        if masked or os.environ.get(VARIANT_VARIABLE) != variant:
+            os.execve(sys.executable, [sys.executable, *sys.argv],
+                      {**os.environ, VARIANT_VARIABLE: variant, **masked})
+    instructions.level_in_force()
     return variant or os.environ.get(VARIANT_VARIABLE) or own_variant()
 
 
