@@ -69,15 +69,21 @@ def clear_masks(level: str) -> str:
                     for (leaf, subleaf, register), mask in masks.items())
 
 
-def preloaded_library() -> Path:
-    """The compiled ``cpuid_mask.c``, built once per source in the temporary directory."""
+def preloaded_library() -> Path | None:
+    """The compiled ``cpuid_mask.c``, built once per source in the temporary directory; None
+    (and why, printed) when it cannot be built."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
     library = Path(tempfile.gettempdir()) / f"kerneltune-bench-cpuid-{digest}.so"
     if not library.exists():
         partial = library.with_name(f"{library.name}.{os.getpid()}")
         compiler = (sysconfig.get_config_var("CC") or "cc").split()
-        subprocess.run([*compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(SOURCE)],
-                       check=True)
+        try:
+            subprocess.run([*compiler, "-O2", "-shared", "-fPIC", "-o", str(partial),
+                            str(SOURCE)], check=True, capture_output=True, text=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            print(f"{SOURCE.name} did not build ({getattr(error, 'stderr', None) or error}): "
+                  f"the peers run on every instruction this processor has")
+            return None
         partial.replace(library)
     return library
 
@@ -88,7 +94,10 @@ def masked_environment(variant: str, own: str) -> dict[str, str]:
     level = LEVELS.get(variant)
     if variant == own or level is None or os.uname()[::4] != ("Linux", "x86_64"):
         return {}
-    preload = " ".join(filter(None, (os.environ.get("LD_PRELOAD"), str(preloaded_library()))))
+    library = preloaded_library()
+    if library is None:
+        return {}
+    preload = " ".join(filter(None, (os.environ.get("LD_PRELOAD"), str(library))))
     return {"LD_PRELOAD": preload, CLEAR_VARIABLE: clear_masks(level), LEVEL_VARIABLE: level}
 
 
