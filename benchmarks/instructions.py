@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 #: the level of the processors each variant below the machine's own runs on
-LEVELS = {"baseline": "x86_64_v2", "x86_64_v3": "x86_64_v3", "x86_64_v4": "x86_64_v4"}
+LEVELS = {"baseline": "x86_64_v2", "x86_64_v3": "x86_64_v3"}
 #: /proc/cpuinfo feature name -> (CPUID leaf, subleaf or None for any, register, bit), for
 #: the features beyond x86_64_v2 that select a library's kernels
 BITS = {
@@ -101,14 +101,9 @@ def masked_environment(variant: str, own: str) -> dict[str, str]:
     return {"LD_PRELOAD": preload, CLEAR_VARIABLE: clear_masks(level), LEVEL_VARIABLE: level}
 
 
-def level_in_force() -> str | None:
-    """The level this process runs on when a mask was asked for and holds (a warning and
-    the full processor when it does not: no CPUID faulting here)."""
-    if CLEAR_VARIABLE not in os.environ:
-        return None
-    if os.environ.get(MASKED_VARIABLE) == "1":
-        return os.environ[LEVEL_VARIABLE]
-    print(f"this processor or kernel has no CPUID faulting: the peers run on every instruction "
-          f"it has, not those of {os.environ.get(LEVEL_VARIABLE)}")
-    os.environ.pop(LEVEL_VARIABLE, None)
-    return None
+def warn_unmasked() -> None:
+    """When a mask was asked for and does not hold (no CPUID faulting here), say so, and drop
+    the level from the environment the results record."""
+    if CLEAR_VARIABLE in os.environ and os.environ.get(MASKED_VARIABLE) != "1":
+        print(f"this processor or kernel has no CPUID faulting: the peers run on every "
+              f"instruction it has, not those of {os.environ.pop(LEVEL_VARIABLE, None)}")

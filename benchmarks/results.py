@@ -90,7 +90,7 @@ def in_variant(variant: str | None) -> str:
         if masked or os.environ.get(VARIANT_VARIABLE) != variant:
             os.execve(sys.executable, [sys.executable, *sys.argv],
                       {**os.environ, VARIANT_VARIABLE: variant, **masked})
-    instructions.level_in_force()
+    instructions.warn_unmasked()
     return variant or os.environ.get(VARIANT_VARIABLE) or own_variant()
 
 
